@@ -1,0 +1,170 @@
+"""Typed settings, read once from the environment and an optional TOML file.
+
+This is the only module that reads ``os.environ`` for configuration. Precedence, highest first:
+``HERMES_QUEUE_<FIELD>`` environment variables, then the TOML file named by
+``HERMES_QUEUE_CONFIG`` (flat keys named like the fields), then the defaults below. Unknown keys
+in the file and unknown ``HERMES_QUEUE_*`` variables are rejected, so a typo never silently falls
+back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "HERMES_QUEUE_"
+CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
+# Variables under these prefixes belong to the test suite and tooling, not to the settings.
+_RESERVED_ENV_PREFIXES = ("HERMES_QUEUE_TEST_", "HERMES_QUEUE_BENCH_")
+_SECRET_FIELDS = frozenset({"api_key"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Redis and naming
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    namespace: str = "hq"
+    # HTTP API
+    host: str = "127.0.0.1"
+    port: int = 8642
+    api_key: str = ""
+    body_limit_bytes: int = 10_000_000
+    keepalive_seconds: float = 10.0
+    model_name: str = "hermes-agent"
+    # Runs and streams
+    stream_maxlen: int = 10_000
+    retention_seconds: int = 86_400
+    subscriber_queue_size: int = 1_000
+    # Workers
+    worker_concurrency: int = 16
+    lease_seconds: float = 10.0
+    heartbeat_seconds: float = 1.0
+    reaper_interval_seconds: float = 1.0
+    max_attempts: int = 2
+    job_timeout_seconds: int = 3_600
+    drain_seconds: float = 30.0
+    poll_seconds: float = 0.5
+    # Agents
+    agent_backend: str = "echo"
+    echo_token_delay: float = 0.0
+    # Sessions (SQL store)
+    store_url: str = "sqlite:///.hermes-queue/hermes-queue.db"
+    # Logging
+    log_level: str = "INFO"
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _SECRET_FIELDS and value:
+                value = "***"
+            shown.append(f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> Settings:
+        if not self.namespace or any(c in self.namespace for c in "{}: \t\n"):
+            raise ConfigError(
+                f"namespace {self.namespace!r} must be non-empty without {{}}, ':' or spaces"
+            )
+        if self.lease_seconds <= self.heartbeat_seconds * 2:
+            raise ConfigError("lease_seconds must be more than twice heartbeat_seconds")
+        for name in (
+            "worker_concurrency",
+            "max_attempts",
+            "stream_maxlen",
+            "subscriber_queue_size",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        return self
+
+
+def _cast(name: str, raw: Any, default: Any) -> Any:
+    """Cast a raw env/file value to the type of the field's default; errors name the setting."""
+    kind = type(default)
+    if isinstance(raw, kind) and not (kind is int and isinstance(raw, bool)):
+        return raw
+    text = str(raw).strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in _TRUE:
+                return True
+            if lowered in _FALSE:
+                return False
+            raise ValueError
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+    except ValueError:
+        raise ConfigError(
+            f"setting {name!r} has value {text!r}, which is not a valid {kind.__name__}"
+        ) from None
+    return text
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, config_file: str | Path | None = None
+) -> Settings:
+    """Build settings from a file and the environment. Call once per process."""
+    env = os.environ if environ is None else environ
+    defaults = Settings()
+    known = {f.name: getattr(defaults, f.name) for f in fields(Settings)}
+    values: dict[str, Any] = {}
+
+    path = config_file or env.get(CONFIG_FILE_VAR)
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        data = data.get("hermes_queue", data)
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown setting(s) in {path}: {', '.join(unknown)}")
+        for name, raw in data.items():
+            values[name] = _cast(name, raw, known[name])
+
+    for var, raw in env.items():
+        if not var.startswith(ENV_PREFIX) or var == CONFIG_FILE_VAR:
+            continue
+        if var.startswith(_RESERVED_ENV_PREFIXES):
+            continue
+        name = var[len(ENV_PREFIX) :].lower()
+        if name not in known:
+            raise ConfigError(f"unknown setting {var}")
+        values[name] = _cast(name, raw, known[name])
+
+    # Upstream Hermes deployments configure the key as API_SERVER_KEY; honour it as a fallback.
+    if "api_key" not in values and env.get("API_SERVER_KEY"):
+        values["api_key"] = env["API_SERVER_KEY"]
+    return Settings(**values).validate()
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that reproduces ``settings`` in a child process (dev mode, tests)."""
+    out: dict[str, str] = {}
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        out[ENV_PREFIX + f.name.upper()] = (
+            str(value).lower() if isinstance(value, bool) else str(value)
+        )
+    return out
+
+
+__all__ = ["ConfigError", "Settings", "load_settings", "settings_env"]

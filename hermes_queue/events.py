@@ -1,0 +1,95 @@
+"""The canonical run-event vocabulary and its stream encoding.
+
+Workers store exactly these events in each run's Redis Stream; every endpoint renders them into
+its own dialect (see ``hermes_queue.api.dialects``). A stream entry has the fields
+``t`` (type), ``s`` (seq), ``a`` (attempt), ``ts`` (unix seconds), ``sid`` (session id) and
+``d`` (JSON object with the event-specific data). The stream entry id is the event's id and the
+SSE ``id:`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class EventType(StrEnum):
+    RUN_STARTED = "run.started"
+    RUN_RESTARTED = "run.restarted"
+    MESSAGE_STARTED = "message.started"
+    MESSAGE_DELTA = "message.delta"
+    REASONING = "reasoning.available"
+    TOOL_STARTED = "tool.started"
+    TOOL_COMPLETED = "tool.completed"
+    APPROVAL_REQUEST = "approval.request"
+    APPROVAL_RESPONDED = "approval.responded"
+    RUN_COMPLETED = "run.completed"
+    RUN_FAILED = "run.failed"
+    RUN_CANCELLED = "run.cancelled"
+    # Synthesised by readers, never stored: the cursor is older than what the stream holds.
+    STREAM_GAP = "stream.gap"
+
+
+TERMINAL_EVENTS = frozenset(
+    {EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED}
+)
+
+_STREAM_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+
+
+def parse_stream_id(raw: str) -> tuple[int, int] | None:
+    """Parse a client-supplied cursor (``ms-seq`` or ``ms``); None when it is not one."""
+    match = _STREAM_ID.match(raw.strip())
+    if not match:
+        return None
+    ms, seq = int(match.group(1)), int(match.group(2) or 0)
+    if ms >= 2**64 or seq >= 2**64:
+        return None
+    return ms, seq
+
+
+def format_stream_id(parts: tuple[int, int]) -> str:
+    return f"{parts[0]}-{parts[1]}"
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    type: str
+    run_id: str
+    session_id: str = ""
+    seq: int = 0
+    ts: float = 0.0
+    attempt: int = 0
+    data: dict[str, Any] = field(default_factory=dict)
+    id: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_EVENTS
+
+    @classmethod
+    def from_entry(cls, run_id: str, entry_id: str | bytes, fields: dict[Any, Any]) -> RunEvent:
+        """Decode one stream entry (bytes or str keys, as redis-py returns them)."""
+
+        def get(name: str) -> str:
+            value = fields.get(name.encode(), fields.get(name, b""))
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        raw_data = get("d")
+        return cls(
+            type=get("t"),
+            run_id=run_id,
+            session_id=get("sid"),
+            seq=int(get("s") or 0),
+            ts=float(get("ts") or 0.0),
+            attempt=int(get("a") or 0),
+            data=json.loads(raw_data) if raw_data else {},
+            id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
+        )
+
+
+def encode_data(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,77 @@
+"""Every Redis key name hermes-queue uses. Nothing else formats a key.
+
+All keys live under one namespace so deployments (and tests) can share a Redis without
+colliding. The keys of one run share a hash tag (``{run_id}``) so they sit in one Redis Cluster
+slot and the Lua scripts that touch several of them stay legal there.
+
+arq's own per-job keys (``arq:job:<id>``, ``arq:in-progress:<id>``, ``arq:retry:<id>``) carry a
+fixed prefix chosen by arq; they are named here too so no other module spells them. They cannot
+collide between namespaces because job ids are run ids, which are random.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
+
+
+@dataclass(frozen=True)
+class Keys:
+    namespace: str
+
+    # -- per run (one hash tag) --------------------------------------------------------------
+    def run(self, run_id: str) -> str:
+        """Hash: the run record (status, attempt, request, output...)."""
+        return f"{self.namespace}:run:{{{run_id}}}"
+
+    def events(self, run_id: str) -> str:
+        """Stream: the run's canonical events, in order."""
+        return f"{self.namespace}:run:{{{run_id}}}:events"
+
+    # -- global sets and channels ------------------------------------------------------------
+    @property
+    def queue(self) -> str:
+        """The arq queue (sorted set of job ids scored by run-at time in ms)."""
+        return f"{self.namespace}:queue"
+
+    @property
+    def leases(self) -> str:
+        """Sorted set: running run id -> lease deadline (ms). The reaper scans its head."""
+        return f"{self.namespace}:leases"
+
+    @property
+    def wake_channel(self) -> str:
+        """Pub/sub: "a job was enqueued", so idle workers poll at once instead of every 0.5 s."""
+        return f"{self.namespace}:wake"
+
+    @property
+    def control_channel(self) -> str:
+        """Pub/sub: stop requests, so the worker running a run hears of it at once."""
+        return f"{self.namespace}:control"
+
+    @property
+    def workers(self) -> str:
+        """Sorted set: worker id -> last heartbeat (ms)."""
+        return f"{self.namespace}:workers"
+
+    def worker(self, worker_id: str) -> str:
+        """Hash: one worker's facts (host, pid, slots, started_at)."""
+        return f"{self.namespace}:worker:{worker_id}"
+
+    @property
+    def health_check(self) -> str:
+        return f"{self.namespace}:queue:health-check"
+
+    # -- arq's own job keys ------------------------------------------------------------------
+    @staticmethod
+    def arq_job(run_id: str) -> str:
+        return job_key_prefix + run_id
+
+    @staticmethod
+    def arq_in_progress(run_id: str) -> str:
+        return in_progress_key_prefix + run_id
+
+    @staticmethod
+    def arq_retry(run_id: str) -> str:
+        return retry_key_prefix + run_id

