@@ -1,0 +1,124 @@
+"""The agent extension point: what a worker needs from anything that can run one chat turn.
+
+A backend never touches Redis or HTTP. It reads an ``AgentRequest``, reports progress through an
+``EventSink`` (which the worker turns into fenced stream appends), watches a ``CancelToken`` and
+returns an ``AgentResult``. Failures are raised as ``AgentError`` with a message that is safe to
+show to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class AgentRequest:
+    run_id: str
+    session_id: str
+    # The user turn: a string or a list of content parts (already normalised by the API).
+    message: Any
+    history: list[dict[str, Any]] = field(default_factory=list)
+    instructions: str | None = None
+    # The resolved route (provider, model, route_source...); never credentials.
+    route: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    output: str
+    usage: Usage = field(default_factory=Usage)
+    # This turn's assistant and tool messages, in the client-safe message shape.
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    # The runtime that actually ran (provider, model).
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentError(Exception):
+    """The turn failed; ``str(exc)`` is shown to the client, so it must hold no secret."""
+
+
+class TurnCancelled(Exception):
+    """Raised by a backend that stopped because its cancel token fired."""
+
+
+class CancelToken:
+    """Set by the worker when a stop request reaches the run; backends poll or await it."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.reason = ""
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def cancel(self, reason: str = "stop requested") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep, but raise ``TurnCancelled`` as soon as the token fires."""
+        if self.cancelled:
+            raise TurnCancelled(self.reason)
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout=seconds)
+        except TimeoutError:
+            return
+        raise TurnCancelled(self.reason)
+
+
+class EventSink(Protocol):
+    """Where a backend reports progress. Each call is one canonical event, durably appended."""
+
+    async def delta(self, text: str) -> None: ...
+
+    async def reasoning(self, text: str) -> None: ...
+
+    async def tool_started(
+        self, name: str, call_id: str, preview: str | None = None, args: Any = None
+    ) -> None: ...
+
+    async def tool_completed(
+        self,
+        name: str,
+        call_id: str,
+        duration: float = 0.0,
+        error: bool = False,
+        result: str | None = None,
+    ) -> None: ...
+
+
+@runtime_checkable
+class AgentBackend(Protocol):
+    name: str
+
+    async def run_turn(
+        self, request: AgentRequest, sink: EventSink, cancel: CancelToken
+    ) -> AgentResult: ...
+
+    async def aclose(self) -> None: ...
