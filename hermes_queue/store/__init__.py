@@ -1,0 +1,78 @@
+"""The SQL session store: ``create_store(url)`` picks the backend from the URL scheme.
+
+Backends are imported lazily, so a SQLite deployment never imports asyncpg and vice versa.
+
+URLs:
+- ``sqlite:///relative/path.db`` (relative to the working directory)
+- ``sqlite:////abs/path.db``
+- ``sqlite:///:memory:`` (private to the one store object; for tests)
+- ``postgresql://user@host:5432/db`` or ``postgres://...``
+"""
+
+from __future__ import annotations
+
+from hermes_queue.store.base import (
+    UNSET,
+    InvalidTitle,
+    MessageRow,
+    SessionExists,
+    SessionNotFound,
+    SessionRow,
+    SessionStore,
+    StoreError,
+    StoreUnavailable,
+    TitleConflict,
+    project_message,
+    project_session,
+    sanitize_title,
+)
+
+__all__ = [
+    "UNSET",
+    "InvalidTitle",
+    "MessageRow",
+    "SessionExists",
+    "SessionNotFound",
+    "SessionRow",
+    "SessionStore",
+    "StoreError",
+    "StoreUnavailable",
+    "TitleConflict",
+    "create_store",
+    "project_message",
+    "project_session",
+    "sanitize_title",
+]
+
+_SQLITE_PREFIX = "sqlite:///"
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+def create_store(url: str, *, schema: str | None = None) -> SessionStore:
+    """Build (but do not connect or migrate) the store named by ``url``.
+
+    ``schema`` (PostgreSQL only) isolates the tables in one schema via ``search_path``.
+    Raises ValueError for an unsupported or malformed URL.
+    """
+    scheme, sep, _rest = url.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise ValueError(f"store URL {url!r} has no scheme; use sqlite:/// or postgresql://")
+    if scheme == "sqlite":
+        if not url.lower().startswith(_SQLITE_PREFIX):
+            raise ValueError(f"sqlite URL {url!r} must start with sqlite:/// (no host part)")
+        path = url[len(_SQLITE_PREFIX) :]
+        if not path:
+            raise ValueError("sqlite URL needs a path, e.g. sqlite:///hermes-queue.db")
+        if schema is not None:
+            raise ValueError("schema is only supported by the postgresql store")
+        from hermes_queue.store.sqlite import SqliteSessionStore
+
+        return SqliteSessionStore(path)
+    if scheme in _POSTGRES_SCHEMES:
+        from hermes_queue.store.postgres import PostgresSessionStore
+
+        return PostgresSessionStore(url, schema=schema)
+    raise ValueError(
+        f"unsupported store URL scheme {scheme!r}: use sqlite:///path.db or postgresql://..."
+    )

@@ -1,0 +1,82 @@
+"""Fixtures for the store contract suite: every test runs once per backend.
+
+PostgreSQL tests need ``HERMES_QUEUE_TEST_POSTGRES_URL``. Without it they are skipped with a
+reason, except under ``CI`` (any value), where a missing database must fail the build rather
+than silently shrink the suite. Each PostgreSQL test gets its own fresh schema, created before
+and dropped (CASCADE) after, so tests never see each other's rows and nothing is truncated.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from hermes_queue.store import SessionStore, create_store
+
+POSTGRES_URL_VAR = "HERMES_QUEUE_TEST_POSTGRES_URL"
+StoreFactory = Callable[[], SessionStore]
+
+
+def postgres_url() -> str:
+    """The test database URL, or skip (fail under CI) when it is not configured."""
+    url = os.environ.get(POSTGRES_URL_VAR)
+    if url:
+        return url
+    if os.environ.get("CI"):
+        pytest.fail(f"{POSTGRES_URL_VAR} is not set, but CI is: PostgreSQL tests must run in CI")
+    pytest.skip(f"{POSTGRES_URL_VAR} is not set; PostgreSQL contract tests skipped")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def store_factory(backend: str, tmp_path: Path) -> AsyncIterator[StoreFactory]:
+    """Makes unmigrated stores that all point at this test's one (empty) database.
+
+    Several store objects on one database stand in for several processes or hosts.
+    """
+    made: list[SessionStore] = []
+    schema: str | None = None
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        url = postgres_url()
+        schema = f"t_{uuid.uuid4().hex}"
+        admin = await asyncpg.connect(url)
+        try:
+            await admin.execute(f"CREATE SCHEMA {schema}")
+        finally:
+            await admin.close()
+
+    def make() -> SessionStore:
+        store = create_store(url, schema=schema)
+        made.append(store)
+        return store
+
+    try:
+        yield make
+    finally:
+        for store in made:
+            await store.close()
+        if schema is not None:
+            admin = await asyncpg.connect(url)
+            try:
+                await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            finally:
+                await admin.close()
+
+
+@pytest.fixture
+async def store(store_factory: StoreFactory) -> SessionStore:
+    """A migrated store on a fresh database."""
+    store = store_factory()
+    await store.migrate()
+    return store
