@@ -1,0 +1,358 @@
+"""StreamHub against a real Redis: delivery contract, bounded resources, gaps, resilience."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from hermes_queue.events import EventType, RunEvent, encode_data
+from hermes_queue.keys import Keys
+from hermes_queue.streams.hub import StreamHub, Subscription
+from hermes_queue.streams.reader import read_range
+
+MakeHub = Callable[..., Awaitable[StreamHub]]
+
+
+async def xadd(
+    redis: aioredis.Redis,
+    keys: Keys,
+    run_id: str,
+    seq: int,
+    type_: str = EventType.MESSAGE_DELTA,
+    data: dict[str, Any] | None = None,
+) -> str:
+    """Append one entry the way producers do (fields t, s, a, ts, sid, d)."""
+    entry_id = await redis.xadd(
+        keys.events(run_id),
+        {
+            "t": str(type_),
+            "s": seq,
+            "a": 1,
+            "ts": time.time(),
+            "sid": "sess",
+            "d": encode_data(data if data is not None else {"n": seq}),
+        },
+    )
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+
+async def write_run(
+    redis: aioredis.Redis, keys: Keys, run_id: str, n: int, *, start: int = 1, end: bool = False
+) -> list[str]:
+    ids = [await xadd(redis, keys, run_id, seq) for seq in range(start, start + n)]
+    if end:
+        ids.append(await xadd(redis, keys, run_id, start + n, EventType.RUN_COMPLETED))
+    return ids
+
+
+async def take(sub: Subscription, n: int, within: float = 5.0) -> list[RunEvent]:
+    async def collect() -> list[RunEvent]:
+        out = []
+        while len(out) < n:
+            event = await sub.get()
+            assert event is not None, "subscription ended early"
+            out.append(event)
+        return out
+
+    return await asyncio.wait_for(collect(), within)
+
+
+async def drain(sub: Subscription, within: float = 5.0) -> list[RunEvent]:
+    async def collect() -> list[RunEvent]:
+        return [event async for event in sub]
+
+    return await asyncio.wait_for(collect(), within)
+
+
+@pytest.fixture
+async def make_hub(redis_url: str, keys: Keys) -> AsyncIterator[MakeHub]:
+    hubs: list[StreamHub] = []
+
+    async def make(**kwargs: Any) -> StreamHub:
+        hub = StreamHub(kwargs.pop("redis", redis_url), keys, **kwargs)
+        await hub.start()
+        hubs.append(hub)
+        return hub
+
+    yield make
+    for hub in hubs:
+        await hub.aclose()
+
+
+async def test_history_then_live_tail(redis: aioredis.Redis, keys: Keys, make_hub: MakeHub) -> None:
+    hub = await make_hub()
+    history = await write_run(redis, keys, "r1", 5)
+    async with hub.subscribe("r1") as sub:
+        first = await take(sub, 5)
+        assert [e.id for e in first] == history
+        assert [e.seq for e in first] == [1, 2, 3, 4, 5]
+        assert first[0].data == {"n": 1} and first[0].session_id == "sess"
+        live = await write_run(redis, keys, "r1", 5, start=6, end=True)
+        rest = await drain(sub)
+    assert [e.id for e in rest] == live
+    assert rest[-1].type == EventType.RUN_COMPLETED and sub.finished
+    assert hub.stats() == {"subscribers": 0, "streams": 0, "reading": 0}
+
+
+async def test_cursor_mid_stream(redis: aioredis.Redis, keys: Keys, make_hub: MakeHub) -> None:
+    hub = await make_hub()
+    ids = await write_run(redis, keys, "r1", 10, end=True)
+    async with hub.subscribe("r1", after=ids[4]) as sub:
+        events = await drain(sub)
+    assert [e.id for e in events] == ids[5:]
+    async with hub.subscribe("r1", after="0") as sub:  # a bare millisecond cursor is "<ms>-0"
+        assert [e.id for e in await drain(sub)] == ids
+    with pytest.raises(ValueError):  # a malformed cursor is refused (the API answers 400)
+        async with hub.subscribe("r1", after="nope"):
+            pass
+
+
+async def test_many_subscribers_see_identical_sequences(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    hub = await make_hub(count=7)  # small pages: long replays that overlap the live tail
+    await write_run(redis, keys, "r1", 20)
+
+    async def consume() -> list[str]:
+        async with hub.subscribe("r1") as sub:
+            return [e.id async for e in sub]
+
+    tasks = []
+    seq = 20
+    for _ in range(50):  # subscribers join while entries keep arriving and the hub tails them
+        tasks.append(asyncio.create_task(consume()))
+        for _ in range(3):
+            seq += 1
+            await xadd(redis, keys, "r1", seq)
+    await xadd(redis, keys, "r1", seq + 1, EventType.RUN_FAILED)
+    results = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    expected = [e.id for e in await read_range(redis, keys, "r1", None, 1000)]
+    assert len(expected) == 171
+    for result in results:
+        assert result == expected
+
+
+class GatedRedis:
+    """The shared client, except that one chosen XRANGE reply is held back until released."""
+
+    def __init__(self, inner: aioredis.Redis) -> None:
+        self.inner = inner
+        self.gate: asyncio.Event | None = None
+        self.held = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def xrange(self, *args: Any, **kwargs: Any) -> Any:
+        rows = await self.inner.xrange(*args, **kwargs)
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            self.held.set()
+            await gate.wait()
+        return rows
+
+
+async def test_slow_replay_of_a_new_stream_catches_up_to_the_hub(
+    redis: aioredis.Redis, redis_url: str, keys: Keys, make_hub: MakeHub
+) -> None:
+    """B's replay read the stream before A's, but A started the hub's tail further on: B must
+    replay the difference instead of going live with a hole."""
+    shared = aioredis.Redis.from_url(redis_url)
+    gated = GatedRedis(shared)
+    try:
+        hub = await make_hub(redis=gated)
+        ids = await write_run(redis, keys, "r1", 3)
+        release = gated.gate = asyncio.Event()
+        async with hub.subscribe("r1") as b, hub.subscribe("r1") as a:
+            b_first = asyncio.create_task(b.get())
+            await asyncio.wait_for(gated.held.wait(), 5)  # B has read 1..3, reply held
+            ids += await write_run(redis, keys, "r1", 2, start=4)
+            assert [e.id for e in await take(a, 5)] == ids
+            assert await a.get(timeout=0.01) is None  # A is live: the hub tails from entry 5
+            release.set()
+            await b_first
+            ids += await write_run(redis, keys, "r1", 1, start=6, end=True)
+            got_b = [(await b_first).id] + [e.id for e in await drain(b)]
+            got_a = [e.id for e in await drain(a)]
+        assert got_b == ids and got_a == ids[5:]
+    finally:
+        await shared.aclose()
+
+
+async def test_new_stream_unblocks_the_reader(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    # A 30 s block: delivery within 5 s proves the blocked XREAD was interrupted.
+    hub = await make_hub(block_ms=30_000)
+    async with hub.subscribe("busy") as busy:
+        assert await busy.get(timeout=0.01) is None  # replayed (nothing), now live
+        await xadd(redis, keys, "busy", 1)
+        await take(busy, 1)  # read by the hub's XREAD
+        assert hub._inflight is not None  # the hub is already in its next XREAD, on "busy" only
+        async with hub.subscribe("later") as sub:
+            assert await sub.get(timeout=0.05) is None  # nothing yet: keepalive path
+            assert hub.stats()["reading"] == 2
+            ids = await write_run(redis, keys, "later", 3)
+            events = await take(sub, 3, within=5.0)
+        assert [e.id for e in events] == ids
+        assert hub.unblocks_sent >= 1
+        await xadd(redis, keys, "busy", 2)
+        assert [e.seq for e in await take(busy, 1)] == [2]
+
+
+async def test_connection_count_is_constant(
+    redis: aioredis.Redis, redis_url: str, keys: Keys, namespace: str, make_hub: MakeHub
+) -> None:
+    shared = aioredis.Redis.from_url(redis_url, client_name=f"{namespace}-pool")
+    try:
+        hub = await make_hub(
+            redis=shared, client_name=f"{namespace}-hub", replay_concurrency=4, block_ms=30_000
+        )
+
+        async def connections() -> tuple[int, int]:
+            clients = await redis.client_list()
+            names = [c["name"] for c in clients if c["name"].startswith(namespace)]
+            return len(names), names.count(f"{namespace}-hub")
+
+        async def watch(n: int) -> list[tuple[int, int]]:
+            ready = asyncio.Barrier(n + 1)
+            counts: list[tuple[int, int]] = []
+
+            async def one(i: int) -> None:
+                async with hub.subscribe(f"run{n}-{i}") as sub:
+                    assert await sub.get(timeout=0.01) is None  # replay done, now live
+                    await ready.wait()
+                    event = await sub.get(timeout=5)
+                    assert event is not None and event.seq == 1
+                    await ready.wait()
+
+            tasks = [asyncio.create_task(one(i)) for i in range(n)]
+            await asyncio.wait_for(ready.wait(), 10)
+            counts.append(await connections())
+            assert hub.stats()["streams"] == hub.stats()["reading"] == n
+            for i in range(n):
+                await xadd(redis, keys, f"run{n}-{i}", 1)
+            await asyncio.wait_for(ready.wait(), 10)
+            counts.append(await connections())
+            await asyncio.gather(*tasks)
+            return counts
+
+        one_sub = await watch(1)
+        many = await watch(200)
+        for total, hub_conns in one_sub + many:
+            assert hub_conns == 1
+            assert total <= 1 + 4 + 1  # hub + replay slots + unblocker, independent of n
+        assert hub.stats()["streams"] == 0
+    finally:
+        await shared.aclose()
+
+
+async def test_slow_consumer_is_detached_then_replays(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    size = 10
+    hub = await make_hub(queue_size=size)
+    async with hub.subscribe("r1") as slow, hub.subscribe("r1") as fast:
+        assert await slow.get(timeout=0.01) is None
+        assert await fast.get(timeout=0.01) is None
+        ids = []
+        for seq in range(1, 5 * size + 1):  # the slow one reads nothing meanwhile
+            ids.append(await xadd(redis, keys, "r1", seq))
+            event = await asyncio.wait_for(fast.get(), 5)
+            assert event is not None and event.id == ids[-1]
+        assert fast.overflows == 0
+        assert slow.overflows >= 1 and len(slow._queue) <= size
+        ids.append(await xadd(redis, keys, "r1", 5 * size + 1, EventType.RUN_CANCELLED))
+        events = await drain(slow)
+    assert [e.id for e in events] == ids
+    assert [e.seq for e in events] == list(range(1, 5 * size + 2))
+
+
+async def test_gap_event_when_cursor_was_trimmed(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    hub = await make_hub()
+    ids = await write_run(redis, keys, "r1", 10, end=True)
+    await redis.xtrim(keys.events("r1"), maxlen=6, approximate=False)  # keeps seq 6..11
+
+    async with hub.subscribe("r1") as sub:  # fresh: seq 1 is gone
+        events = await drain(sub)
+    assert events[0].type == EventType.STREAM_GAP and events[0].id == ""
+    assert events[0].data == {"first_available_id": ids[5], "missed_from": "0-0"}
+    assert [e.id for e in events[1:]] == ids[5:]
+
+    async with hub.subscribe("r1", after=ids[1]) as sub:  # cursor trimmed away
+        events = await drain(sub)
+    assert events[0].type == EventType.STREAM_GAP
+    assert events[0].data == {"first_available_id": ids[5], "missed_from": ids[1]}
+    assert [e.id for e in events[1:]] == ids[5:]
+
+    async with hub.subscribe("r1", after=ids[6]) as sub:  # cursor still held: no gap
+        assert [e.id for e in await drain(sub)] == ids[7:]
+
+    await redis.xdel(keys.events("r1"), ids[7])  # deleted mid-stream, not trimmed: no gap
+    async with hub.subscribe("r1", after=ids[7]) as sub:
+        assert [e.id for e in await drain(sub)] == ids[8:]
+
+    async with hub.subscribe("r1", after="0-0") as sub:  # explicit start: never a gap
+        events = await drain(sub)
+    assert events[0].type != EventType.STREAM_GAP and events[0].id == ids[5]
+
+
+async def test_terminal_event_ends_iteration(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    hub = await make_hub()
+    ids = await write_run(redis, keys, "r1", 2, end=True)
+    await xadd(redis, keys, "r1", 99)  # written after the end: never delivered
+    async with hub.subscribe("r1") as sub:
+        events = await drain(sub)
+        assert await sub.get(timeout=0.01) is None and sub.finished
+        assert hub.stats()["streams"] == 0  # detached as soon as the end was seen
+    assert [e.id for e in events] == ids and events[-1].terminal
+
+
+async def test_survives_client_kill(redis: aioredis.Redis, keys: Keys, make_hub: MakeHub) -> None:
+    hub = await make_hub(block_ms=30_000)
+    async with hub.subscribe("r1") as sub:
+        assert await sub.get(timeout=0.01) is None
+        first = await write_run(redis, keys, "r1", 3)
+        assert [e.id for e in await take(sub, 3)] == first  # via the hub's connection
+        killed = hub.reader_client_id
+        assert killed is not None
+        assert await redis.client_kill_filter(_id=killed) == 1
+        more = await write_run(redis, keys, "r1", 3, start=4, end=True)
+        rest = await drain(sub)
+    assert [e.id for e in rest] == more
+    assert hub.reader_client_id not in (None, killed)
+
+
+async def test_malformed_entry_does_not_stop_the_hub(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    hub = await make_hub()
+    async with hub.subscribe("bad") as bad, hub.subscribe("good") as good:
+        assert await bad.get(timeout=0.01) is None and await good.get(timeout=0.01) is None
+        await redis.xadd(keys.events("bad"), {"t": "message.delta", "s": 1, "d": "{not json"})
+        with pytest.raises(ValueError):
+            await asyncio.wait_for(bad.get(), 5)  # surfaces to this run's client only
+        ids = await write_run(redis, keys, "good", 2, end=True)
+        assert [e.id for e in await drain(good)] == ids
+
+
+async def test_idle_hub_and_lifecycle(redis_url: str, keys: Keys) -> None:
+    hub = StreamHub(redis_url, keys)
+    async with hub:
+        xreads = hub._xreads
+        await asyncio.sleep(0.05)  # observe an idle period
+        assert hub._xreads == xreads == 0  # no subscribers: the loop waits, no Redis traffic
+        assert hub.stats() == {"subscribers": 0, "streams": 0, "reading": 0}
+    assert hub.closed
+    with pytest.raises(RuntimeError):
+        async with hub.subscribe("r1"):
+            pass
