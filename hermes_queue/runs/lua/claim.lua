@@ -1,0 +1,16 @@
+-- A worker takes a queued run: new attempt number (the fencing token), lease, status running.
+-- KEYS: record, leases
+-- ARGV: run_id, worker_id, lease_ms, ts, record_ttl_s
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {'missing'} end
+if TERMINAL[status] then return {'terminal'} end
+if status ~= 'queued' then return {'busy'} end
+local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
+redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'started_at', ARGV[4],
+  'updated_at', ARGV[4])
+redis.call('ZADD', KEYS[2], now_ms() + tonumber(ARGV[3]), ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+local out = {'claimed'}
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields do out[#out + 1] = fields[i] end
+return out

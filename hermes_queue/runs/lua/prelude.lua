@@ -1,0 +1,36 @@
+-- Shared by every run script (prepended when the scripts are loaded).
+-- Lease deadlines use the Redis server clock, so worker hosts with skewed clocks agree.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local ACTIVE = {running = true, stopping = true, waiting_for_approval = true}
+local TERMINAL = {completed = true, failed = true, cancelled = true}
+
+-- Append one canonical event. XADD and EXPIRE go together: EXPIRE before the stream exists
+-- would do nothing.
+local function append_event(record, stream, etype, attempt, ts, data, maxlen, ttl)
+  local seq = redis.call('HINCRBY', record, 'seq', 1)
+  local sid = redis.call('HGET', record, 'session_id') or ''
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
+    't', etype, 's', seq, 'a', attempt, 'ts', ts, 'sid', sid, 'd', data)
+  redis.call('EXPIRE', stream, ttl)
+  redis.call('HSET', record, 'last_event', etype, 'updated_at', ts)
+  return id
+end
+
+-- Move a run to a terminal status with its terminal event, and start its retention clock.
+local function finish(record, stream, leases, run_id, status, etype, attempt, ts, data, retention, maxlen)
+  local id = append_event(record, stream, etype, attempt, ts, data, maxlen, retention)
+  redis.call('HSET', record, 'status', status, 'finished_at', ts)
+  redis.call('HDEL', record, 'worker')
+  redis.call('ZREM', leases, run_id)
+  redis.call('EXPIRE', record, retention)
+  redis.call('EXPIRE', stream, retention)
+  return id
+end
+
+local function fenced(record, attempt)
+  if redis.call('HGET', record, 'attempt') ~= attempt then return false end
+  return ACTIVE[redis.call('HGET', record, 'status') or ''] == true
+end

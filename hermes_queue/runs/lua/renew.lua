@@ -1,0 +1,9 @@
+-- Lease heartbeat for one run. Returns -1 when the lease is lost (another attempt owns the run,
+-- or the reaper already acted), 1 when a stop was requested, 0 otherwise.
+-- KEYS: record, leases
+-- ARGV: run_id, attempt, lease_ms
+if not fenced(KEYS[1], ARGV[2]) then return -1 end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
+redis.call('ZADD', KEYS[2], 'XX', now_ms() + tonumber(ARGV[3]), ARGV[1])
+if redis.call('HGET', KEYS[1], 'stop_requested') == '1' then return 1 end
+return 0

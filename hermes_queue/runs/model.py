@@ -1,0 +1,100 @@
+"""The run record and its states, as stored in the run's Redis hash and shown as ``hermes.run``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    STOPPING = "stopping"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+ACTIVE_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.WAITING_FOR_APPROVAL})
+
+
+def _text(raw: dict[bytes | str, Any], name: str) -> str:
+    value = raw.get(name.encode(), raw.get(name))
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _json(text: str, default: Any) -> Any:
+    return json.loads(text) if text else default
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    session_id: str
+    status: str
+    attempt: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    model: str = ""
+    last_event: str = ""
+    output: str | None = None
+    usage: dict[str, Any] | None = None
+    error: str | None = None
+    reason: str | None = None
+    worker: str = ""
+    # The turn as accepted by the API: message, history, instructions, options.
+    request: dict[str, Any] = field(default_factory=dict)
+    # The resolved route (provider/model/route_source); never credentials.
+    route: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @classmethod
+    def from_hash(cls, raw: dict[Any, Any]) -> RunRecord:
+        return cls(
+            run_id=_text(raw, "run_id"),
+            session_id=_text(raw, "session_id"),
+            status=_text(raw, "status"),
+            attempt=int(_text(raw, "attempt") or 0),
+            created_at=float(_text(raw, "created_at") or 0),
+            updated_at=float(_text(raw, "updated_at") or 0),
+            model=_text(raw, "model"),
+            last_event=_text(raw, "last_event"),
+            output=_text(raw, "output") if _text(raw, "status") == RunStatus.COMPLETED else None,
+            usage=_json(_text(raw, "usage"), None),
+            error=_text(raw, "error") or None,
+            reason=_text(raw, "reason") or None,
+            worker=_text(raw, "worker"),
+            request=_json(_text(raw, "request"), {}),
+            route=_json(_text(raw, "route"), {}),
+        )
+
+    def to_status(self) -> dict[str, Any]:
+        """The upstream ``hermes.run`` object (HERMES_API §4.2), plus ``attempt``."""
+        body: dict[str, Any] = {
+            "object": "hermes.run",
+            "run_id": self.run_id,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "session_id": self.session_id,
+            "model": self.model,
+            "last_event": self.last_event or None,
+            "attempt": self.attempt,
+        }
+        if self.status == RunStatus.COMPLETED:
+            body["output"] = self.output or ""
+            body["usage"] = self.usage or {}
+        if self.status == RunStatus.FAILED:
+            body["error"] = self.error or "run failed"
+            if self.reason:
+                body["reason"] = self.reason
+        return body

@@ -1,0 +1,257 @@
+"""Run records in Redis: creation with its job, the state machine, fenced writes, leases.
+
+Every transition is one Lua script (``lua/``), so a run's record, stream, lease and job change
+together or not at all, and every write by a worker is checked against the attempt number it
+claimed (the fencing token): a worker whose lease expired and whose run moved on can neither
+append events nor finish the run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from hermes_queue.config import Settings
+from hermes_queue.events import EventType, encode_data
+from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
+from hermes_queue.keys import Keys
+from hermes_queue.runs.model import RunRecord, RunStatus
+
+WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
+
+
+def new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex}"
+
+
+def _load_script(name: str) -> str:
+    folder = resources.files("hermes_queue.runs") / "lua"
+    prelude = (folder / "prelude.lua").read_text(encoding="utf-8")
+    return prelude + "\n" + (folder / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker gets when it takes a run: the record and its fencing token."""
+
+    record: RunRecord
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    found: bool
+    status: str
+
+
+class RunRepository:
+    def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(_load_script(name))
+            for name in ("create", "claim", "append", "finish", "stop", "renew", "reap", "release")
+        }
+
+    @property
+    def _record_ttl(self) -> int:
+        """A live record outlives the longest wait in the queue plus its retention."""
+        return self.settings.retention_seconds + JOB_TTL_MS // 1000
+
+    # -- API side --------------------------------------------------------------------------
+    async def create(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        request: dict[str, Any],
+        route: dict[str, Any] | None = None,
+        model: str = "",
+        extra: dict[str, str] | None = None,
+    ) -> bool:
+        """Store the run and enqueue its job atomically; False if the id already exists."""
+        now = time.time()
+        fields: dict[str, str] = {
+            "run_id": run_id,
+            "session_id": session_id,
+            "status": RunStatus.QUEUED,
+            "attempt": "0",
+            "seq": "0",
+            "created_at": repr(now),
+            "updated_at": repr(now),
+            "model": model,
+            "request": json.dumps(request, ensure_ascii=False),
+            "route": json.dumps(route or {}),
+            **(extra or {}),
+        }
+        flat = [item for pair in fields.items() for item in pair]
+        created = await self._scripts["create"](
+            keys=[self.keys.run(run_id), self.keys.arq_job(run_id), self.keys.queue],
+            args=[
+                run_id,
+                run_job_payload(run_id),
+                JOB_TTL_MS,
+                self._record_ttl,
+                self.keys.wake_channel,
+                *flat,
+            ],
+        )
+        return bool(created)
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        raw = await self.redis.hgetall(self.keys.run(run_id))
+        return RunRecord.from_hash(raw) if raw else None
+
+    async def request_stop(self, run_id: str) -> StopOutcome:
+        result = await self._scripts["stop"](
+            keys=[
+                self.keys.run(run_id),
+                self.keys.events(run_id),
+                self.keys.leases,
+                self.keys.queue,
+                self.keys.arq_job(run_id),
+            ],
+            args=[
+                run_id,
+                repr(time.time()),
+                self.settings.retention_seconds,
+                self.settings.stream_maxlen,
+                self.keys.control_channel,
+            ],
+        )
+        verdict = _decode(result[0])
+        if verdict == "missing":
+            return StopOutcome(found=False, status="")
+        return StopOutcome(found=True, status=_decode(result[1]))
+
+    # -- worker side -----------------------------------------------------------------------
+    async def claim(self, run_id: str, worker_id: str) -> Claim | None:
+        """Take a queued run; None when it is gone, finished or held by a live attempt."""
+        result = await self._scripts["claim"](
+            keys=[self.keys.run(run_id), self.keys.leases],
+            args=[
+                run_id,
+                worker_id,
+                int(self.settings.lease_seconds * 1000),
+                repr(time.time()),
+                self._record_ttl,
+            ],
+        )
+        if _decode(result[0]) != "claimed":
+            return None
+        flat = result[1:]
+        raw = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+        record = RunRecord.from_hash(raw)
+        return Claim(record=record, attempt=record.attempt)
+
+    async def append(
+        self, run_id: str, attempt: int, events: list[tuple[str, dict[str, Any]]]
+    ) -> list[str] | None:
+        """Fenced append; None when this attempt no longer owns the run."""
+        args: list[Any] = [
+            attempt,
+            self.settings.stream_maxlen,
+            self.settings.retention_seconds,
+            repr(time.time()),
+        ]
+        for event_type, data in events:
+            args += [event_type, encode_data(data)]
+        result = await self._scripts["append"](
+            keys=[self.keys.run(run_id), self.keys.events(run_id)], args=args
+        )
+        if result is None:
+            return None
+        return [_decode(entry_id) for entry_id in result]
+
+    async def finish(
+        self,
+        run_id: str,
+        attempt: int,
+        status: RunStatus,
+        event_type: EventType,
+        data: dict[str, Any],
+        fields: dict[str, str] | None = None,
+    ) -> str | None:
+        """Fenced terminal transition; None when this attempt no longer owns the run."""
+        flat = [item for pair in (fields or {}).items() for item in pair]
+        result = await self._scripts["finish"](
+            keys=[self.keys.run(run_id), self.keys.events(run_id), self.keys.leases],
+            args=[
+                run_id,
+                attempt,
+                status,
+                event_type,
+                repr(time.time()),
+                encode_data(data),
+                self.settings.retention_seconds,
+                self.settings.stream_maxlen,
+                *flat,
+            ],
+        )
+        return None if result is None else _decode(result)
+
+    async def release(self, run_id: str, attempt: int) -> str:
+        result = await self._scripts["release"](
+            keys=[self.keys.run(run_id), self.keys.leases],
+            args=[run_id, attempt, repr(time.time())],
+        )
+        return _decode(result)
+
+    def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
+        """Keys and args of one lease renewal (the lease keeper pipelines many)."""
+        return (
+            [self.keys.run(run_id), self.keys.leases],
+            [run_id, attempt, int(self.settings.lease_seconds * 1000)],
+        )
+
+    @property
+    def renew_script(self) -> str:
+        return _load_script("renew")
+
+    # -- reaper ----------------------------------------------------------------------------
+    async def expired_leases(self, limit: int = 100) -> list[str]:
+        now_ms = int(time.time() * 1000)
+        ids = await self.redis.zrangebyscore(self.keys.leases, "-inf", now_ms, start=0, num=limit)
+        return [_decode(run_id) for run_id in ids]
+
+    async def reap(self, run_id: str) -> str:
+        """Settle one run whose lease expired: requeue, fail (worker_lost) or cancel it."""
+        result = await self._scripts["reap"](
+            keys=[
+                self.keys.run(run_id),
+                self.keys.events(run_id),
+                self.keys.leases,
+                self.keys.queue,
+                self.keys.arq_job(run_id),
+                self.keys.arq_in_progress(run_id),
+            ],
+            args=[
+                run_id,
+                self.settings.max_attempts,
+                repr(time.time()),
+                self.settings.retention_seconds,
+                self.settings.stream_maxlen,
+                run_job_payload(run_id),
+                JOB_TTL_MS,
+                self.keys.wake_channel,
+                encode_data({"error": WORKER_LOST_ERROR, "reason": "worker_lost"}),
+                encode_data({"reason": "worker_lost"}),
+                WORKER_LOST_ERROR,
+            ],
+        )
+        return _decode(result)
+
+    async def reap_expired(self) -> dict[str, str]:
+        return {run_id: await self.reap(run_id) for run_id in await self.expired_leases()}

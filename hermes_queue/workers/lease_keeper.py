@@ -1,0 +1,108 @@
+"""Renews the leases of this worker's runs from a thread of its own.
+
+Agent code runs on the worker's event loop (and the Hermes backend in executor threads). A
+synchronous call or a CPU-bound stretch there would starve an asyncio heartbeat, and the run
+would be reaped as lost while it is in fact alive. A plain thread with its own synchronous Redis
+connection keeps beating as long as the process lives; when the process dies or freezes, the
+lease lapses within ``lease_seconds`` and the reaper takes over.
+
+Each beat is one pipelined round trip: a renewal per run (which also reports a pending stop
+request, so a missed pub/sub message only delays a stop by one beat) plus this worker's own
+presence entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from hermes_queue.config import Settings
+from hermes_queue.keys import Keys
+from hermes_queue.runs.repository import RunRepository
+
+log = logging.getLogger(__name__)
+
+LEASE_LOST = -1
+STOP_REQUESTED = 1
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        settings: Settings,
+        repository: RunRepository,
+        worker_id: str,
+        loop: asyncio.AbstractEventLoop,
+        on_signal: Callable[[str, int], None],
+        slots: int,
+    ) -> None:
+        self.settings = settings
+        self.repository = repository
+        self.worker_id = worker_id
+        self.keys = Keys(settings.namespace)
+        self._loop = loop
+        self._on_signal = on_signal
+        self._slots = slots
+        self._runs: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+        self._renew = self._client.register_script(repository.renew_script)
+        self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.settings.heartbeat_seconds * 4)
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.zrem(self.keys.workers, self.worker_id)
+                pipe.delete(self.keys.worker(self.worker_id))
+                pipe.execute()
+        except redis.RedisError:
+            log.warning("could not remove worker %s from the registry", self.worker_id)
+        self._client.close()
+
+    def track(self, run_id: str, attempt: int) -> None:
+        with self._lock:
+            self._runs[run_id] = attempt
+
+    def untrack(self, run_id: str) -> None:
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+    def _loop_forever(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.beat()
+            except redis.RedisError as exc:
+                log.warning("lease heartbeat failed: %s", exc)
+            elapsed = time.monotonic() - started
+            self._stop.wait(max(0.0, self.settings.heartbeat_seconds - elapsed))
+
+    def beat(self) -> None:
+        with self._lock:
+            runs = list(self._runs.items())
+        with self._client.pipeline(transaction=False) as pipe:
+            for run_id, attempt in runs:
+                keys, args = self.repository.renew_args(run_id, attempt)
+                self._renew(keys=keys, args=args, client=pipe)
+            now_ms = int(time.time() * 1000)
+            pipe.zadd(self.keys.workers, {self.worker_id: now_ms})
+            pipe.hset(
+                self.keys.worker(self.worker_id),
+                mapping={"busy": len(runs), "slots": self._slots, "seen_ms": now_ms},
+            )
+            pipe.expire(self.keys.worker(self.worker_id), int(self.settings.lease_seconds * 3))
+            results = pipe.execute()
+        for (run_id, _attempt), verdict in zip(runs, results[: len(runs)], strict=True):
+            if verdict in (LEASE_LOST, STOP_REQUESTED):
+                self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))

@@ -1,0 +1,30 @@
+"""Settles runs whose lease lapsed (their worker died or froze).
+
+Every worker and every API process runs one: the reap script is atomic, so any number of
+reapers may race on one run and exactly one acts. Running it in the API too means a run is
+settled even when its only worker is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from redis.exceptions import RedisError
+
+from hermes_queue.runs.repository import RunRepository
+
+log = logging.getLogger(__name__)
+
+
+async def reap_forever(repository: RunRepository, interval: float) -> None:
+    while True:
+        try:
+            for run_id, verdict in (await repository.reap_expired()).items():
+                if verdict in ("failed", "cancelled", "requeued"):
+                    log.warning("run %s lost its worker: %s", run_id, verdict)
+        except RedisError as exc:
+            log.warning("reaper: Redis unavailable (%s)", exc)
+        except Exception:
+            log.exception("reaper pass failed")
+        await asyncio.sleep(interval)
