@@ -1,0 +1,3 @@
+from hermes_queue.cli import main
+
+main()

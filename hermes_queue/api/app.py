@@ -1,0 +1,52 @@
+"""The API application factory: the only way to build the app, in production and in tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from hermes_queue import __version__
+from hermes_queue.api import runs
+from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS
+from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
+from hermes_queue.config import Settings
+from hermes_queue.runs.repository import RunRepository
+from hermes_queue.streams.hub import StreamHub
+from hermes_queue.workers.reaper import reap_forever
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "platform": "hermes-agent", "version": __version__})
+
+
+async def _backends(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    redis = aioredis.Redis.from_url(settings.redis_url, health_check_interval=30)
+    hub = StreamHub.from_settings(settings, redis=redis)
+    await hub.start()
+    app[REDIS] = redis
+    app[RUNS] = RunRepository(redis, settings)
+    app[HUB] = hub
+    # The API reaps too, so a run whose only worker died is still settled.
+    reaper = asyncio.create_task(reap_forever(app[RUNS], settings.reaper_interval_seconds))
+    yield
+    reaper.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reaper
+    await hub.aclose()
+    await redis.aclose()
+
+
+def create_app(settings: Settings) -> web.Application:
+    app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.body_limit_bytes)
+    app[SETTINGS] = settings
+    app.cleanup_ctx.append(_backends)
+    app.on_response_prepare.append(add_security_headers)
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/health", health)
+    runs.add_routes(app)
+    return app

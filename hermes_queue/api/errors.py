@@ -1,0 +1,63 @@
+"""The one JSON error envelope (HERMES_API §1.3) and the exception that carries it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+
+class ApiError(Exception):
+    """Raise anywhere in a handler; the error middleware renders it."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str | None,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.type = type or _default_type(status)
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self) -> web.Response:
+        return web.json_response(self.body(), status=self.status, headers=self.headers)
+
+
+def _default_type(status: int) -> str:
+    if status == 429:
+        return "rate_limit_error"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+def auth_error() -> ApiError:
+    return ApiError(
+        401,
+        "gateway_auth_failed",
+        "Invalid gateway API key (API_SERVER_KEY)",
+        type="gateway_auth_error",
+    )
+
+
+def run_not_found(run_id: str) -> ApiError:
+    return ApiError(404, "run_not_found", f"Run not found: {run_id}")

@@ -1,0 +1,123 @@
+"""``/v1/runs``: start a run (enqueue), poll it, follow its events, stop it — from any replica."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from hermes_queue.api.appkeys import RUNS, SETTINGS
+from hermes_queue.api.dialects import render_runs
+from hermes_queue.api.errors import ApiError, run_not_found
+from hermes_queue.api.sse import check_cursor, open_stream, pump_run_events, resume_cursor
+from hermes_queue.api.validation import (
+    is_empty,
+    json_object,
+    message_list,
+    optional_string,
+    session_id_value,
+)
+from hermes_queue.runs.model import RunRecord
+from hermes_queue.runs.repository import new_run_id
+
+MAX_RUN_ID_LENGTH = 128
+
+
+def parse_run_body(body: dict[str, Any]) -> dict[str, Any]:
+    """Validate a ``POST /v1/runs`` body into the stored turn request (HERMES_API §4.1)."""
+    raw_input = body.get("input")
+    if raw_input is None or (isinstance(raw_input, str | list) and len(raw_input) == 0):
+        raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
+    history: list[dict[str, Any]] = []
+    if isinstance(raw_input, str):
+        if not raw_input.strip():
+            raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
+        message: Any = raw_input
+    elif isinstance(raw_input, list):
+        messages = message_list(raw_input, "input")
+        if messages[-1]["role"] != "user" or is_empty(messages[-1]["content"]):
+            raise ApiError(
+                400, "missing_user_message", "No user message found in input", param="input"
+            )
+        message = messages[-1]["content"]
+        history = messages[:-1]
+    else:
+        raise ApiError(
+            400, "invalid_input", "'input' must be a string or an array of messages", param="input"
+        )
+
+    if body.get("conversation_history") is not None:
+        history = message_list(body["conversation_history"], "conversation_history") + history
+    instructions = optional_string(body, "instructions", "invalid_instructions")
+    model = optional_string(body, "model", "invalid_model", max_length=200)
+    session_id = body.get("session_id")
+    if session_id is not None:
+        session_id = session_id_value(session_id)
+    return {
+        "message": message,
+        "history": history,
+        "instructions": instructions,
+        "model": model,
+        "session_id": session_id,
+    }
+
+
+async def start_run(request: web.Request) -> web.Response:
+    body = parse_run_body(await json_object(request))
+    run_id = new_run_id()
+    settings = request.app[SETTINGS]
+    model = body.pop("model") or settings.model_name
+    session_id = body.pop("session_id") or run_id
+    await request.app[RUNS].create(
+        run_id=run_id,
+        session_id=session_id,
+        request=body,
+        route={"model": model},
+        model=model,
+    )
+    return web.json_response({"run_id": run_id, "status": "started"}, status=202)
+
+
+async def _load(request: web.Request) -> RunRecord:
+    run_id = request.match_info["run_id"]
+    record = None
+    if len(run_id) <= MAX_RUN_ID_LENGTH:
+        record = await request.app[RUNS].get(run_id)
+    if record is None:
+        raise run_not_found(run_id[:MAX_RUN_ID_LENGTH])
+    return record
+
+
+async def get_run(request: web.Request) -> web.Response:
+    return web.json_response((await _load(request)).to_status())
+
+
+async def run_events(request: web.Request) -> web.StreamResponse:
+    cursor = resume_cursor(request)
+    record = await _load(request)
+    finished = await check_cursor(request, record.run_id, cursor) and record.terminal
+    response = await open_stream(request)
+    if finished or await pump_run_events(request, response, record.run_id, cursor, render_runs):
+        await response.write(b": stream closed\n\n")
+    return response
+
+
+async def stop_run(request: web.Request) -> web.Response:
+    record = await _load(request)
+    if record.terminal:
+        return web.json_response(record.to_status())
+    outcome = await request.app[RUNS].request_stop(record.run_id)
+    if not outcome.found:
+        raise run_not_found(record.run_id)
+    if outcome.status not in ("stopping", "cancelled"):
+        refreshed = await request.app[RUNS].get(record.run_id)
+        if refreshed is not None:
+            return web.json_response(refreshed.to_status())
+    return web.json_response({"run_id": record.run_id, "status": outcome.status})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/runs", start_run)
+    app.router.add_get("/v1/runs/{run_id}", get_run)
+    app.router.add_get("/v1/runs/{run_id}/events", run_events)
+    app.router.add_post("/v1/runs/{run_id}/stop", stop_run)

@@ -1,0 +1,109 @@
+"""Request parsing shared by every endpoint: JSON bodies, ids, messages. Errors are ApiErrors."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from aiohttp import web
+
+from hermes_queue.api.errors import ApiError
+
+MAX_ID_LENGTH = 256
+_UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f/\\]|^\.\.?$")
+MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+async def json_object(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object, or 400 ``invalid_json``."""
+    raw = await request.read()
+    try:
+        body = json.loads(raw) if raw else None
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_json", "Invalid JSON in request body") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "Request body must be a JSON object")
+    return body
+
+
+def coerce_bool(value: Any, default: bool) -> bool:
+    """Upstream's lenient booleans: true/false, 1/0, and yes/no/on/off strings."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+    return default
+
+
+def session_id_value(value: Any, *, param: str = "session_id") -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ApiError(400, "invalid_session_id", "Invalid session ID", param=param)
+    if len(value) > MAX_ID_LENGTH:
+        raise ApiError(400, "invalid_session_id", "Session ID too long", param=param)
+    if _UNSAFE_ID.search(value):
+        raise ApiError(400, "invalid_session_id", "Invalid session ID", param=param)
+    return value
+
+
+def optional_string(
+    body: dict[str, Any], name: str, code: str, max_length: int = 1_000_000
+) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > max_length:
+        raise ApiError(400, code, f"'{name}' must be a string", param=name)
+    return value
+
+
+def _content(value: Any, param: str) -> str | list[Any]:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(part, dict) for part in value):
+        return value
+    raise ApiError(
+        400,
+        "invalid_content_part",
+        "Message content must be a string or a list of parts",
+        param=param,
+    )
+
+
+def message_list(value: Any, param: str) -> list[dict[str, Any]]:
+    """A list of ``{role, content}`` messages, validated before anything is allocated."""
+    if not isinstance(value, list):
+        raise ApiError(
+            400, "invalid_messages", f"'{param}' must be an array of messages", param=param
+        )
+    out: list[dict[str, Any]] = []
+    for index, item in enumerate(value):
+        where = f"{param}[{index}]"
+        if not isinstance(item, dict) or item.get("role") not in MESSAGE_ROLES:
+            raise ApiError(
+                400,
+                "invalid_messages",
+                f"{where} must be an object with a role of {sorted(MESSAGE_ROLES)}",
+                param=where,
+            )
+        message = {
+            "role": item["role"],
+            "content": _content(item.get("content", ""), f"{where}.content"),
+        }
+        for extra in ("tool_calls", "tool_call_id", "name"):
+            if extra in item:
+                message[extra] = item[extra]
+        out.append(message)
+    return out
+
+
+def is_empty(content: str | list[Any]) -> bool:
+    return not content.strip() if isinstance(content, str) else len(content) == 0

@@ -1,0 +1,115 @@
+"""Process entry points: the API server, the worker, and both together in dev mode."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from hermes_queue.api.app import create_app
+from hermes_queue.config import ConfigError, Settings
+from hermes_queue.redis_server import EmbeddedRedis
+from hermes_queue.workers.worker import build_worker
+
+log = logging.getLogger(__name__)
+
+MIN_KEY_LENGTH = 16
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind_safety(settings: Settings) -> None:
+    """Refuse to expose the API beyond this machine without a strong key (HERMES_API §1.1)."""
+    if _is_loopback(settings.host):
+        return
+    if len(settings.api_key) < MIN_KEY_LENGTH:
+        raise ConfigError(
+            f"refusing to listen on {settings.host}: set HERMES_QUEUE_API_KEY to a secret of at "
+            f"least {MIN_KEY_LENGTH} characters"
+        )
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def serve_api(settings: Settings, *, announce: bool = True) -> None:
+    check_bind_safety(settings)
+    runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=5.0)
+    await site.start()
+    if announce:
+        log.info("API listening on http://%s:%d", settings.host, settings.port)
+    try:
+        await _wait_for_signal()
+    finally:
+        await runner.cleanup()
+
+
+async def serve_worker(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT: stop taking jobs, drain for drain_seconds, hand back the rest."""
+    worker = build_worker(settings, handle_signals=True)
+    worker.main_task = asyncio.create_task(worker.main())
+    try:
+        await worker.main_task
+    except asyncio.CancelledError:
+        pass
+    finally:
+        await worker.close()
+
+
+async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
+    """API and worker in one process, with a private Redis unless one was configured."""
+    embedded = None if redis_url_given else EmbeddedRedis.start()
+    if embedded is not None:
+        settings = settings.replace(redis_url=embedded.url)
+    if not settings.api_key:
+        settings = settings.replace(api_key="hq-" + secrets.token_urlsafe(24))
+    if settings.store_url.startswith("sqlite:///") and not settings.store_url.startswith(
+        "sqlite:////"
+    ):
+        Path(settings.store_url.removeprefix("sqlite:///")).parent.mkdir(
+            parents=True, exist_ok=True
+        )
+    check_bind_safety(settings)
+    worker = build_worker(settings, handle_signals=False)
+    runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.host, settings.port).start()
+    base = f"http://{settings.host}:{settings.port}"
+    print(f"hermes-queue dev is up\n  base URL: {base}\n  API key:  {settings.api_key}")
+    print(f"  redis:    {settings.redis_url}{' (embedded)' if embedded else ''}")
+    print(f"  agent:    {settings.agent_backend}")
+    print(
+        f'  try:      curl -s -H "Authorization: Bearer {settings.api_key}" '
+        f'-d \'{{"input":"hello"}}\' {base}/v1/runs',
+        flush=True,
+    )
+    worker_task = asyncio.create_task(worker.main())
+    try:
+        await _wait_for_signal()
+    finally:
+        worker.allow_pick_jobs = False
+        worker_task.cancel()
+        await asyncio.gather(worker_task, return_exceptions=True)
+        await worker.close()
+        await runner.cleanup()
+        if embedded is not None:
+            embedded.stop()
