@@ -72,6 +72,24 @@ class WakeableWorker(Worker):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake_event.wait(), self.poll_delay_s)
 
+    async def close(self) -> None:
+        """Stop: running turns are cancelled (and so handed back), then hooks and pool close.
+
+        arq's own close() gathers the job tasks it has just cancelled without
+        ``return_exceptions`` when signals are not handled, and so raises CancelledError.
+        """
+        if self._pool is None:
+            return
+        for task in self.tasks.values():
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await self.pool.delete(self.health_check_key)
+        if self.on_shutdown:
+            await self.on_shutdown(self.ctx)
+        await self.pool.aclose()
+        self._pool = None
+
     def _watch_new_tasks(self) -> None:
         """A finished job frees a slot: wake the loop so a waiting job starts at once."""
         self._watched &= set(self.tasks)
