@@ -20,10 +20,15 @@ from hermes_queue.keys import Keys
 from hermes_queue.redis_server import free_port
 
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
 def _env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_QUEUE_")}
     env.update(settings_env(settings))
     env["PYTHONUNBUFFERED"] = "1"
+    # Child processes import this checkout, whatever copy happens to be installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return env
 
 
