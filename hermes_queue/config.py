@@ -60,6 +60,9 @@ class Settings:
     echo_token_delay: float = 0.0
     # Sessions (SQL store)
     store_url: str = "sqlite:///.hermes-queue/hermes-queue.db"
+    # PostgreSQL only: keep the tables in this schema (several deployments, or tests, per DB).
+    store_schema: str = ""
+    migrate_on_start: bool = True
     # Logging
     log_level: str = "INFO"
 

@@ -91,5 +91,10 @@ class RunEvent:
         )
 
 
+def message_id_for(run_id: str) -> str:
+    """Stable per run, so every attempt and every dialect names the reply message the same."""
+    return "msg_" + run_id.removeprefix("run_")
+
+
 def encode_data(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

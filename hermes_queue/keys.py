@@ -29,6 +29,15 @@ class Keys:
         """Stream: the run's canonical events, in order."""
         return f"{self.namespace}:run:{{{run_id}}}:events"
 
+    # -- per session --------------------------------------------------------------------
+    def session_active(self, session_id: str) -> str:
+        """String: the record key of the session's active run (at most one at a time)."""
+        return f"{self.namespace}:session:{{{session_id}}}:active"
+
+    def session_pending(self, session_id: str) -> str:
+        """List: record keys of runs waiting behind the active one (multitask "enqueue")."""
+        return f"{self.namespace}:session:{{{session_id}}}:pending"
+
     # -- global sets and channels ------------------------------------------------------------
     @property
     def queue(self) -> str:

@@ -11,12 +11,25 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
+import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.redis_server import EmbeddedRedis
+
+POSTGRES_URL_VAR = "HERMES_QUEUE_TEST_POSTGRES_URL"
+
+
+def postgres_url() -> str:
+    """The test database URL, or skip (fail under CI) when it is not configured."""
+    url = os.environ.get(POSTGRES_URL_VAR)
+    if url:
+        return url
+    if os.environ.get("CI"):
+        pytest.fail(f"{POSTGRES_URL_VAR} is not set, but CI is: PostgreSQL tests must run in CI")
+    pytest.skip(f"{POSTGRES_URL_VAR} is not set; PostgreSQL tests skipped")
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +81,28 @@ async def redis(redis_url: str, namespace: str) -> AsyncIterator[aioredis.Redis]
         if keys:
             await client.delete(*keys)
         await client.aclose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_settings(
+    request: pytest.FixtureRequest, settings: Settings
+) -> AsyncIterator[Settings]:
+    """The test settings with a fresh session store: SQLite file, or a PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield settings
+        return
+    url = postgres_url()
+    schema = f"t_{uuid.uuid4().hex}"
+    admin = await asyncpg.connect(url)
+    try:
+        await admin.execute(f"CREATE SCHEMA {schema}")
+    finally:
+        await admin.close()
+    try:
+        yield settings.replace(store_url=url, store_schema=schema)
+    finally:
+        admin = await asyncpg.connect(url)
+        try:
+            await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        finally:
+            await admin.close()

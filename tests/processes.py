@@ -19,7 +19,6 @@ from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
 from hermes_queue.redis_server import free_port
 
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -86,7 +86,8 @@ class CancelToken:
         if self.cancelled:
             raise TurnCancelled(self.reason)
         try:
-            await asyncio.wait_for(self._event.wait(), timeout=seconds)
+            async with asyncio.timeout(seconds):  # not wait_for: it can swallow a cancellation
+                await self._event.wait()
         except TimeoutError:
             return
         raise TurnCancelled(self.reason)

@@ -10,11 +10,12 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from hermes_queue import __version__
-from hermes_queue.api import runs
-from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS
+from hermes_queue.api import runs, session_chat, sessions
+from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS, STORE
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
 from hermes_queue.config import Settings
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.store import open_store
 from hermes_queue.streams.hub import StreamHub
 from hermes_queue.workers.reaper import reap_forever
 
@@ -31,6 +32,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     app[REDIS] = redis
     app[RUNS] = RunRepository(redis, settings)
     app[HUB] = hub
+    app[STORE] = await open_store(settings)
     # The API reaps too, so a run whose only worker died is still settled.
     reaper = asyncio.create_task(reap_forever(app[RUNS], settings.reaper_interval_seconds))
     yield
@@ -38,6 +40,7 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     with contextlib.suppress(asyncio.CancelledError):
         await reaper
     await hub.aclose()
+    await app[STORE].close()
     await redis.aclose()
 
 
@@ -49,4 +52,6 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/v1/health", health)
     runs.add_routes(app)
+    sessions.add_routes(app)
+    session_chat.add_routes(app)
     return app

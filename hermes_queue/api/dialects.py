@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hermes_queue.api.sse import Frame
-from hermes_queue.events import EventType, RunEvent
+from hermes_queue.events import EventType, RunEvent, message_id_for
 
 
 def render_runs(event: RunEvent) -> Iterable[Frame]:
@@ -52,3 +52,87 @@ def render_runs(event: RunEvent) -> Iterable[Frame]:
             return ()
     payload = {"event": str(event.type), "run_id": event.run_id, "timestamp": event.ts, **fields}
     return ((None, payload),)
+
+
+def render_session(event: RunEvent) -> Iterable[Frame]:
+    """Upstream's session chat stream (HERMES_API §3.1): named frames, each payload carrying
+    ``session_id``, ``run_id``, ``seq`` and ``ts``; a terminal event closes with ``done``."""
+    data, message_id = event.data, message_id_for(event.run_id)
+    frames: list[tuple[str, dict[str, Any]]]
+    match event.type:
+        case EventType.RUN_STARTED:
+            frames = [
+                (
+                    "run.started",
+                    {"user_message": data.get("user_message"), "runtime": data.get("runtime", {})},
+                )
+            ]
+        case EventType.MESSAGE_STARTED:
+            frames = [("message.started", {"message": {"id": message_id, "role": "assistant"}})]
+        case EventType.MESSAGE_DELTA:
+            frames = [("assistant.delta", {"message_id": message_id, "delta": data.get("delta")})]
+        case EventType.REASONING:
+            frames = [
+                (
+                    "tool.progress",
+                    {"message_id": message_id, "tool_name": "_thinking", "delta": data.get("text")},
+                )
+            ]
+        case EventType.TOOL_STARTED:
+            frames = [("tool.started", _tool_fields(message_id, data, keep_details=True))]
+        case EventType.TOOL_COMPLETED:
+            name = "tool.failed" if data.get("error") else "tool.completed"
+            frames = [(name, _tool_fields(message_id, data, keep_details=False))]
+        case EventType.APPROVAL_REQUEST | EventType.APPROVAL_RESPONDED:
+            frames = [(str(event.type), {"message_id": message_id, **data})]
+        case EventType.RUN_COMPLETED:
+            runtime = data.get("runtime", {})
+            frames = [
+                (
+                    "assistant.completed",
+                    {
+                        "message_id": message_id,
+                        "content": data.get("output", ""),
+                        "completed": True,
+                        "partial": False,
+                        "interrupted": False,
+                        "runtime": runtime,
+                    },
+                ),
+                (
+                    "run.completed",
+                    {
+                        "message_id": message_id,
+                        "completed": True,
+                        "messages": data.get("messages", []),
+                        "usage": data.get("usage", {}),
+                        "runtime": runtime,
+                    },
+                ),
+                ("done", {}),
+            ]
+        case EventType.RUN_FAILED:
+            frames = [("error", {"message": data.get("error", "run failed")}), ("done", {})]
+        case EventType.RUN_CANCELLED:
+            frames = [("run.cancelled", {"message_id": message_id}), ("done", {})]
+        case EventType.RUN_RESTARTED | EventType.STREAM_GAP:
+            frames = [(str(event.type), dict(data))]
+        case _:
+            return ()
+    common = {
+        "session_id": event.session_id,
+        "run_id": event.run_id,
+        "seq": event.seq,
+        "ts": event.ts,
+    }
+    return [(name, {**payload, **common}) for name, payload in frames]
+
+
+def _tool_fields(message_id: str, data: dict[str, Any], *, keep_details: bool) -> dict[str, Any]:
+    """Upstream sends preview and args on tool.started only; tool.completed carries nulls."""
+    return {
+        "message_id": message_id,
+        "tool_name": data.get("tool"),
+        "preview": data.get("preview") if keep_details else None,
+        "args": data.get("args") if keep_details else None,
+    }

@@ -19,6 +19,7 @@ class ApiError(Exception):
         type: str | None = None,
         param: str | None = None,
         headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -27,6 +28,8 @@ class ApiError(Exception):
         self.type = type or _default_type(status)
         self.param = param
         self.headers = headers or {}
+        # Machine-readable details beside the standard four keys (e.g. the blocking run_id).
+        self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
         return {
@@ -35,6 +38,7 @@ class ApiError(Exception):
                 "type": self.type,
                 "param": self.param,
                 "code": self.code,
+                **self.extra,
             }
         }
 

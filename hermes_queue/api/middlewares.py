@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from hermes_queue.api.appkeys import SETTINGS
 from hermes_queue.api.errors import ApiError, auth_error
 from hermes_queue.logs import request_id_var
+from hermes_queue.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
         return ApiError(exc.status, code, exc.reason).response()
+    except StoreUnavailable as exc:
+        log.warning("session store unavailable while serving %s: %s", request.path, exc)
+        return ApiError(
+            503,
+            "session_db_unavailable",
+            "The session database is unavailable; retry shortly",
+            headers={"Retry-After": "1"},
+        ).response()
     except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as exc:
         log.warning("Redis unavailable while serving %s: %s", request.path, exc)
         return ApiError(

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from hermes_queue.api.appkeys import SETTINGS
 from hermes_queue.api.errors import ApiError
 
 MAX_ID_LENGTH = 256
@@ -107,3 +108,22 @@ def message_list(value: Any, param: str) -> list[dict[str, Any]]:
 
 def is_empty(content: str | list[Any]) -> bool:
     return not content.strip() if isinstance(content, str) else len(content) == 0
+
+
+def session_key_header(request: web.Request) -> str | None:
+    """``X-Hermes-Session-Key`` as upstream checks it (HERMES_API §1.2)."""
+    value = request.headers.get("X-Hermes-Session-Key")
+    if value is None:
+        return None
+    if not request.app[SETTINGS].api_key:
+        raise ApiError(
+            403,
+            None,
+            "X-Hermes-Session-Key requires API key authentication. "
+            "Configure API_SERVER_KEY to enable this feature.",
+        )
+    if any(char in value for char in "\r\n\x00"):
+        raise ApiError(400, "invalid_session_key", "Invalid session key")
+    if len(value) > MAX_ID_LENGTH:
+        raise ApiError(400, "invalid_session_key", "Session key too long")
+    return value

@@ -48,6 +48,8 @@ class RunRecord:
     error: str | None = None
     reason: str | None = None
     worker: str = ""
+    # Session turns are written to the SQL store by the worker; plain /v1/runs are not.
+    persist: bool = False
     # The turn as accepted by the API: message, history, instructions, options.
     request: dict[str, Any] = field(default_factory=dict)
     # The resolved route (provider/model/route_source); never credentials.
@@ -73,6 +75,7 @@ class RunRecord:
             error=_text(raw, "error") or None,
             reason=_text(raw, "reason") or None,
             worker=_text(raw, "worker"),
+            persist=_text(raw, "persist") == "1",
             request=_json(_text(raw, "request"), {}),
             route=_json(_text(raw, "route"), {}),
         )

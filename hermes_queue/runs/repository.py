@@ -22,7 +22,7 @@ from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
 from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import RunRecord, RunStatus
+from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
@@ -50,6 +50,15 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class SessionAdmission:
+    """``created`` (runs now), ``waiting`` (behind ``blocking_run_id``), ``busy`` (rejected)
+    or ``exists`` (the run id was taken)."""
+
+    verdict: str
+    blocking_run_id: str | None = None
+
+
+@dataclass(frozen=True)
 class StopOutcome:
     found: bool
     status: str
@@ -62,7 +71,17 @@ class RunRepository:
         self.keys = Keys(settings.namespace)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name))
-            for name in ("create", "claim", "append", "finish", "stop", "renew", "reap", "release")
+            for name in (
+                "create",
+                "create_session_run",
+                "claim",
+                "append",
+                "finish",
+                "stop",
+                "renew",
+                "reap",
+                "release",
+            )
         }
 
     @property
@@ -71,6 +90,31 @@ class RunRepository:
         return self.settings.retention_seconds + JOB_TTL_MS // 1000
 
     # -- API side --------------------------------------------------------------------------
+    def _fields(
+        self,
+        run_id: str,
+        session_id: str,
+        request: dict[str, Any],
+        route: dict[str, Any] | None,
+        model: str,
+        extra: dict[str, str] | None,
+    ) -> list[str]:
+        now = repr(time.time())
+        fields: dict[str, str] = {
+            "run_id": run_id,
+            "session_id": session_id,
+            "status": RunStatus.QUEUED,
+            "attempt": "0",
+            "seq": "0",
+            "created_at": now,
+            "updated_at": now,
+            "model": model,
+            "request": json.dumps(request, ensure_ascii=False),
+            "route": json.dumps(route or {}),
+            **(extra or {}),
+        }
+        return [item for pair in fields.items() for item in pair]
+
     async def create(
         self,
         *,
@@ -82,21 +126,6 @@ class RunRepository:
         extra: dict[str, str] | None = None,
     ) -> bool:
         """Store the run and enqueue its job atomically; False if the id already exists."""
-        now = time.time()
-        fields: dict[str, str] = {
-            "run_id": run_id,
-            "session_id": session_id,
-            "status": RunStatus.QUEUED,
-            "attempt": "0",
-            "seq": "0",
-            "created_at": repr(now),
-            "updated_at": repr(now),
-            "model": model,
-            "request": json.dumps(request, ensure_ascii=False),
-            "route": json.dumps(route or {}),
-            **(extra or {}),
-        }
-        flat = [item for pair in fields.items() for item in pair]
         created = await self._scripts["create"](
             keys=[self.keys.run(run_id), self.keys.arq_job(run_id), self.keys.queue],
             args=[
@@ -105,10 +134,59 @@ class RunRepository:
                 JOB_TTL_MS,
                 self._record_ttl,
                 self.keys.wake_channel,
-                *flat,
+                *self._fields(run_id, session_id, request, route, model, extra),
             ],
         )
         return bool(created)
+
+    async def create_session_run(
+        self,
+        *,
+        run_id: str,
+        session_id: str,
+        strategy: str,
+        request: dict[str, Any],
+        route: dict[str, Any] | None = None,
+        model: str = "",
+        extra: dict[str, str] | None = None,
+    ) -> SessionAdmission:
+        """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``)."""
+        result = await self._scripts["create_session_run"](
+            keys=[
+                self.keys.run(run_id),
+                self.keys.arq_job(run_id),
+                self.keys.queue,
+                self.keys.session_active(session_id),
+                self.keys.session_pending(session_id),
+            ],
+            args=[
+                run_id,
+                run_job_payload(run_id),
+                JOB_TTL_MS,
+                self._record_ttl,
+                self.keys.wake_channel,
+                strategy,
+                *self._fields(run_id, session_id, request, route, model, extra),
+            ],
+        )
+        verdict = _decode(result[0])
+        blocking = _decode(result[1]) if len(result) > 1 else None
+        return SessionAdmission(verdict=verdict, blocking_run_id=blocking)
+
+    async def session_runs(self, session_id: str) -> tuple[str | None, list[str]]:
+        """The session's active run id and the run ids waiting behind it, in order."""
+        active_key = await self.redis.get(self.keys.session_active(session_id))
+        pending = await self.redis.lrange(self.keys.session_pending(session_id), 0, -1)
+
+        async def live(record_key: bytes) -> str | None:
+            run_id, status = await self.redis.hmget(_decode(record_key), "run_id", "status")
+            if run_id is None or status is None or _decode(status) in TERMINAL_STATUSES:
+                return None
+            return _decode(run_id)
+
+        active = await live(active_key) if active_key else None
+        waiting = [run_id for run_id in [await live(key) for key in pending] if run_id]
+        return active, waiting
 
     async def get(self, run_id: str) -> RunRecord | None:
         raw = await self.redis.hgetall(self.keys.run(run_id))

@@ -11,6 +11,9 @@ URLs:
 
 from __future__ import annotations
 
+import logging
+
+from hermes_queue.config import Settings
 from hermes_queue.store.base import (
     UNSET,
     InvalidTitle,
@@ -39,6 +42,7 @@ __all__ = [
     "StoreUnavailable",
     "TitleConflict",
     "create_store",
+    "open_store",
     "project_message",
     "project_session",
     "sanitize_title",
@@ -76,3 +80,18 @@ def create_store(url: str, *, schema: str | None = None) -> SessionStore:
     raise ValueError(
         f"unsupported store URL scheme {scheme!r}: use sqlite:///path.db or postgresql://..."
     )
+
+
+async def open_store(settings: Settings) -> SessionStore:
+    """The store named by the settings, migrated when ``migrate_on_start`` is set.
+
+    A database that is down at start-up is not fatal: the store reconnects on use, and the
+    endpoints that need it answer 503 ``session_db_unavailable`` meanwhile.
+    """
+    store = create_store(settings.store_url, schema=settings.store_schema or None)
+    if settings.migrate_on_start:
+        try:
+            await store.migrate()
+        except StoreUnavailable as exc:
+            logging.getLogger(__name__).error("session store unavailable at start-up: %s", exc)
+    return store

@@ -344,7 +344,9 @@ class SessionStore(Protocol):
         order: MessageOrder = "oldest",
     ) -> list[MessageRow]: ...
 
-    async def get_conversation(self, session_id: str) -> list[dict[str, Any]]: ...
+    async def get_conversation(
+        self, session_id: str, *, exclude_turn_prefix: str | None = None
+    ) -> list[dict[str, Any]]: ...
 
     async def update_usage(
         self,

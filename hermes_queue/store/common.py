@@ -370,11 +370,19 @@ class SqlSessionStore(ABC):
             rows.reverse()
         return [message_from_row(r) for r in rows]
 
-    async def get_conversation(self, session_id: str) -> list[dict[str, Any]]:
+    async def get_conversation(
+        self, session_id: str, *, exclude_turn_prefix: str | None = None
+    ) -> list[dict[str, Any]]:
         """The whole transcript in the shape an agent takes as history (content parts decoded,
-        tool messages whole, optional keys only when set)."""
+        tool messages whole, optional keys only when set).
+
+        ``exclude_turn_prefix`` leaves out the messages a turn wrote itself, so a retried
+        attempt of that turn sees the history its first attempt saw.
+        """
         out: list[dict[str, Any]] = []
         for msg in await self.get_messages(session_id):
+            if exclude_turn_prefix and (msg.turn_key or "").startswith(exclude_turn_prefix):
+                continue
             item: dict[str, Any] = {
                 "role": msg.role,
                 "content": msg.content,

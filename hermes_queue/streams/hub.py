@@ -132,7 +132,9 @@ class Subscription:
             if remaining is not None and remaining <= 0:
                 return None
             try:
-                await asyncio.wait_for(self._wakeup.wait(), remaining)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+                async with asyncio.timeout(remaining):
+                    await self._wakeup.wait()
             except TimeoutError:
                 return None
 

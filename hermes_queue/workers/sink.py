@@ -14,7 +14,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.events import EventType
+from hermes_queue.events import EventType, message_id_for
 from hermes_queue.runs.repository import RunRepository
 
 log = logging.getLogger(__name__)
@@ -28,11 +28,6 @@ class LeaseLost(Exception):
 
 class EventPublishFailed(Exception):
     """Redis stayed unreachable while appending an event."""
-
-
-def message_id_for(run_id: str) -> str:
-    """Stable per run, so every attempt and every dialect names the reply message the same."""
-    return "msg_" + run_id.removeprefix("run_")
 
 
 class RunEventSink:

@@ -25,7 +25,9 @@ from hermes_queue.agents.base import (
 from hermes_queue.events import EventType
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.repository import Claim, RunRepository
+from hermes_queue.store.base import SessionStore, StoreError
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
+from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ class WorkerRuntime:
     repository: RunRepository
     backend: AgentBackend
     keeper: LeaseKeeper | None = None
+    store: SessionStore | None = None
     active: dict[str, ActiveRun] = field(default_factory=dict)
 
     def signal(self, run_id: str, verdict: int) -> None:
@@ -60,14 +63,14 @@ class WorkerRuntime:
             run.token.cancel("Stop requested via API")
 
 
-def build_request(claim: Claim) -> AgentRequest:
+def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> AgentRequest:
     record = claim.record
     request = record.request
     return AgentRequest(
         run_id=record.run_id,
         session_id=record.session_id,
         message=request.get("message", ""),
-        history=list(request.get("history") or []),
+        history=list(request.get("history") or []) if history is None else history,
         instructions=request.get("instructions"),
         route=record.route,
         options=dict(request.get("options") or {}),
@@ -95,8 +98,14 @@ async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
 async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str:
     repo, run_id, attempt = runtime.repository, claim.record.run_id, claim.attempt
     sink = RunEventSink(repo, run_id, attempt)
-    request = build_request(claim)
+    turn_log = None
+    if claim.record.persist and runtime.store is not None:
+        turn_log = SessionTurnLog(runtime.store, run_id, claim.record.session_id)
     try:
+        history = await turn_log.history() if turn_log else None
+        request = build_request(claim, history)
+        if turn_log:
+            await turn_log.record_user(request.message)
         if attempt == 1:
             await sink.emit(
                 EventType.RUN_STARTED,
@@ -109,6 +118,8 @@ async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str
         else:
             await sink.emit(EventType.RUN_RESTARTED, {"attempt": attempt})
         result = await runtime.backend.run_turn(request, sink, active.token)
+        if turn_log:
+            await turn_log.record_reply(result)
     except TurnCancelled:
         if active.lease_lost:
             log.warning("run %s attempt %d lost its lease; stopped the turn", run_id, attempt)
@@ -121,6 +132,10 @@ async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str
     except LeaseLost:
         log.warning("run %s attempt %d lost its lease; its writes are fenced", run_id, attempt)
         return "lease_lost"
+    except StoreError as exc:
+        log.error("run %s: session store failed: %s", run_id, exc)
+        await _fail(repo, run_id, attempt, "session store unavailable", "session_db_unavailable")
+        return "failed"
     except EventPublishFailed as exc:
         log.error("run %s: Redis unreachable while publishing: %s", run_id, exc)
         await _fail(repo, run_id, attempt, "event publishing failed: Redis unreachable", "redis")

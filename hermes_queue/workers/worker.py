@@ -26,6 +26,7 @@ from hermes_queue.config import Settings
 from hermes_queue.jobs import RUN_TURN, deserialize, serialize
 from hermes_queue.keys import Keys
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.store import open_store
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
 from hermes_queue.workers.reaper import reap_forever
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
@@ -69,8 +70,11 @@ class WakeableWorker(Worker):
                 return
             if len(self.tasks) > before and self.job_counter < self.max_jobs:
                 continue  # took jobs and has room: look again before sleeping
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # lands as the event fires, and the worker would then never stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake_event.wait(), self.poll_delay_s)
+                async with asyncio.timeout(self.poll_delay_s):
+                    await self.wake_event.wait()
 
     async def close(self) -> None:
         """Stop: running turns are cancelled (and so handed back), then hooks and pool close.
@@ -151,7 +155,12 @@ def build_worker(
         redis = aioredis.Redis.from_url(settings.redis_url)
         repository = RunRepository(redis, settings)
         backend = load_backend(settings.agent_backend, token_delay=settings.echo_token_delay)
-        runtime = WorkerRuntime(worker_id=worker_id, repository=repository, backend=backend)
+        runtime = WorkerRuntime(
+            worker_id=worker_id,
+            repository=repository,
+            backend=backend,
+            store=await open_store(settings),
+        )
         loop = asyncio.get_running_loop()
         runtime.keeper = LeaseKeeper(
             settings, repository, worker_id, loop, runtime.signal, settings.worker_concurrency
@@ -179,6 +188,8 @@ def build_worker(
             if runtime.keeper is not None:
                 await asyncio.to_thread(runtime.keeper.stop)
             await runtime.backend.aclose()
+            if runtime.store is not None:
+                await runtime.store.close()
         if "hq_redis" in ctx:
             await ctx["hq_redis"].aclose()
 

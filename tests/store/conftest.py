@@ -8,7 +8,6 @@ and dropped (CASCADE) after, so tests never see each other's rows and nothing is
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,19 +16,9 @@ import asyncpg
 import pytest
 
 from hermes_queue.store import SessionStore, create_store
+from tests.conftest import postgres_url
 
-POSTGRES_URL_VAR = "HERMES_QUEUE_TEST_POSTGRES_URL"
 StoreFactory = Callable[[], SessionStore]
-
-
-def postgres_url() -> str:
-    """The test database URL, or skip (fail under CI) when it is not configured."""
-    url = os.environ.get(POSTGRES_URL_VAR)
-    if url:
-        return url
-    if os.environ.get("CI"):
-        pytest.fail(f"{POSTGRES_URL_VAR} is not set, but CI is: PostgreSQL tests must run in CI")
-    pytest.skip(f"{POSTGRES_URL_VAR} is not set; PostgreSQL contract tests skipped")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -19,6 +19,31 @@ local function append_event(record, stream, etype, attempt, ts, data, maxlen, tt
   return id
 end
 
+-- A session run ended: start the next run waiting behind it (multitask "enqueue"), or free
+-- the session. Key names come from the records (written by keys.py at creation).
+local function settle_session(record)
+  local active_key = redis.call('HGET', record, 'active_key')
+  if not active_key then return end
+  local pending_key = redis.call('HGET', record, 'pending_key')
+  redis.call('LREM', pending_key, 0, record)
+  if redis.call('GET', active_key) ~= record then return end
+  while true do
+    local next_record = redis.call('LPOP', pending_key)
+    if not next_record then
+      redis.call('DEL', active_key)
+      return
+    end
+    if redis.call('HGET', next_record, 'status') == 'queued' then
+      local f = redis.call('HMGET', next_record, 'run_id', 'job_key', 'job', 'job_ttl_ms', 'queue_key', 'wake_channel')
+      redis.call('SET', active_key, next_record)
+      redis.call('PSETEX', f[2], f[4], f[3])
+      redis.call('ZADD', f[5], now_ms(), f[1])
+      redis.call('PUBLISH', f[6], f[1])
+      return
+    end
+  end
+end
+
 -- Move a run to a terminal status with its terminal event, and start its retention clock.
 local function finish(record, stream, leases, run_id, status, etype, attempt, ts, data, retention, maxlen)
   local id = append_event(record, stream, etype, attempt, ts, data, maxlen, retention)
@@ -27,6 +52,7 @@ local function finish(record, stream, leases, run_id, status, etype, attempt, ts
   redis.call('ZREM', leases, run_id)
   redis.call('EXPIRE', record, retention)
   redis.call('EXPIRE', stream, retention)
+  settle_session(record)
   return id
 end
 

@@ -1,0 +1,152 @@
+"""Session chat: one turn per request, run by a worker, answered as JSON or upstream's SSE.
+
+Each turn is an ordinary run (pollable and stoppable under ``/v1/runs``) created under the
+one-active-run-per-session rule. A dropped stream never cancels the turn: the client resumes
+with ``GET …/chat/stream?run_id=`` and ``Last-Event-ID``, on any replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
+from hermes_queue.api.content import has_visible_payload, normalize_content
+from hermes_queue.api.dialects import render_session
+from hermes_queue.api.errors import ApiError, run_not_found
+from hermes_queue.api.sessions import load_session
+from hermes_queue.api.sse import check_cursor, open_stream, pump_run_events, resume_cursor
+from hermes_queue.api.validation import json_object, session_key_header
+from hermes_queue.events import EventType
+from hermes_queue.runs.model import RunRecord
+from hermes_queue.runs.repository import new_run_id
+
+STRATEGIES = frozenset({"reject", "enqueue", "interrupt"})
+
+
+def parse_chat_body(body: dict[str, Any]) -> dict[str, Any]:
+    raw = body.get("message", body.get("input"))
+    if raw is None or not has_visible_payload(raw):
+        raise ApiError(400, "missing_message", "Missing 'message' field", param="message")
+    message = normalize_content(raw, "message")
+    system = body.get("system_message", body.get("instructions"))
+    if system is not None and not isinstance(system, str):
+        raise ApiError(
+            400,
+            "invalid_system_message",
+            "'system_message' must be a string",
+            param="system_message",
+        )
+    strategy = body.get("multitask_strategy", "reject")
+    if strategy not in STRATEGIES:
+        raise ApiError(
+            400,
+            "invalid_multitask_strategy",
+            f"'multitask_strategy' must be one of {sorted(STRATEGIES)}",
+            param="multitask_strategy",
+        )
+    return {"message": message, "instructions": system or None, "strategy": strategy}
+
+
+async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
+    """Validate, admit and enqueue one turn; returns its run record and the response headers."""
+    session_key = session_key_header(request)
+    row = await load_session(request)
+    turn = parse_chat_body(await json_object(request))
+    effective_id = await request.app[STORE].resolve_tip(row.id)
+    run_id, runs = new_run_id(), request.app[RUNS]
+    model = row.model or request.app[SETTINGS].model_name
+    strategy = turn.pop("strategy")
+    turn["path_id"] = row.id
+    admission = await runs.create_session_run(
+        run_id=run_id,
+        session_id=effective_id,
+        strategy="reject" if strategy == "reject" else "enqueue",
+        request=turn,
+        route={"model": model},
+        model=model,
+        extra={"persist": "1", "kind": "session_chat"},
+    )
+    if admission.verdict == "busy":
+        raise ApiError(
+            409,
+            "run_already_active",
+            "This session already has a turn in progress",
+            extra={"run_id": admission.blocking_run_id},
+        )
+    if strategy == "interrupt" and admission.verdict == "waiting":
+        active, waiting = await runs.session_runs(effective_id)
+        for other in [active, *waiting]:
+            if other and other != run_id:
+                await runs.request_stop(other)
+    record = await runs.get(run_id)
+    if record is None:  # expired between create and read: never in practice
+        raise run_not_found(run_id)
+    headers = {"X-Hermes-Session-Id": effective_id, "X-Hermes-Run-Id": run_id}
+    if session_key:
+        headers["X-Hermes-Session-Key"] = session_key
+    return record, headers
+
+
+async def chat(request: web.Request) -> web.Response:
+    record, headers = await start_turn(request)
+    async with request.app[HUB].subscribe(record.run_id, None) as subscription:
+        async for event in subscription:
+            if event.terminal:
+                return _completion(event.type, event.data, record.session_id, headers)
+    raise ApiError(500, "internal_error", "The run ended without a terminal event")
+
+
+def _completion(
+    event_type: str, data: dict[str, Any], session_id: str, headers: dict[str, str]
+) -> web.Response:
+    if event_type == EventType.RUN_COMPLETED:
+        body = {
+            "object": "hermes.session.chat.completion",
+            "session_id": session_id,
+            "message": {"role": "assistant", "content": data.get("output", "")},
+            "usage": data.get("usage", {}),
+            "runtime": data.get("runtime", {}),
+        }
+        return web.json_response(body, headers=headers)
+    if event_type == EventType.RUN_CANCELLED:
+        error = ApiError(409, "run_cancelled", "The turn was stopped before it finished")
+    else:
+        error = ApiError(500, "agent_error", str(data.get("error") or "The turn failed"))
+    return web.json_response(error.body(), status=error.status, headers=headers)
+
+
+async def chat_stream(request: web.Request) -> web.StreamResponse:
+    record, headers = await start_turn(request)
+    response = await open_stream(request, headers)
+    await pump_run_events(request, response, record.run_id, None, render_session)
+    return response
+
+
+async def resume_stream(request: web.Request) -> web.StreamResponse:
+    """Follow a session turn again: ``?run_id=`` or the session's active turn."""
+    cursor = resume_cursor(request)
+    session_id = request.match_info["session_id"]
+    runs = request.app[RUNS]
+    run_id = request.query.get("run_id")
+    if not run_id:
+        row = await load_session(request)
+        run_id, _waiting = await runs.session_runs(await request.app[STORE].resolve_tip(row.id))
+        if run_id is None:
+            raise ApiError(404, "no_active_run", "This session has no turn in progress")
+    record = await runs.get(run_id) if len(run_id) <= 128 else None
+    if record is None or session_id not in (record.session_id, record.request.get("path_id")):
+        raise run_not_found(run_id[:128])
+    finished = await check_cursor(request, record.run_id, cursor) and record.terminal
+    headers = {"X-Hermes-Session-Id": record.session_id, "X-Hermes-Run-Id": record.run_id}
+    response = await open_stream(request, headers)
+    if not finished:
+        await pump_run_events(request, response, record.run_id, cursor, render_session)
+    return response
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/api/sessions/{session_id}/chat", chat)
+    app.router.add_post("/api/sessions/{session_id}/chat/stream", chat_stream)
+    app.router.add_get("/api/sessions/{session_id}/chat/stream", resume_stream)

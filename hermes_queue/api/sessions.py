@@ -1,0 +1,199 @@
+"""``/api/sessions``: session rows and transcripts in the SQL store (HERMES_API §2, §6)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from aiohttp import web
+
+from hermes_queue.api.appkeys import RUNS, STORE
+from hermes_queue.api.errors import ApiError
+from hermes_queue.api.validation import coerce_bool, json_object, session_id_value
+from hermes_queue.store import (
+    UNSET,
+    InvalidTitle,
+    SessionExists,
+    SessionRow,
+    project_message,
+    project_session,
+)
+
+MAX_LIST_LIMIT = 200
+MAX_MESSAGES_LIMIT = 500
+PATCHABLE_FIELDS = frozenset({"title", "end_reason"})
+
+
+def session_not_found(session_id: str) -> ApiError:
+    return ApiError(404, "session_not_found", f"Session not found: {session_id[:256]}")
+
+
+def new_session_id() -> str:
+    return f"api_{int(time.time())}_{secrets.token_hex(4)}"
+
+
+def _int_param(request: web.Request, name: str, default: int, maximum: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(
+            400, "invalid_pagination", f"'{name}' must be an integer", param=name
+        ) from None
+    if value < 0:
+        raise ApiError(400, "invalid_pagination", f"'{name}' must not be negative", param=name)
+    return min(value, maximum)
+
+
+def _optional_text(body: dict[str, Any], name: str, code: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, code, f"'{name}' must be a string", param=name)
+    return value
+
+
+def session_body(row: SessionRow) -> dict[str, Any]:
+    return {"object": "hermes.session", "session": project_session(row)}
+
+
+async def load_session(request: web.Request, session_id: str | None = None) -> SessionRow:
+    session_id = session_id or request.match_info["session_id"]
+    row = await request.app[STORE].get_session(session_id)
+    if row is None:
+        raise session_not_found(session_id)
+    return row
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    limit = _int_param(request, "limit", 50, MAX_LIST_LIMIT) or 50
+    offset = _int_param(request, "offset", 0, 10**9)
+    rows = await request.app[STORE].list_sessions(
+        limit,
+        offset,
+        source=request.query.get("source") or None,
+        include_children=coerce_bool(request.query.get("include_children"), False),
+    )
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [project_session(row) for row in rows],
+            "limit": limit,
+            "offset": offset,
+            "has_more": len(rows) == limit,
+        }
+    )
+
+
+async def create_session(request: web.Request) -> web.Response:
+    body = await json_object(request) if request.can_read_body else {}
+    raw_id = body.get("id", body.get("session_id"))
+    session_id = session_id_value(raw_id, param="id") if raw_id is not None else new_session_id()
+    title = _optional_text(body, "title", "invalid_title")
+    system_prompt = _optional_text(body, "system_prompt", "invalid_system_prompt")
+    model = _optional_text(body, "model", "invalid_model")
+    source = _optional_text(body, "source", "invalid_source") or "api_server"
+    try:
+        row = await request.app[STORE].create_session(
+            session_id, source=source, model=model, system_prompt=system_prompt, title=title
+        )
+    except SessionExists:
+        raise ApiError(409, "session_exists", f"Session already exists: {session_id}") from None
+    except InvalidTitle as exc:
+        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+    return web.json_response(session_body(row), status=201)
+
+
+async def get_session(request: web.Request) -> web.Response:
+    return web.json_response(session_body(await load_session(request)))
+
+
+async def update_session(request: web.Request) -> web.Response:
+    row = await load_session(request)
+    body = await json_object(request)
+    unknown = sorted(set(body) - PATCHABLE_FIELDS)
+    if unknown:
+        raise ApiError(
+            400,
+            "unsupported_session_field",
+            f"Unsupported session field(s): {', '.join(unknown)}",
+            param=unknown[0],
+        )
+    changes: dict[str, Any] = {}
+    if "title" in body:
+        changes["title"] = _optional_text(body, "title", "invalid_title")
+    if "end_reason" in body:
+        reason = _optional_text(body, "end_reason", "invalid_end_reason")
+        changes["end_reason"] = reason if reason else UNSET
+    try:
+        updated = await request.app[STORE].update_session(row.id, **changes)
+    except InvalidTitle as exc:
+        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+    return web.json_response(session_body(updated))
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    row = await load_session(request)
+    active, waiting = await request.app[RUNS].session_runs(row.id)
+    if active or waiting:
+        raise ApiError(
+            409,
+            "session_active_turn",
+            "The session has a turn in progress; stop it first",
+            extra={"run_id": active or waiting[0]},
+        )
+    if not await request.app[STORE].delete_session(row.id):
+        raise session_not_found(row.id)
+    return web.json_response({"object": "hermes.session.deleted", "id": row.id, "deleted": True})
+
+
+async def list_messages(request: web.Request) -> web.Response:
+    row = await load_session(request)
+    store = request.app[STORE]
+    resolved = await store.resolve_tip(row.id)
+    limit = _int_param(request, "limit", MAX_MESSAGES_LIMIT, MAX_MESSAGES_LIMIT) or 1
+    offset = _int_param(request, "offset", 0, 10**9)
+    order = request.query.get("order", "latest")
+    if order not in ("oldest", "latest"):
+        raise ApiError(400, "invalid_pagination", "'order' must be oldest or latest", param="order")
+    messages = await store.get_messages(resolved, limit=limit, offset=offset, order=order)
+    return web.json_response(
+        {
+            "object": "list",
+            "session_id": resolved,
+            "data": [project_message(message) for message in messages],
+            "pagination": {
+                "limit": limit,
+                "offset": offset,
+                "order": order,
+                "returned": len(messages),
+            },
+        }
+    )
+
+
+async def fork_session(request: web.Request) -> web.Response:
+    source = await load_session(request)
+    body = await json_object(request) if request.can_read_body else {}
+    raw_id = body.get("id", body.get("session_id"))
+    new_id = session_id_value(raw_id, param="id") if raw_id is not None else new_session_id()
+    title = _optional_text(body, "title", "invalid_title")
+    try:
+        child = await request.app[STORE].fork_session(source.id, new_id, title=title)
+    except SessionExists:
+        raise ApiError(409, "session_exists", f"Session already exists: {new_id}") from None
+    except InvalidTitle as exc:
+        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+    return web.json_response(session_body(child), status=201)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/api/sessions", list_sessions)
+    app.router.add_post("/api/sessions", create_session)
+    app.router.add_get("/api/sessions/{session_id}", get_session)
+    app.router.add_patch("/api/sessions/{session_id}", update_session)
+    app.router.add_delete("/api/sessions/{session_id}", delete_session)
+    app.router.add_get("/api/sessions/{session_id}/messages", list_messages)
+    app.router.add_post("/api/sessions/{session_id}/fork", fork_session)

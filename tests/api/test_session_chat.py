@@ -1,0 +1,258 @@
+"""Session chat through the queue: turns run by a worker, persisted, streamed, resumable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from hermes_queue.client import SSEFrame, iter_sse
+from hermes_queue.config import Settings
+from tests.api.conftest import running_api
+
+
+async def new_session(api: TestClient, session_id: str = "chat-1") -> str:
+    response = await api.post("/api/sessions", json={"id": session_id})
+    assert response.status == 201
+    return session_id
+
+
+async def frames_of(response: Any, stop_after: int | None = None) -> list[SSEFrame]:
+    got = []
+    async for frame in iter_sse(response):
+        if frame.data:
+            got.append(frame)
+        if stop_after is not None and len(got) >= stop_after:
+            break
+    return got
+
+
+async def stream_turn(api: TestClient, session_id: str, **body: Any) -> tuple[Any, list[SSEFrame]]:
+    response = await api.post(f"/api/sessions/{session_id}/chat/stream", json=body)
+    assert response.status == 200, await response.text()
+    return response, await frames_of(response)
+
+
+async def test_chat_answers_and_persists_the_turn(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    sid = await new_session(session_api)
+    response = await session_api.post(f"/api/sessions/{sid}/chat", json={"message": "hello"})
+    assert response.status == 200
+    body = await response.json()
+    assert body["object"] == "hermes.session.chat.completion"
+    assert body["session_id"] == sid
+    assert body["message"] == {"role": "assistant", "content": "Echo: hello"}
+    assert body["usage"]["output_tokens"] == 2
+    assert response.headers["X-Hermes-Session-Id"] == sid
+    run = await (await session_api.get(f"/v1/runs/{response.headers['X-Hermes-Run-Id']}")).json()
+    assert run["status"] == "completed" and run["session_id"] == sid
+
+    second = await (
+        await session_api.post(f"/api/sessions/{sid}/chat", json={"message": "again"})
+    ).json()
+    assert second["message"]["content"] == "Echo: again (turn 2)"
+    page = await (await session_api.get(f"/api/sessions/{sid}/messages")).json()
+    assert [(m["role"], m["content"]) for m in page["data"]] == [
+        ("user", "hello"),
+        ("assistant", "Echo: hello"),
+        ("user", "again"),
+        ("assistant", "Echo: again (turn 2)"),
+    ]
+    session = (await (await session_api.get(f"/api/sessions/{sid}")).json())["session"]
+    assert session["message_count"] == 4
+
+
+async def test_stream_event_order_and_fields(session_api: TestClient, session_worker: Any) -> None:
+    sid = await new_session(session_api)
+    response, frames = await stream_turn(
+        session_api, sid, message="look [think] [tool:search] it up"
+    )
+    assert response.headers["Content-Type"] == "text/event-stream"
+    names = [f.event for f in frames]
+    assert names[:3] == ["run.started", "message.started", "tool.progress"]
+    assert names[-3:] == ["assistant.completed", "run.completed", "done"]
+    assert names.index("tool.started") < names.index("tool.completed")
+    payloads = [f.json() for f in frames]
+    run_id = response.headers["X-Hermes-Run-Id"]
+    for payload in payloads:
+        assert payload["session_id"] == sid and payload["run_id"] == run_id
+        assert isinstance(payload["seq"], int) and isinstance(payload["ts"], float)
+    assert all(f.id for f in frames)
+    assert payloads[0]["user_message"] == {
+        "role": "user",
+        "content": "look [think] [tool:search] it up",
+    }
+    assert payloads[2]["tool_name"] == "_thinking"
+    started = payloads[names.index("tool.started")]
+    assert started["tool_name"] == "search" and started["preview"] and started["args"]
+    completed = payloads[names.index("tool.completed")]
+    assert completed["preview"] is None and completed["args"] is None
+    text = "".join(
+        p["delta"] for n, p in zip(names, payloads, strict=True) if n == "assistant.delta"
+    )
+    assert text == payloads[-3]["content"] == "Echo: look it up"
+    transcript = payloads[-2]["messages"]
+    assert [m["role"] for m in transcript] == ["assistant", "tool", "assistant"]
+
+
+async def test_failed_turn_streams_error_then_done(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    sid = await new_session(session_api)
+    _, frames = await stream_turn(session_api, sid, message="boom [fail]")
+    assert [f.event for f in frames][-2:] == ["error", "done"]
+    assert "failure" in frames[-2].json()["message"]
+    sync = await session_api.post(f"/api/sessions/{sid}/chat", json={"message": "boom [fail]"})
+    assert sync.status == 500 and (await sync.json())["error"]["code"] == "agent_error"
+
+
+async def test_resume_mid_turn_and_after_it_ended(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    sid = await new_session(session_api)
+    response = await session_api.post(
+        f"/api/sessions/{sid}/chat/stream", json={"message": "w " * 30 + "[slow:0.02]"}
+    )
+    run_id = response.headers["X-Hermes-Run-Id"]
+    head = await frames_of(response, stop_after=4)
+    response.close()  # the client drops mid-turn; the turn goes on
+    active = await session_api.get(
+        f"/api/sessions/{sid}/chat/stream", headers={"Last-Event-ID": head[-1].id}
+    )
+    tail = await frames_of(active)
+    after = await session_api.get(f"/api/sessions/{sid}/chat/stream", params={"run_id": run_id})
+    full = await frames_of(after)
+    assert [f.id for f in head + tail] == [f.id for f in full]
+    assert [f.data for f in head + tail] == [f.data for f in full]
+    assert full[-1].event == "done"
+    none_active = await session_api.get(f"/api/sessions/{sid}/chat/stream")
+    assert none_active.status == 404
+    assert (await none_active.json())["error"]["code"] == "no_active_run"
+
+
+async def test_reject_enqueue_and_interrupt(session_api: TestClient, session_worker: Any) -> None:
+    sid = await new_session(session_api)
+    first = await session_api.post(
+        f"/api/sessions/{sid}/chat/stream", json={"message": "one [slow:0.05]"}
+    )
+    first_run = first.headers["X-Hermes-Run-Id"]
+    await frames_of(first, stop_after=2)  # it is running
+
+    rejected = await session_api.post(f"/api/sessions/{sid}/chat", json={"message": "two"})
+    assert rejected.status == 409
+    error = (await rejected.json())["error"]
+    assert error["code"] == "run_already_active" and error["run_id"] == first_run
+    busy_delete = await session_api.delete(f"/api/sessions/{sid}")
+    assert busy_delete.status == 409
+    assert (await busy_delete.json())["error"]["code"] == "session_active_turn"
+
+    queued = await session_api.post(
+        f"/api/sessions/{sid}/chat/stream",
+        json={"message": "three", "multitask_strategy": "enqueue"},
+    )
+    queued_run = queued.headers["X-Hermes-Run-Id"]
+    assert (await (await session_api.get(f"/v1/runs/{queued_run}")).json())["status"] == "queued"
+    interrupting = await session_api.post(
+        f"/api/sessions/{sid}/chat", json={"message": "four", "multitask_strategy": "interrupt"}
+    )
+    assert (await interrupting.json())["message"]["content"].startswith("Echo: four")
+    statuses = [
+        (await (await session_api.get(f"/v1/runs/{run}")).json())["status"]
+        for run in (first_run, queued_run)
+    ]
+    assert statuses == ["cancelled", "cancelled"]
+
+
+async def test_enqueue_runs_turns_in_order(session_api: TestClient, session_worker: Any) -> None:
+    sid = await new_session(session_api)
+    streams = []
+    for word in ("alpha [slow:0.02]", "beta", "gamma"):
+        response = await session_api.post(
+            f"/api/sessions/{sid}/chat/stream",
+            json={"message": word, "multitask_strategy": "enqueue"},
+        )
+        streams.append(response)
+    for response in streams:
+        assert (await frames_of(response))[-1].event == "done"
+    page = await (await session_api.get(f"/api/sessions/{sid}/messages")).json()
+    users = [m["content"] for m in page["data"] if m["role"] == "user"]
+    assert users == ["alpha [slow:0.02]", "beta", "gamma"]
+
+
+async def test_stop_a_session_turn_through_runs(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    sid = await new_session(session_api)
+    response = await session_api.post(
+        f"/api/sessions/{sid}/chat/stream", json={"message": "x [slow]"}
+    )
+    await frames_of(response, stop_after=3)
+    run_id = response.headers["X-Hermes-Run-Id"]
+    stopped = await session_api.post(f"/v1/runs/{run_id}/stop")
+    assert (await stopped.json())["status"] == "stopping"
+    rest = await frames_of(response)
+    assert [f.event for f in rest][-2:] == ["run.cancelled", "done"]
+
+
+async def test_multimodal_message(session_api: TestClient, session_worker: Any) -> None:
+    sid = await new_session(session_api)
+    message = [
+        {"type": "input_text", "text": "see"},
+        {"type": "input_image", "image_url": "https://example.com/cat.png"},
+    ]
+    body = await (
+        await session_api.post(f"/api/sessions/{sid}/chat", json={"message": message})
+    ).json()
+    assert body["message"]["content"] == "Echo: see [image]"
+    page = await (await session_api.get(f"/api/sessions/{sid}/messages")).json()
+    assert page["data"][0]["content"] == [
+        {"type": "text", "text": "see"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+    ]
+    bad = await session_api.post(
+        f"/api/sessions/{sid}/chat",
+        json={"message": [{"type": "image_url", "image_url": "javascript:alert(1)"}]},
+    )
+    assert bad.status == 400 and (await bad.json())["error"]["code"] == "invalid_image_url"
+
+
+async def test_chat_validation_errors(session_api: TestClient) -> None:
+    sid = await new_session(session_api)
+    cases = [
+        ({}, 400, "missing_message"),
+        ({"message": ""}, 400, "missing_message"),
+        ({"message": "x", "system_message": 3}, 400, "invalid_system_message"),
+        ({"message": "x", "multitask_strategy": "yolo"}, 400, "invalid_multitask_strategy"),
+    ]
+    for body, status, code in cases:
+        response = await session_api.post(f"/api/sessions/{sid}/chat/stream", json=body)
+        assert response.status == status and (await response.json())["error"]["code"] == code
+    missing = await session_api.post("/api/sessions/nope/chat", json={"message": "x"})
+    assert missing.status == 404 and (await missing.json())["error"]["code"] == "session_not_found"
+
+
+async def test_session_key_header_rules(session_api: TestClient, session_worker: Any) -> None:
+    sid = await new_session(session_api)
+    echoed = await session_api.post(
+        f"/api/sessions/{sid}/chat",
+        json={"message": "k"},
+        headers={"X-Hermes-Session-Key": "webui:1"},
+    )
+    assert echoed.headers["X-Hermes-Session-Key"] == "webui:1"
+    too_long = await session_api.post(
+        f"/api/sessions/{sid}/chat",
+        json={"message": "k"},
+        headers={"X-Hermes-Session-Key": "k" * 300},
+    )
+    assert too_long.status == 400
+
+
+async def test_session_key_without_api_key_is_403(settings: Settings) -> None:
+    async with running_api(settings.replace(api_key="")) as api:
+        await api.post("/api/sessions", json={"id": "open"})
+        response = await api.post(
+            "/api/sessions/open/chat", json={"message": "x"}, headers={"X-Hermes-Session-Key": "a"}
+        )
+        assert response.status == 403
+        assert "requires API key authentication" in (await response.json())["error"]["message"]
