@@ -1,0 +1,118 @@
+"""Redis commands per streamed token, split by who sends them.
+
+Runs ``--runs`` echo runs (20-word input → 21 deltas) at concurrency ``--concurrency`` through
+one API and one worker while a ``MONITOR`` connection records every command Redis executes.
+Commands are attributed to the API process, the worker process, or ``lua`` (executed inside a
+script that a client sent as one EVALSHA). MONITOR slows Redis down, so this measures counts,
+not speed; throughput.py reports the same total (``total_commands_processed``) without it.
+
+    python bench/redis_cost.py [--runs 100] [--concurrency 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+from collections import Counter
+from typing import Any
+
+import harness
+import psutil
+import redis
+import throughput
+
+
+def ports_of(pid: int, redis_port: int) -> set[int]:
+    conns = psutil.Process(pid).net_connections(kind="tcp")
+    return {c.laddr.port for c in conns if c.raddr and c.raddr.port == redis_port}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parser.parse_args()
+    with harness.Deployment("redis-cost") as dep:
+        base = await dep.start_api()
+        [worker] = await dep.start_workers(1)
+        await throughput.level(base, 4, 20, 60)  # warm-up: pools at their working size
+        redis_port = int(dep.settings.redis_url.rsplit(":", 1)[1].split("/")[0])
+        roles = {"api": dep.api_procs[0].pid, "worker": worker.pid}
+
+        by_source: Counter[tuple[str, str]] = Counter()
+        stop = threading.Event()
+        ready = threading.Event()
+
+        def monitor() -> None:
+            client = redis.Redis.from_url(dep.settings.redis_url)
+            with client.monitor() as m:
+                ready.set()
+                while not stop.is_set():
+                    cmd: dict[str, Any] = m.next_command()
+                    name = cmd["command"].split(" ", 1)[0].strip('"').lower()
+                    source = "lua" if cmd.get("client_type") == "lua" else str(cmd["client_port"])
+                    by_source[(source, name)] += 1
+
+        thread = threading.Thread(target=monitor, daemon=True)
+        thread.start()
+        ready.wait(10)
+        result = await throughput.level(base, args.concurrency, args.runs, 120)
+        ports = {role: ports_of(pid, redis_port) for role, pid in roles.items()}
+        stop.set()
+        dep.redis.ping()  # one more command, so the monitor loop sees the stop flag
+        thread.join(10)
+
+    tokens = result["deltas"]
+    per_role: Counter[str] = Counter()
+    per_cmd: dict[str, Counter[str]] = {}
+    for (source, name), count in by_source.items():
+        if name in ("info", "monitor", "ping", "client"):
+            if source != "lua" and not any(int(source) in p for p in ports.values()):
+                continue  # our own probes
+        role = (
+            "lua"
+            if source == "lua"
+            else next(
+                (r for r, p in ports.items() if source.isdigit() and int(source) in p), "other"
+            )
+        )
+        per_role[role] += count
+        per_cmd.setdefault(role, Counter())[name] += count
+    sent = per_role["api"] + per_role["worker"] + per_role["other"]
+    rows = [
+        [
+            role,
+            per_role[role],
+            round(per_role[role] / tokens, 3),
+            dict(per_cmd[role].most_common(6)),
+        ]
+        for role in ("api", "worker", "other", "lua")
+        if per_role[role]
+    ]
+    harness.print_table(
+        f"Redis commands for {result['ok']} runs, {tokens} streamed tokens "
+        f"(concurrency {args.concurrency}, MONITOR attached)",
+        ["source", "commands", "per token", "top commands"],
+        rows,
+    )
+    print(
+        f"\nsent by clients: {sent / tokens:.3f}/token; including commands inside scripts: "
+        f"{(sent + per_role['lua']) / tokens:.3f}/token (target ≤ 1)"
+    )
+    harness.emit_json(
+        "redis_cost",
+        {
+            "runs": result["ok"],
+            "failures": result["failures"],
+            "tokens": tokens,
+            "sent_per_token": round(sent / tokens, 3),
+            "with_lua_per_token": round((sent + per_role["lua"]) / tokens, 3),
+            "per_role": dict(per_role),
+            "per_command": {k: dict(v) for k, v in per_cmd.items()},
+        },
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,218 @@
+"""Machinery throughput: closed-loop clients, each doing ``POST /v1/runs`` then reading the run's
+full SSE to ``: stream closed``, against one API process, 1–2 workers and Redis on this machine.
+
+Per (token delay, concurrency) level: runs/s, time to first token (POST sent → first
+``message.delta`` received), total time (POST sent → ``: stream closed``), failures (any error,
+unclean close, or a stream missing a delta or ``run.completed``), Redis commands per streamed
+token (INFO ``total_commands_processed`` delta / deltas received), and server CPU per run (API +
+workers, from psutil). The echo input has 20 words, so each reply is 21 deltas.
+
+    python bench/throughput.py [--quick] [--workers 1] [--rounds 3] [--delays 0,0.01]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from typing import Any
+
+import harness
+import psutil
+
+INPUT_WORDS = 20
+EXPECTED_DELTAS = INPUT_WORDS + 1
+
+
+def runs_for(concurrency: int, delay: float, quick: bool) -> int:
+    """Bounded run count per level: enough for percentiles, a few passes of every client."""
+    base = 100 if quick else 300
+    if delay > 0:
+        base = base // 2
+    return max(base, concurrency * (2 if quick else 3))
+
+
+async def level(base: str, concurrency: int, runs: int, limit_s: float) -> dict[str, Any]:
+    text = harness.words(INPUT_WORDS)
+    ttft: list[float] = []
+    total: list[float] = []
+    failures: list[str] = []
+    deltas = 0
+    remaining = runs
+
+    async def client(session: Any) -> None:
+        nonlocal remaining, deltas
+        while remaining > 0:
+            remaining -= 1
+            first: list[float] = []
+
+            def on_event(payload: dict[str, Any], now: float, first: list[float] = first) -> None:
+                if not first and payload.get("event") == "message.delta":
+                    first.append(now)
+
+            sent = time.time()
+            try:
+                run_id = await harness.post_run(session, base, text)
+                events, closed = await harness.read_events(session, base, run_id, on_event)
+            except Exception as exc:
+                failures.append(repr(exc)[:200])
+                continue
+            done = time.time()
+            got = sum(1 for e in events if e.get("event") == "message.delta")
+            deltas += got
+            completed = any(e.get("event") == "run.completed" for e in events)
+            if not closed or not completed or got != EXPECTED_DELTAS:
+                failures.append(f"closed={closed} completed={completed} deltas={got}")
+                continue
+            ttft.append(first[0] - sent)
+            total.append(done - sent)
+
+    async with harness.client_session(limit=concurrency + 16) as session:
+        started = time.monotonic()
+        tasks = [asyncio.create_task(client(session)) for _ in range(concurrency)]
+        done, pending = await asyncio.wait(tasks, timeout=limit_s)
+        elapsed = time.monotonic() - started
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        if task.exception() is not None:
+            failures.append(repr(task.exception())[:200])
+    ok = len(total)
+    return {
+        "runs": runs,
+        "ok": ok,
+        "failures": runs - ok,  # errors, bad streams, and runs never done in time
+        "failure_samples": failures[:3],
+        "timed_out": bool(pending),
+        "elapsed_s": round(elapsed, 3),
+        "runs_per_s": round(ok / elapsed, 1),
+        "ttft_ms": harness.summary_ms(ttft),
+        "total_ms": harness.summary_ms(total),
+        "deltas": deltas,
+    }
+
+
+def cpu_seconds(roles: dict[str, list[psutil.Process]]) -> dict[str, float]:
+    out = {}
+    for role, procs in roles.items():
+        out[role] = sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+    return out
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--worker-concurrency", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--delays", default="0,0.01")
+    parser.add_argument("--levels", default="")
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args()
+    levels = [1, 8, 32] if args.quick else [1, 8, 32, 128, 512]
+    if args.levels:
+        levels = [int(x) for x in args.levels.split(",")]
+    rounds = 1 if args.quick else args.rounds
+    harness.raise_nofile(max(levels) * 2 + 1024)
+    results: list[dict[str, Any]] = []
+
+    with harness.Deployment("throughput") as dep:
+        base = await dep.start_api()
+        api = dep.api_procs[0]
+        for delay in (float(x) for x in args.delays.split(",")):
+            workers = await dep.start_workers(
+                args.workers,
+                echo_token_delay=delay,
+                worker_concurrency=args.worker_concurrency,
+            )
+            roles = {
+                "api": [api],
+                "workers": [psutil.Process(w.pid) for w in workers],
+                "redis": [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else [],
+                "client": [psutil.Process()],
+            }
+            await level(base, 4, 20, args.timeout)  # warm-up
+            for concurrency in levels:
+                runs = runs_for(concurrency, delay, args.quick)
+                for index in range(rounds):
+                    commands, cpu = dep.total_commands(), cpu_seconds(roles)
+                    r = await level(base, concurrency, runs, args.timeout)
+                    commands = dep.total_commands() - commands - 1
+                    after = cpu_seconds(roles)
+                    per_run = {
+                        k: round((after[k] - cpu[k]) * 1000 / max(r["ok"], 1), 2) for k in cpu
+                    }
+                    r.update(
+                        delay=delay,
+                        concurrency=concurrency,
+                        round=index + 1,
+                        # Counts commands run inside Lua scripts too; see redis_cost.py.
+                        redis_cmds_per_token=round(commands / max(r["deltas"], 1), 3),
+                        cpu_ms_per_run=per_run,
+                    )
+                    results.append(r)
+                    print(
+                        f"delay={delay} c={concurrency} round={index + 1}: "
+                        f"{r['runs_per_s']} runs/s, ttft p50 {r['ttft_ms']['p50']} ms, "
+                        f"failures {r['failures']}",
+                        flush=True,
+                    )
+            for worker in workers:
+                worker.terminate()
+            for worker in workers:
+                worker.wait(30)
+            dep.procs = [p for p in dep.procs if p not in workers]
+        redis_version = dep.redis_version()
+
+    rows = []
+    summary = []
+    keyed: dict[tuple[float, int], list[dict[str, Any]]] = {}
+    for r in results:
+        keyed.setdefault((r["delay"], r["concurrency"]), []).append(r)
+    for (delay, concurrency), rs in keyed.items():
+
+        def med(get: Any, rs: list[dict[str, Any]] = rs) -> float:
+            return round(statistics.median(get(r) for r in rs), 2)
+
+        row = {
+            "delay": delay,
+            "concurrency": concurrency,
+            "rounds": len(rs),
+            "runs_per_s": med(lambda r: r["runs_per_s"]),
+            "ttft_p50_ms": med(lambda r: r["ttft_ms"]["p50"]),
+            "ttft_p99_ms": med(lambda r: r["ttft_ms"]["p99"]),
+            "total_p50_ms": med(lambda r: r["total_ms"]["p50"]),
+            "total_p99_ms": med(lambda r: r["total_ms"]["p99"]),
+            "failures": sum(r["failures"] for r in rs),
+            "cmds_per_token*": med(lambda r: r["redis_cmds_per_token"]),
+            **{
+                f"cpu_ms_{role}": med(lambda r, role=role: r["cpu_ms_per_run"][role])
+                for role in ("api", "workers", "redis", "client")
+            },
+        }
+        summary.append(row)
+        rows.append(list(row.values()))
+    harness.print_table(
+        f"throughput, {args.workers} worker(s) × {args.worker_concurrency} slots, "
+        f"{INPUT_WORDS + 1} tokens per run (medians over rounds)",
+        list(summary[0].keys()),
+        rows,
+    )
+    print("  * Redis total_commands_processed per token, including commands inside Lua scripts")
+    harness.emit_json(
+        "throughput",
+        {
+            "workers": args.workers,
+            "worker_concurrency": args.worker_concurrency,
+            "summary": summary,
+            "rounds": results,
+            "redis": redis_version,
+            "machine": harness.machine_facts(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
