@@ -1,0 +1,261 @@
+"""Discovery documents (HERMES_API §5): capabilities, models and readiness.
+
+Clients (hermes-webui, desktop apps) read ``/v1/capabilities`` to decide which UI to offer, so a
+claim this server cannot honour breaks them. Upstream keeps its endpoint list and feature flags
+by hand and they drift from the routes it really serves. Here both are derived from the app's
+router at request time: an endpoint is listed only if a route for it is registered, and a
+feature tied to a route flips to true the moment that route is added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from hermes_queue import __version__
+from hermes_queue.api.appkeys import REDIS, SETTINGS, STORE
+from hermes_queue.keys import Keys
+from hermes_queue.store.migrations import LATEST_VERSION
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "hermes-agent"
+# Each readiness check gets this long; a blackholed Redis or database must not hang a probe.
+CHECK_TIMEOUT_SECONDS = 2.0
+
+# (method, canonical path) -> upstream endpoint name (HERMES_API §5.1). Upstream names for
+# routes we do not serve yet are here on purpose: adding the route is all it takes to list it.
+# ``/v1/health`` is upstream's mirror of ``/health`` and has no name of its own.
+ENDPOINT_NAMES: dict[tuple[str, str], str] = {
+    ("GET", "/health"): "health",
+    ("GET", "/health/detailed"): "health_detailed",
+    ("GET", "/v1/models"): "models",
+    ("GET", "/v1/capabilities"): "capabilities",
+    ("GET", "/api/model/options"): "model_options",
+    ("POST", "/v1/chat/completions"): "chat_completions",
+    ("POST", "/v1/responses"): "responses",
+    ("GET", "/v1/skills"): "skills",
+    ("GET", "/v1/toolsets"): "toolsets",
+    ("POST", "/v1/runs"): "runs",
+    ("GET", "/v1/runs/{run_id}"): "run_status",
+    ("GET", "/v1/runs/{run_id}/events"): "run_events",
+    ("POST", "/v1/runs/{run_id}/approval"): "run_approval",
+    ("POST", "/v1/runs/{run_id}/stop"): "run_stop",
+    ("GET", "/api/sessions"): "sessions",
+    ("POST", "/api/sessions"): "session_create",
+    ("GET", "/api/sessions/{session_id}"): "session",
+    ("PATCH", "/api/sessions/{session_id}"): "session_update",
+    ("DELETE", "/api/sessions/{session_id}"): "session_delete",
+    ("GET", "/api/sessions/{session_id}/messages"): "session_messages",
+    ("POST", "/api/sessions/{session_id}/fork"): "session_fork",
+    ("POST", "/api/sessions/{session_id}/chat"): "session_chat",
+    ("POST", "/api/sessions/{session_id}/chat/stream"): "session_chat_stream",
+    ("GET", "/api/sessions/{session_id}/chat/stream"): "session_chat_resume",
+    ("POST", "/api/sessions/{session_id}/model"): "session_model_lock",
+}
+
+# Feature -> the endpoints that must all be routed for it to be true. Streaming variants share
+# their route with the non-streaming call (upstream's ``stream: true``), so whoever adds such a
+# route owes both. Approval events only make sense with a way to answer them.
+ROUTE_FEATURES: dict[str, tuple[str, ...]] = {
+    "chat_completions": ("chat_completions",),
+    "chat_completions_streaming": ("chat_completions",),
+    "responses_api": ("responses",),
+    "responses_streaming": ("responses",),
+    "run_submission": ("runs",),
+    "run_status": ("run_status",),
+    "run_events_sse": ("run_events",),
+    "run_stop": ("run_stop",),
+    "run_approval_response": ("run_approval",),
+    "approval_events": ("run_approval",),
+    "session_resources": (
+        "sessions",
+        "session_create",
+        "session",
+        "session_update",
+        "session_delete",
+        "session_messages",
+    ),
+    "session_chat": ("session_chat",),
+    "session_chat_streaming": ("session_chat_stream",),
+    "session_fork": ("session_fork",),
+    "skills_api": ("skills",),
+    "session_model_lock": ("session_model_lock",),
+    "model_options": ("model_options",),
+}
+
+# Upstream also reports these as false; nothing here implements them and no route implies them.
+UNSUPPORTED_FEATURES = (
+    "admin_config_rw",
+    "jobs_admin",
+    "memory_write_api",
+    "audio_api",
+    "realtime_voice",
+)
+
+RUNTIME_DESCRIPTION = (
+    "Agent turns run server-side on queue workers; tools execute on the worker. Run and session "
+    "event streams are stored in Redis and resumable from any replica with Last-Event-ID."
+)
+
+
+def routed_endpoints(app: web.Application) -> dict[str, dict[str, str]]:
+    """The upstream-named endpoints this app really routes, read from its router."""
+    found: dict[str, dict[str, str]] = {}
+    for route in app.router.routes():
+        resource = route.resource
+        if resource is None:
+            continue
+        name = ENDPOINT_NAMES.get((route.method, resource.canonical))
+        if name is not None:
+            found[name] = {"method": route.method, "path": resource.canonical}
+    return found
+
+
+def features(endpoints: dict[str, Any]) -> dict[str, Any]:
+    """Feature flags that follow from ``endpoints`` plus the few facts no route expresses."""
+    flags: dict[str, Any] = {
+        name: all(e in endpoints for e in needs) for name, needs in ROUTE_FEATURES.items()
+    }
+    streams = {"run_events", "session_chat_stream", "session_chat_resume"} & endpoints.keys()
+    # Tool progress rides on every event stream we serve (tool.started / tool.completed).
+    flags["tool_progress_events"] = bool(streams & {"run_events", "session_chat_stream"})
+    # Ours: every stream frame carries an id and can be resumed (Last-Event-ID / ?after=).
+    flags["resumable_streams"] = bool(streams)
+    flags.update(dict.fromkeys(UNSUPPORTED_FEATURES, False))
+    # Session continuity via X-Hermes-Session-Id belongs to /v1/chat/completions, which does
+    # not honour it yet: null rather than upstream's header name. Set it when implemented.
+    flags["session_continuity_header"] = None
+    # Session chat (both endpoints) validates and echoes X-Hermes-Session-Key.
+    chat = {"session_chat", "session_chat_stream"} & endpoints.keys()
+    flags["session_key_header"] = "X-Hermes-Session-Key" if chat else None
+    flags["cors"] = False  # no CORS middleware: cross-origin browsers are not served
+    return flags
+
+
+async def capabilities(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    endpoints = routed_endpoints(request.app)
+    return web.json_response(
+        {
+            "object": "hermes.api_server.capabilities",
+            "platform": PLATFORM,
+            "model": settings.model_name,
+            "auth": {"type": "bearer", "required": bool(settings.api_key)},
+            "runtime": {
+                "mode": "server_agent",
+                "tool_execution": "server",
+                "split_runtime": False,
+                "description": RUNTIME_DESCRIPTION,
+            },
+            "features": features(endpoints),
+            "endpoints": endpoints,
+        }
+    )
+
+
+async def models(request: web.Request) -> web.Response:
+    """OpenAI model list. Only the advertised name: provider details and keys never leave."""
+    name = request.app[SETTINGS].model_name
+    entry = {
+        "id": name,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": "hermes",
+        "permission": [],
+        "root": name,
+        "parent": None,
+    }
+    return web.json_response({"object": "list", "data": [entry]})
+
+
+Check = Callable[[], Awaitable[dict[str, Any]]]
+
+
+async def _guarded(name: str, check: Check, *fields: str) -> dict[str, Any]:
+    """Run one check under its own timeout, turning any failure into ``status: error``.
+
+    A readiness probe must answer even (above all) when a backend is down, so failures stay
+    inside the check instead of reaching the error middleware, which would answer 503. The
+    check's ``fields`` are still present (null) so dashboards need no second schema.
+    """
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            return await check()
+    except Exception as exc:
+        log.warning("readiness check %s failed: %r", name, exc)
+        # The class name only: messages may carry hosts or database names.
+        reason = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+        return {"status": "error", **dict.fromkeys(fields), "error": reason}
+
+
+async def health_detailed(request: web.Request) -> web.Response:
+    app = request.app
+    settings = app[SETTINGS]
+    redis = app[REDIS]
+    keys = Keys(settings.namespace)
+
+    async def check_redis() -> dict[str, Any]:
+        started = time.perf_counter()
+        await redis.ping()
+        latency = round((time.perf_counter() - started) * 1000, 2)
+        return {"status": "ok", "latency_ms": latency}
+
+    async def check_store() -> dict[str, Any]:
+        store = app[STORE]
+        await store.ping()
+        version = await store.schema_version()
+        # A reachable but unmigrated database still fails every session request.
+        status = "ok" if version >= LATEST_VERSION else "error"
+        return {"status": status, "schema_version": version}
+
+    async def check_workers() -> dict[str, Any]:
+        # Live = heartbeat within one lease: older than that, the reaper treats its runs as lost.
+        since_ms = int((time.time() - settings.lease_seconds) * 1000)
+        ids = await redis.zrangebyscore(keys.workers, since_ms, "+inf")
+        slots = busy = 0
+        if ids:
+            async with redis.pipeline(transaction=False) as pipe:
+                for worker_id in ids:
+                    pipe.hmget(keys.worker(worker_id.decode()), "slots", "busy")
+                for worker_slots, worker_busy in await pipe.execute():
+                    slots += int(worker_slots or 0)
+                    busy += int(worker_busy or 0)
+        status = "ok" if ids else "error"
+        return {"status": status, "count": len(ids), "slots": slots, "busy": busy}
+
+    async def check_queue() -> dict[str, Any]:
+        return {"status": "ok", "ready": await redis.zcard(keys.queue)}
+
+    redis_check, store_check, workers_check, queue_check = await asyncio.gather(
+        _guarded("redis", check_redis, "latency_ms"),
+        _guarded("session_store", check_store, "schema_version"),
+        _guarded("workers", check_workers, "count", "slots", "busy"),
+        _guarded("queue", check_queue, "ready"),
+    )
+    checks = {"redis": redis_check, "session_store": store_check, "workers": workers_check}
+    status = "ok" if all(c["status"] == "ok" for c in checks.values()) else "degraded"
+    return web.json_response(
+        {
+            "status": status,
+            "readiness": {"status": status, "checks": checks},
+            "platform": PLATFORM,
+            "version": __version__,
+            "updated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "pid": os.getpid(),
+            "queue": {"ready": queue_check.get("ready")},
+        }
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/capabilities", capabilities)
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/health/detailed", health_detailed)
