@@ -35,6 +35,8 @@ class Settings:
     # Redis and naming
     redis_url: str = "redis://127.0.0.1:6379/0"
     namespace: str = "hq"
+    # Connections per process pool (requests wait for one rather than open more).
+    redis_pool_size: int = 32
     # HTTP API
     host: str = "127.0.0.1"
     port: int = 8642

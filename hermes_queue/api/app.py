@@ -6,14 +6,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import redis.asyncio as aioredis
 from aiohttp import web
 
 from hermes_queue import __version__
-from hermes_queue.api import runs, session_chat, sessions
+from hermes_queue.api import discovery, runs, session_chat, sessions
 from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS, STORE
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
 from hermes_queue.config import Settings
+from hermes_queue.redis_client import connect
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
 from hermes_queue.streams.hub import StreamHub
@@ -26,7 +26,7 @@ async def health(request: web.Request) -> web.Response:
 
 async def _backends(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    redis = aioredis.Redis.from_url(settings.redis_url, health_check_interval=30)
+    redis = connect(settings)
     hub = StreamHub.from_settings(settings, redis=redis)
     await hub.start()
     app[REDIS] = redis
@@ -54,4 +54,5 @@ def create_app(settings: Settings) -> web.Application:
     runs.add_routes(app)
     sessions.add_routes(app)
     session_chat.add_routes(app)
+    discovery.add_routes(app)
     return app

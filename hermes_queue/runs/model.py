@@ -39,6 +39,8 @@ class RunRecord:
     session_id: str
     status: str
     attempt: int = 0
+    # Events written so far (by every attempt).
+    seq: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
     model: str = ""
@@ -66,6 +68,7 @@ class RunRecord:
             session_id=_text(raw, "session_id"),
             status=_text(raw, "status"),
             attempt=int(_text(raw, "attempt") or 0),
+            seq=int(_text(raw, "seq") or 0),
             created_at=float(_text(raw, "created_at") or 0),
             updated_at=float(_text(raw, "updated_at") or 0),
             model=_text(raw, "model"),

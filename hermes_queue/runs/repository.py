@@ -81,6 +81,8 @@ class RunRepository:
                 "renew",
                 "reap",
                 "release",
+                "ensure_job",
+                "expired",
             )
         }
 
@@ -218,7 +220,7 @@ class RunRepository:
     async def claim(self, run_id: str, worker_id: str) -> Claim | None:
         """Take a queued run; None when it is gone, finished or held by a live attempt."""
         result = await self._scripts["claim"](
-            keys=[self.keys.run(run_id), self.keys.leases],
+            keys=[self.keys.run(run_id), self.keys.leases, self.keys.queue],
             args=[
                 run_id,
                 worker_id,
@@ -235,14 +237,22 @@ class RunRepository:
         return Claim(record=record, attempt=record.attempt)
 
     async def append(
-        self, run_id: str, attempt: int, events: list[tuple[str, dict[str, Any]]]
+        self,
+        run_id: str,
+        attempt: int,
+        events: list[tuple[str, dict[str, Any]]],
+        batch_token: str | None = None,
     ) -> list[str] | None:
-        """Fenced append; None when this attempt no longer owns the run."""
+        """Fenced append; None when this attempt no longer owns the run.
+
+        Retrying with the same ``batch_token`` after a lost reply never appends twice.
+        """
         args: list[Any] = [
             attempt,
             self.settings.stream_maxlen,
             self.settings.retention_seconds,
             repr(time.time()),
+            batch_token or uuid.uuid4().hex,
         ]
         for event_type, data in events:
             args += [event_type, encode_data(data)]
@@ -282,10 +292,30 @@ class RunRepository:
 
     async def release(self, run_id: str, attempt: int) -> str:
         result = await self._scripts["release"](
-            keys=[self.keys.run(run_id), self.keys.leases],
-            args=[run_id, attempt, repr(time.time())],
+            keys=[
+                self.keys.run(run_id),
+                self.keys.leases,
+                self.keys.queue,
+                self.keys.arq_job(run_id),
+            ],
+            args=[
+                run_id,
+                attempt,
+                repr(time.time()),
+                run_job_payload(run_id),
+                JOB_TTL_MS,
+                self.keys.wake_channel,
+            ],
         )
         return _decode(result)
+
+    async def ensure_job(self, run_id: str) -> bool:
+        """Give a queued run back its arq job if a finished delivery took it away."""
+        result = await self._scripts["ensure_job"](
+            keys=[self.keys.run(run_id), self.keys.arq_job(run_id), self.keys.queue],
+            args=[run_id, run_job_payload(run_id), JOB_TTL_MS, self.keys.wake_channel],
+        )
+        return bool(result)
 
     def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
         """Keys and args of one lease renewal (the lease keeper pipelines many)."""
@@ -300,8 +330,7 @@ class RunRepository:
 
     # -- reaper ----------------------------------------------------------------------------
     async def expired_leases(self, limit: int = 100) -> list[str]:
-        now_ms = int(time.time() * 1000)
-        ids = await self.redis.zrangebyscore(self.keys.leases, "-inf", now_ms, start=0, num=limit)
+        ids = await self._scripts["expired"](keys=[self.keys.leases], args=[limit])
         return [_decode(run_id) for run_id in ids]
 
     async def reap(self, run_id: str) -> str:

@@ -74,9 +74,10 @@ class LeaseKeeper:
         with self._lock:
             self._runs[run_id] = attempt
 
-    def untrack(self, run_id: str) -> None:
+    def untrack(self, run_id: str, attempt: int) -> None:
         with self._lock:
-            self._runs.pop(run_id, None)
+            if self._runs.get(run_id) == attempt:
+                del self._runs[run_id]
 
     def _loop_forever(self) -> None:
         while not self._stop.is_set():

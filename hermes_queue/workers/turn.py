@@ -3,14 +3,15 @@
 arq delivers at least once, so the job starts by claiming the run; a run that is finished,
 gone or held by a live attempt makes the job a no-op. Whatever happens after a successful
 claim, the run ends with exactly one terminal event written by this attempt, or is handed back
-to the queue (shutdown), or is left to the reaper (this attempt lost its lease).
+to the queue (worker shutdown), or is left to the reaper (this attempt lost its lease).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,14 +19,14 @@ from hermes_queue.agents.base import (
     AgentBackend,
     AgentError,
     AgentRequest,
-    AgentResult,
     CancelToken,
     TurnCancelled,
 )
 from hermes_queue.events import EventType
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.logs import run_id_var
 from hermes_queue.runs.repository import Claim, RunRepository
 from hermes_queue.store.base import SessionStore, StoreError
+from hermes_queue.workers import outcome
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink
@@ -38,6 +39,7 @@ class ActiveRun:
     attempt: int
     token: CancelToken
     lease_lost: bool = False
+    timed_out: bool = False
 
 
 @dataclass
@@ -49,6 +51,9 @@ class WorkerRuntime:
     backend: AgentBackend
     keeper: LeaseKeeper | None = None
     store: SessionStore | None = None
+    turn_timeout: float = 3600.0
+    # True once the worker stops taking jobs: a cancelled turn is then handed back.
+    shutting_down: Callable[[], bool] = lambda: False
     active: dict[str, ActiveRun] = field(default_factory=dict)
 
     def signal(self, run_id: str, verdict: int) -> None:
@@ -80,19 +85,42 @@ def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> 
 
 async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
     runtime: WorkerRuntime = ctx["hq"]
-    claim = await runtime.repository.claim(run_id, runtime.worker_id)
+    run_id_var.set(run_id)
+    claim = await _claim(runtime, run_id)
     if claim is None:
         return "skipped"
     active = ActiveRun(attempt=claim.attempt, token=CancelToken())
     runtime.active[run_id] = active
     if runtime.keeper is not None:
         runtime.keeper.track(run_id, claim.attempt)
+    timer = asyncio.get_running_loop().call_later(runtime.turn_timeout, _time_out, active)
     try:
         return await _drive(runtime, claim, active)
     finally:
-        runtime.active.pop(run_id, None)
+        timer.cancel()
+        # A later delivery of the same run may have replaced this entry: leave that one alone.
+        if runtime.active.get(run_id) is active:
+            del runtime.active[run_id]
         if runtime.keeper is not None:
-            runtime.keeper.untrack(run_id)
+            runtime.keeper.untrack(run_id, claim.attempt)
+
+
+async def _claim(runtime: WorkerRuntime, run_id: str) -> Claim | None:
+    """Claim, and if the job is cancelled mid-claim, still hand back what was claimed."""
+    claiming = asyncio.ensure_future(runtime.repository.claim(run_id, runtime.worker_id))
+    try:
+        return await asyncio.shield(claiming)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            claim = await claiming
+            if claim is not None:
+                await outcome.hand_back(runtime.repository, run_id, claim.attempt)
+        raise
+
+
+def _time_out(active: ActiveRun) -> None:
+    active.timed_out = True
+    active.token.cancel("turn timed out")
 
 
 async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str:
@@ -102,111 +130,89 @@ async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str
     if claim.record.persist and runtime.store is not None:
         turn_log = SessionTurnLog(runtime.store, run_id, claim.record.session_id)
     try:
-        history = await turn_log.history() if turn_log else None
-        request = build_request(claim, history)
-        if turn_log:
-            await turn_log.record_user(request.message)
-        if attempt == 1:
-            await sink.emit(
-                EventType.RUN_STARTED,
-                {
-                    "attempt": attempt,
-                    "user_message": {"role": "user", "content": request.message},
-                    "runtime": claim.record.route,
-                },
-            )
-        else:
-            await sink.emit(EventType.RUN_RESTARTED, {"attempt": attempt})
+        request = await _start(claim, sink, turn_log)
         result = await runtime.backend.run_turn(request, sink, active.token)
+        await sink.flush()
         if turn_log:
             await turn_log.record_reply(result)
     except TurnCancelled:
-        if active.lease_lost:
-            log.warning("run %s attempt %d lost its lease; stopped the turn", run_id, attempt)
-            return "lease_lost"
-        await _settle(repo, run_id, attempt, RunStatus.CANCELLED, EventType.RUN_CANCELLED, {}, {})
-        return "cancelled"
+        return await _end_cancelled(repo, sink, claim, active)
     except AgentError as exc:
-        await _fail(repo, run_id, attempt, str(exc), "agent_error")
-        return "failed"
+        return await _end_failed(repo, sink, claim, str(exc), "agent_error")
+    except StoreError as exc:
+        log.error("run %s: session store failed: %s", run_id, exc)
+        return await _end_failed(
+            repo, sink, claim, "session store unavailable", "session_db_unavailable"
+        )
     except LeaseLost:
         log.warning("run %s attempt %d lost its lease; its writes are fenced", run_id, attempt)
         return "lease_lost"
-    except StoreError as exc:
-        log.error("run %s: session store failed: %s", run_id, exc)
-        await _fail(repo, run_id, attempt, "session store unavailable", "session_db_unavailable")
-        return "failed"
     except EventPublishFailed as exc:
         log.error("run %s: Redis unreachable while publishing: %s", run_id, exc)
-        await _fail(repo, run_id, attempt, "event publishing failed: Redis unreachable", "redis")
+        await outcome.fail(repo, run_id, attempt, "event publishing failed", "redis")
         return "failed"
     except asyncio.CancelledError:
-        await asyncio.shield(_hand_back(repo, run_id, attempt))
+        if runtime.shutting_down():
+            await asyncio.shield(outcome.hand_back(repo, run_id, attempt))
+        else:  # arq's own job timeout, a backstop behind ours
+            await asyncio.shield(outcome.fail(repo, run_id, attempt, "turn timed out", "timeout"))
         raise
     except Exception as exc:
         log.exception("run %s failed in the worker", run_id)
-        await _fail(repo, run_id, attempt, f"internal error ({type(exc).__name__})", "internal")
-        return "failed"
-    await _complete(repo, run_id, attempt, result)
+        return await _end_failed(
+            repo, sink, claim, f"internal error ({type(exc).__name__})", "internal"
+        )
+    await outcome.complete(repo, run_id, attempt, result)
     return "completed"
 
 
-async def _settle(
-    repo: RunRepository,
-    run_id: str,
-    attempt: int,
-    status: RunStatus,
-    event_type: EventType,
-    data: dict[str, Any],
-    fields: dict[str, str],
-) -> None:
+async def _start(claim: Claim, sink: RunEventSink, turn_log: SessionTurnLog | None) -> AgentRequest:
+    history = await turn_log.history() if turn_log else None
+    request = build_request(claim, history)
+    if turn_log:
+        await turn_log.record_user(request.message)
+    # An attempt whose predecessors wrote nothing is, for clients, the start of the run.
+    if claim.attempt == 1 or claim.record.seq == 0:
+        data = {
+            "attempt": claim.attempt,
+            "user_message": {"role": "user", "content": request.message},
+            "runtime": claim.record.route,
+        }
+        await sink.emit(EventType.RUN_STARTED, data)
+    else:
+        await sink.emit(EventType.RUN_RESTARTED, {"attempt": claim.attempt})
+    return request
+
+
+async def _flushed(sink: RunEventSink) -> bool:
+    """Write what the backend emitted before the terminal event; False if the lease is gone."""
     try:
-        written = await repo.finish(run_id, attempt, status, event_type, data, fields)
+        await sink.flush()
+    except LeaseLost:
+        return False
     except Exception:
-        # The lease will lapse and the reaper settles the run; log and move on.
-        log.exception("run %s: could not write its terminal event", run_id)
-        return
-    if written is None:
-        log.warning("run %s attempt %d: terminal write fenced off", run_id, attempt)
+        log.exception("run %s: events before the terminal one were lost", sink.run_id)
+    return True
 
 
-async def _fail(repo: RunRepository, run_id: str, attempt: int, error: str, reason: str) -> None:
-    await _settle(
-        repo,
-        run_id,
-        attempt,
-        RunStatus.FAILED,
-        EventType.RUN_FAILED,
-        {"error": error, "reason": reason},
-        {"error": error, "reason": reason},
-    )
+async def _end_cancelled(
+    repo: RunRepository, sink: RunEventSink, claim: Claim, active: ActiveRun
+) -> str:
+    run_id, attempt = claim.record.run_id, claim.attempt
+    if active.lease_lost or not await _flushed(sink):
+        log.warning("run %s attempt %d lost its lease; stopped the turn", run_id, attempt)
+        return "lease_lost"
+    if active.timed_out:
+        await outcome.fail(repo, run_id, attempt, "turn timed out", "timeout")
+        return "failed"
+    await outcome.cancel(repo, run_id, attempt)
+    return "cancelled"
 
 
-async def _complete(repo: RunRepository, run_id: str, attempt: int, result: AgentResult) -> None:
-    usage = result.usage.as_dict()
-    await _settle(
-        repo,
-        run_id,
-        attempt,
-        RunStatus.COMPLETED,
-        EventType.RUN_COMPLETED,
-        {
-            "output": result.output,
-            "usage": usage,
-            "messages": result.messages,
-            "runtime": result.runtime,
-        },
-        {"output": result.output, "usage": json.dumps(usage)},
-    )
-
-
-async def _hand_back(repo: RunRepository, run_id: str, attempt: int) -> None:
-    """Worker shutdown: give the run back to the queue, or cancel it if a stop is pending."""
-    try:
-        verdict = await repo.release(run_id, attempt)
-        if verdict == "stopping":
-            await _settle(
-                repo, run_id, attempt, RunStatus.CANCELLED, EventType.RUN_CANCELLED, {}, {}
-            )
-    except Exception:
-        log.exception("run %s: hand-back failed; the reaper will settle it", run_id)
+async def _end_failed(
+    repo: RunRepository, sink: RunEventSink, claim: Claim, error: str, reason: str
+) -> str:
+    if not await _flushed(sink):
+        return "lease_lost"
+    await outcome.fail(repo, claim.record.run_id, claim.attempt, error, reason)
+    return "failed"

@@ -1,10 +1,7 @@
-"""The worker process: an arq Worker that wakes on enqueue, plus lease keeper, control and reaper.
+"""The worker process: a wakeable arq worker wired to hermes-queue, with its side tasks.
 
-arq polls its queue every ``poll_delay`` (0.5 s by default), so a job waits up to that long
-before it starts. Job pickup latency is a product feature here, so the worker also listens on a
-pub/sub channel that the enqueue script publishes to, and polls at once when told; the timed
-poll stays as a fallback (and for a freed slot, which wakes it too). An idle worker therefore
-sends a couple of commands per second, not a busy loop.
+Beside arq's job loop a worker runs: a pub/sub listener (enqueue wake-ups and stop requests),
+the lease keeper thread, and a reaper. Jobs are msgpack, never pickle.
 """
 
 from __future__ import annotations
@@ -19,97 +16,21 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from arq.connections import RedisSettings
-from arq.worker import Worker, func
+from arq.worker import func
 
 from hermes_queue.agents import load_backend
 from hermes_queue.config import Settings
 from hermes_queue.jobs import RUN_TURN, deserialize, serialize
 from hermes_queue.keys import Keys
+from hermes_queue.redis_client import connect
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
 from hermes_queue.workers.reaper import reap_forever
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
+from hermes_queue.workers.wakeable import WakeableWorker
 
 log = logging.getLogger(__name__)
-
-
-class WakeableWorker(Worker):
-    """arq's Worker with its fixed-interval poll replaced by "poll on wake-up or timeout"."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.wake_event = asyncio.Event()
-        # Set once the wake-up channel is subscribed: from then on no enqueue can be missed.
-        self.listening = asyncio.Event()
-        self._watched: set[str] = set()
-
-    def wake(self) -> None:
-        self.wake_event.set()
-
-    async def main(self) -> None:  # mirrors arq's Worker.main, with the wait swapped
-        if self._pool is None:
-            from arq.connections import create_pool
-
-            self._pool = await create_pool(
-                self.redis_settings,
-                job_deserializer=self.job_deserializer,
-                job_serializer=self.job_serializer,
-                default_queue_name=self.queue_name,
-                expires_extra_ms=self.expires_extra_ms,
-            )
-        self.ctx["redis"] = self.pool
-        if self.on_startup:
-            await self.on_startup(self.ctx)
-        while True:
-            self.wake_event.clear()
-            before = len(self.tasks)
-            await self._poll_iteration()
-            self._watch_new_tasks()
-            if self.burst and await self._burst_done():
-                return
-            if len(self.tasks) > before and self.job_counter < self.max_jobs:
-                continue  # took jobs and has room: look again before sleeping
-            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
-            # lands as the event fires, and the worker would then never stop.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll_delay_s):
-                    await self.wake_event.wait()
-
-    async def close(self) -> None:
-        """Stop: running turns are cancelled (and so handed back), then hooks and pool close.
-
-        arq's own close() gathers the job tasks it has just cancelled without
-        ``return_exceptions`` when signals are not handled, and so raises CancelledError.
-        """
-        if self._pool is None:
-            return
-        for task in self.tasks.values():
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
-        await self.pool.delete(self.health_check_key)
-        if self.on_shutdown:
-            await self.on_shutdown(self.ctx)
-        await self.pool.aclose()
-        self._pool = None
-
-    def _watch_new_tasks(self) -> None:
-        """A finished job frees a slot: wake the loop so a waiting job starts at once."""
-        self._watched &= set(self.tasks)
-        for job_id, task in self.tasks.items():
-            if job_id not in self._watched:
-                self._watched.add(job_id)
-                task.add_done_callback(lambda _t: self.wake_event.set())
-
-    async def _burst_done(self) -> bool:
-        if 0 <= self.max_burst_jobs <= self._jobs_started():
-            await asyncio.gather(*self.tasks.values())
-            return True
-        if await self.pool.zcard(self.queue_name) == 0:
-            await asyncio.gather(*self.tasks.values())
-            return True
-        return False
 
 
 async def _listen(
@@ -152,7 +73,8 @@ def build_worker(
     background: list[asyncio.Task[None]] = []
 
     async def on_startup(ctx: dict[str, Any]) -> None:
-        redis = aioredis.Redis.from_url(settings.redis_url)
+        redis = connect(settings)
+        listener = connect(settings, for_pubsub=True)
         repository = RunRepository(redis, settings)
         backend = load_backend(settings.agent_backend, token_delay=settings.echo_token_delay)
         runtime = WorkerRuntime(
@@ -160,6 +82,8 @@ def build_worker(
             repository=repository,
             backend=backend,
             store=await open_store(settings),
+            turn_timeout=float(settings.job_timeout_seconds),
+            shutting_down=lambda: worker.shutting_down,
         )
         loop = asyncio.get_running_loop()
         runtime.keeper = LeaseKeeper(
@@ -167,8 +91,8 @@ def build_worker(
         )
         runtime.keeper.start()
         ctx["hq"] = runtime
-        ctx["hq_redis"] = redis
-        background.append(asyncio.create_task(_listen(redis, keys, worker, runtime)))
+        ctx["hq_redis"] = [redis, listener]
+        background.append(asyncio.create_task(_listen(listener, keys, worker, runtime)))
         background.append(
             asyncio.create_task(reap_forever(repository, settings.reaper_interval_seconds))
         )
@@ -190,8 +114,15 @@ def build_worker(
             await runtime.backend.aclose()
             if runtime.store is not None:
                 await runtime.store.close()
-        if "hq_redis" in ctx:
-            await ctx["hq_redis"].aclose()
+        for client in ctx.get("hq_redis", []):
+            await client.aclose()
+
+    async def after_job_end(ctx: dict[str, Any]) -> None:
+        runtime: WorkerRuntime = ctx["hq"]
+        try:
+            await runtime.repository.ensure_job(ctx["job_id"])
+        except Exception:
+            log.exception("could not check the queue entry of %s", ctx["job_id"])
 
     worker = WakeableWorker(
         functions=[func(run_turn, name=RUN_TURN, max_tries=1000)],
@@ -200,10 +131,12 @@ def build_worker(
         burst=burst,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
+        after_job_end=after_job_end,
         handle_signals=handle_signals,
         job_completion_wait=int(settings.drain_seconds),
         max_jobs=settings.worker_concurrency,
-        job_timeout=settings.job_timeout_seconds,
+        # Our own turn timeout fails the run cleanly; arq's is only a backstop behind it.
+        job_timeout=settings.job_timeout_seconds + 60,
         keep_result=0,
         poll_delay=settings.poll_seconds,
         max_tries=1000,

@@ -135,7 +135,9 @@ async def test_events_carry_seq_attempt_and_session(
     assert {e.attempt for e in got} == {1} and {e.session_id for e in got} == {"s1"}
 
 
-async def test_released_run_goes_back_to_the_queue(repo: RunRepository) -> None:
+async def test_released_run_goes_back_to_the_queue_for_another_attempt(
+    repo: RunRepository,
+) -> None:
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
     assert await repo.release(run_id, 1) == "released"
@@ -143,3 +145,68 @@ async def test_released_run_goes_back_to_the_queue(repo: RunRepository) -> None:
     assert record is not None and record.status == "queued"
     again = await repo.claim(run_id, "w2")
     assert again is not None and again.attempt == 2
+
+
+async def test_claim_takes_the_job_out_of_the_queue(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    run_id = await create(repo)
+    await repo.claim(run_id, "w1")
+    assert await redis.zscore(keys.queue, run_id) is None
+
+
+async def test_requeued_run_gets_its_job_back_after_a_stale_delivery_ends(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    run_id = await create(repo)
+    await repo.claim(run_id, "w1")
+    await expire_lease(redis, keys, run_id)
+    assert await repo.reap(run_id) == "requeued"
+    # The frozen attempt's arq delivery ends: arq deletes the job and its queue entry.
+    await redis.delete(keys.arq_job(run_id))
+    await redis.zrem(keys.queue, run_id)
+    assert await repo.ensure_job(run_id)
+    assert await redis.exists(keys.arq_job(run_id))
+    assert await redis.zscore(keys.queue, run_id) is not None
+    # Nothing to do for a run that is running or finished.
+    claim = await repo.claim(run_id, "w2")
+    assert claim is not None
+    assert not await repo.ensure_job(run_id)
+
+
+async def test_retried_append_with_the_same_token_does_not_duplicate(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    run_id = await create(repo)
+    await repo.claim(run_id, "w1")
+    batch = [("message.delta", {"delta": "a"}), ("message.delta", {"delta": "b"})]
+    first = await repo.append(run_id, 1, batch, batch_token="tok-1")
+    again = await repo.append(run_id, 1, batch, batch_token="tok-1")
+    assert first == again and first is not None and len(first) == 2
+    assert [e.data["delta"] for e in await events(redis, keys, run_id)] == ["a", "b"]
+
+
+async def test_released_run_is_queued_with_a_job_and_workers_are_woken(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    run_id = await create(repo)
+    await repo.claim(run_id, "w1")
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(keys.wake_channel)
+    await pubsub.get_message(timeout=1)  # the subscribe confirmation
+    assert await repo.release(run_id, 1) == "released"
+    assert await redis.zscore(keys.queue, run_id) is not None
+    assert await redis.exists(keys.arq_job(run_id))
+    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+    assert message is not None and message["data"].decode() == run_id
+    await pubsub.aclose()
+
+
+async def test_expired_leases_use_the_redis_clock(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    run_id = await create(repo)
+    await repo.claim(run_id, "w1")
+    assert await repo.expired_leases() == []
+    await expire_lease(redis, keys, run_id)
+    assert await repo.expired_leases() == [run_id]

@@ -1,0 +1,126 @@
+"""arq's Worker, made to wake on enqueue, survive Redis outages and stop cleanly.
+
+arq polls its queue every ``poll_delay`` (0.5 s by default), so a job waits up to that long
+before it starts. Job pickup latency is a product feature here, so ``wake()`` (called when the
+enqueue script's pub/sub message arrives, or when a slot frees) makes the loop poll at once; the
+timed poll stays as a fallback. An idle worker therefore sends a few commands per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from arq.connections import create_pool
+from arq.worker import Worker
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+
+class WakeableWorker(Worker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.wake_event = asyncio.Event()
+        # Set once the wake-up channel is subscribed: from then on no enqueue can be missed.
+        self.listening = asyncio.Event()
+        self._watched: set[str] = set()
+
+    def wake(self) -> None:
+        self.wake_event.set()
+
+    @property
+    def shutting_down(self) -> bool:
+        return not self.allow_pick_jobs
+
+    async def main(self) -> None:  # mirrors arq's Worker.main, with the wait swapped
+        if self._pool is None:
+            self._pool = await create_pool(
+                self.redis_settings,
+                job_deserializer=self.job_deserializer,
+                job_serializer=self.job_serializer,
+                default_queue_name=self.queue_name,
+                expires_extra_ms=self.expires_extra_ms,
+            )
+        self.ctx["redis"] = self.pool
+        if self.on_startup:
+            await self.on_startup(self.ctx)
+        backoff = 0.1
+        while True:
+            self.wake_event.clear()
+            before = len(self.tasks)
+            try:
+                await self._poll_iteration()
+                backoff = 0.1
+            except (RedisError, OSError) as exc:
+                # Redis away: keep the process and its running turns; poll again shortly.
+                log.warning("queue poll failed (%s); retrying in %.1fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            self._watch_new_tasks()
+            if self.burst and await self._burst_done():
+                return
+            if len(self.tasks) > before and self.job_counter < self.max_jobs:
+                continue  # took jobs and has room: look again before sleeping
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+            # lands as the event fires, and the worker would then never stop.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_delay_s):
+                    await self.wake_event.wait()
+
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        """arq's, minus the ids this worker is already running (a redelivery of a live run)."""
+        await super().start_jobs(
+            [job_id for job_id in job_ids if job_id.decode() not in self.tasks]
+        )
+
+    def handle_sig(self, signum: Any) -> None:
+        """Immediate stop (no drain window): mark it, so cancelled turns are handed back."""
+        self.allow_pick_jobs = False
+        super().handle_sig(signum)
+
+    async def close(self) -> None:
+        """Stop: running turns are cancelled (and so handed back), then hooks and pool close.
+
+        arq's own close() gathers the job tasks it has just cancelled without
+        ``return_exceptions`` when signals are not handled, and so raises CancelledError; and
+        it skips the shutdown hook when Redis is away.
+        """
+        if self._pool is None:
+            return
+        self.allow_pick_jobs = False
+        for task in self.tasks.values():
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        try:
+            with contextlib.suppress(RedisError, OSError):
+                await self.pool.delete(self.health_check_key)
+        finally:
+            try:
+                if self.on_shutdown:
+                    await self.on_shutdown(self.ctx)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await self.pool.aclose()
+                self._pool = None
+
+    def _watch_new_tasks(self) -> None:
+        """A finished job frees a slot: wake the loop so a waiting job starts at once."""
+        self._watched &= set(self.tasks)
+        for job_id, task in self.tasks.items():
+            if job_id not in self._watched:
+                self._watched.add(job_id)
+                task.add_done_callback(lambda _t: self.wake_event.set())
+
+    async def _burst_done(self) -> bool:
+        if 0 <= self.max_burst_jobs <= self._jobs_started():
+            await asyncio.gather(*self.tasks.values())
+            return True
+        if await self.pool.zcard(self.queue_name) == 0:
+            await asyncio.gather(*self.tasks.values())
+            return True
+        return False

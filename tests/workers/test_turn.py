@@ -1,0 +1,138 @@
+"""The run job in one process: timeouts, redelivery, batching, Redis going away."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hermes_queue.agents.base import CancelToken
+from hermes_queue.agents.echo import EchoBackend
+from hermes_queue.client import HermesQueueClient
+from hermes_queue.config import Settings
+from hermes_queue.events import RunEvent
+from hermes_queue.keys import Keys
+from hermes_queue.redis_server import EmbeddedRedis, free_port
+from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.workers.sink import RunEventSink
+from hermes_queue.workers.turn import WorkerRuntime, run_turn
+from tests.api.conftest import running_api, running_worker
+
+
+async def test_turn_over_its_time_limit_fails_with_timeout(settings: Settings) -> None:
+    limited = settings.replace(job_timeout_seconds=1)
+    async with running_api(limited) as api, running_worker(limited):
+        run_id = (await (await api.post("/v1/runs", json={"input": "long [slow:0.5]"})).json())[
+            "run_id"
+        ]
+        async with HermesQueueClient(str(api.make_url("")), limited.api_key) as client:
+            client.base_url = client.base_url.rstrip("/")
+            events = [p async for _, p in client.iter_events(run_id)]
+        status = await (await api.get(f"/v1/runs/{run_id}")).json()
+    assert events[-1]["event"] == "run.failed" and events[-1]["reason"] == "timeout"
+    assert status["status"] == "failed"
+
+
+class SignallingEcho(EchoBackend):
+    """Echo that says when each attempt has started."""
+
+    def __init__(self, token_delay: float) -> None:
+        super().__init__(token_delay)
+        self.started: dict[int, asyncio.Event] = {1: asyncio.Event(), 2: asyncio.Event()}
+
+    async def run_turn(self, request: Any, sink: Any, cancel: CancelToken) -> Any:
+        self.started[request.attempt].set()
+        return await super().run_turn(request, sink, cancel)
+
+
+async def test_stale_attempt_ending_does_not_untrack_the_live_one(
+    redis: Any, settings: Settings
+) -> None:
+    repo = RunRepository(redis, settings)
+    backend = SignallingEcho(0.05)
+    runtime = WorkerRuntime(worker_id="w", repository=repo, backend=backend)
+    run_id = new_run_id()
+    await repo.create(run_id=run_id, session_id="s", request={"message": "a b c d e f g h i j"})
+    first = asyncio.create_task(run_turn({"hq": runtime}, run_id))
+    await backend.started[1].wait()
+    # Its lease lapses (say the process froze) and the reaper puts the run back in the queue;
+    # the same worker takes it again as attempt 2.
+    await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
+    assert await repo.reap(run_id) == "requeued"
+    second = asyncio.create_task(run_turn({"hq": runtime}, run_id))
+    await backend.started[2].wait()
+    assert await first == "lease_lost"
+    assert runtime.active[run_id].attempt == 2
+    assert await run_turn({"hq": runtime}, run_id) == "skipped"
+    assert await second == "completed"
+    assert run_id not in runtime.active
+
+
+async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Settings) -> None:
+    repo = RunRepository(redis, settings)
+    run_id = new_run_id()
+    await repo.create(run_id=run_id, session_id="s", request={})
+    await repo.claim(run_id, "w")
+    calls = 0
+    original = repo.append
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await original(*args, **kwargs)
+
+    repo.append = counting  # type: ignore[method-assign]
+    sink = RunEventSink(repo, run_id, 1)
+    for index in range(200):
+        await sink.delta(f"t{index} ")
+    await sink.flush()
+    entries = await redis.xrange(Keys(settings.namespace).events(run_id))
+    deltas = [RunEvent.from_entry(run_id, i, f).data.get("delta") for i, f in entries][1:]
+    assert deltas == [f"t{index} " for index in range(200)]
+    assert calls < 50
+
+
+async def test_cancel_token_sleep_is_interruptible() -> None:
+    token = CancelToken()
+    loop = asyncio.get_running_loop()
+    loop.call_soon(token.cancel, "stop")
+    try:
+        await token.sleep(30)
+    except Exception as exc:
+        assert type(exc).__name__ == "TurnCancelled"
+    else:
+        raise AssertionError("sleep ignored the cancel")
+
+
+async def test_redis_restart_api_answers_503_then_everything_recovers(settings: Settings) -> None:
+    port = free_port()
+    server = EmbeddedRedis.start(port)
+    local = settings.replace(redis_url=server.url)
+    try:
+        async with running_api(local) as api, running_worker(local) as worker:
+            first = await api.post("/v1/runs", json={"input": "before"})
+            assert first.status == 202
+            await _wait_finished(api, (await first.json())["run_id"])
+
+            server.stop()
+            down = await api.post("/v1/runs", json={"input": "while away"})
+            assert down.status == 503
+            assert (await down.json())["error"]["code"] == "redis_unavailable"
+            health = await api.get("/health")
+            assert health.status == 200
+
+            worker.listening.clear()
+            server = EmbeddedRedis.start(port)
+            await asyncio.wait_for(worker.listening.wait(), 20)
+            after = await api.post("/v1/runs", json={"input": "after"})
+            assert after.status == 202
+            status = await _wait_finished(api, (await after.json())["run_id"])
+            assert status["output"] == "Echo: after"
+    finally:
+        server.stop()
+
+
+async def _wait_finished(api: Any, run_id: str) -> dict[str, Any]:
+    response = await api.get(f"/v1/runs/{run_id}/events")
+    async for _ in response.content:
+        pass
+    return dict(await (await api.get(f"/v1/runs/{run_id}")).json())
