@@ -64,6 +64,30 @@ def dev(host: str | None, port: int | None) -> None:
 
 
 @main.command()
+def migrate() -> None:
+    """Apply pending session-store migrations (also done on start unless migrate_on_start=false)."""
+    from hermes_queue.store import StoreError, create_store
+
+    settings = _settings()
+
+    async def apply() -> list[int]:
+        store = create_store(settings.store_url, schema=settings.store_schema or None)
+        try:
+            return await store.migrate()
+        finally:
+            await store.close()
+
+    try:
+        applied = asyncio.run(apply())
+    except StoreError as exc:
+        raise click.ClickException(f"migration failed: {exc}") from None
+    if applied:
+        click.echo(f"applied migrations {', '.join(map(str, applied))}")
+    else:
+        click.echo("session store is up to date")
+
+
+@main.command()
 @click.argument("run_id")
 @click.option("--url", default=None, help="API base URL (default http://HOST:PORT from settings).")
 @click.option("--after", default=None, help="Resume after this event id.")

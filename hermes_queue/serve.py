@@ -41,16 +41,19 @@ def check_bind_safety(settings: Settings) -> None:
         )
 
 
-async def _wait_for_signal() -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """Install SIGINT/SIGTERM handlers now (before announcing readiness) and return the event
+    they set, so a signal that arrives right after start-up still stops us cleanly."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 async def serve_api(settings: Settings, *, announce: bool = True) -> None:
     check_bind_safety(settings)
+    stop = _stop_on_signals()
     runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=5.0)
@@ -58,7 +61,7 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
     if announce:
         log.info("API listening on http://%s:%d", settings.host, settings.port)
     try:
-        await _wait_for_signal()
+        await stop.wait()
     finally:
         await runner.cleanup()
 
@@ -89,6 +92,7 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
             parents=True, exist_ok=True
         )
     check_bind_safety(settings)
+    stop = _stop_on_signals()
     worker = build_worker(settings, handle_signals=False)
     runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
     await runner.setup()
@@ -104,7 +108,7 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
     )
     worker_task = asyncio.create_task(worker.main())
     try:
-        await _wait_for_signal()
+        await stop.wait()
     finally:
         worker.allow_pick_jobs = False
         worker_task.cancel()

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hermes_queue.cli import main
+
+
+def test_migrate_applies_then_reports_up_to_date(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", f"sqlite:///{tmp_path}/cli.db")
+    runner = CliRunner()
+    first = runner.invoke(main, ["migrate"])
+    assert first.exit_code == 0, first.output
+    assert first.output.startswith("applied migrations 1")
+    second = runner.invoke(main, ["migrate"])
+    assert second.exit_code == 0 and "up to date" in second.output
+
+
+def test_bad_setting_is_one_clear_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMES_QUEUE_PORTT", "1")
+    result = CliRunner().invoke(main, ["migrate"])
+    assert result.exit_code == 1
+    assert "unknown setting HERMES_QUEUE_PORTT" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_migrate_reports_an_unreachable_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    result = CliRunner().invoke(main, ["migrate"])
+    assert result.exit_code == 1 and "migration failed" in result.output
