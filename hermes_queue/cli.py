@@ -63,6 +63,34 @@ def dev(host: str | None, port: int | None) -> None:
     _run(serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ))
 
 
+@main.group()
+def config() -> None:
+    """Inspect the settings."""
+
+
+@config.command("check")
+def config_check() -> None:
+    """Validate the settings and say which providers have usable credentials (no secrets)."""
+    from hermes_queue.providers import CredentialsUnavailable, resolve_api_key
+
+    settings = _settings()
+    click.echo(f"settings OK (namespace {settings.namespace!r}, agent {settings.agent_backend})")
+    unusable = 0
+    for name, provider in sorted(settings.providers.items()):
+        try:
+            resolve_api_key(provider)
+        except CredentialsUnavailable as exc:
+            unusable += 1
+            click.echo(f"  provider {name}: NO CREDENTIALS ({exc})")
+        else:
+            source = provider.api_key_env or provider.api_key_file
+            click.echo(f"  provider {name}: credentials found ({source}) at {provider.base_url}")
+    for alias, route in sorted(settings.model_routes.items()):
+        click.echo(f"  route {alias} -> {route.provider or '(default)'}:{route.model}")
+    if unusable:
+        sys.exit(1)
+
+
 @main.command()
 def migrate() -> None:
     """Apply pending session-store migrations (also done on start unless migrate_on_start=false)."""

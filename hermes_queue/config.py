@@ -13,9 +13,18 @@ import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from hermes_queue.providers import (
+    ProviderConfigError,
+    ProviderSettings,
+    RouteSettings,
+    parse_providers,
+    parse_routes,
+    to_json,
+)
 
 ENV_PREFIX = "HERMES_QUEUE_"
 CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
@@ -57,9 +66,16 @@ class Settings:
     job_timeout_seconds: int = 3_600
     drain_seconds: float = 30.0
     poll_seconds: float = 0.5
-    # Agents
+    # Agents, providers and routes (HERMES_API §6.3). Keys live in env vars or files named by
+    # each provider entry, never here.
     agent_backend: str = "echo"
     echo_token_delay: float = 0.0
+    providers: dict[str, ProviderSettings] = field(default_factory=dict)
+    model_routes: dict[str, RouteSettings] = field(default_factory=dict)
+    default_provider: str = ""
+    default_model: str = ""
+    fallback_model: str = ""
+    direct_model_requests: bool = False
     # Sessions (SQL store)
     store_url: str = "sqlite:///.hermes-queue/hermes-queue.db"
     # PostgreSQL only: keep the tables in this schema (several deployments, or tests, per DB).
@@ -95,11 +111,26 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        for alias, route in self.model_routes.items():
+            if route.provider and route.provider not in self.providers:
+                raise ConfigError(
+                    f"model route {alias!r} names unknown provider {route.provider!r}"
+                )
+        if self.default_provider and self.default_provider not in self.providers:
+            raise ConfigError(f"default_provider {self.default_provider!r} is not configured")
         return self
+
+
+_TABLE_PARSERS = {"providers": parse_providers, "model_routes": parse_routes}
 
 
 def _cast(name: str, raw: Any, default: Any) -> Any:
     """Cast a raw env/file value to the type of the field's default; errors name the setting."""
+    if name in _TABLE_PARSERS:
+        try:
+            return _TABLE_PARSERS[name](raw)
+        except ProviderConfigError as exc:
+            raise ConfigError(str(exc)) from None
     kind = type(default)
     if isinstance(raw, kind) and not (kind is int and isinstance(raw, bool)):
         return raw
@@ -166,9 +197,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
     out: dict[str, str] = {}
     for f in fields(settings):
         value = getattr(settings, f.name)
-        out[ENV_PREFIX + f.name.upper()] = (
-            str(value).lower() if isinstance(value, bool) else str(value)
-        )
+        if f.name in _TABLE_PARSERS:
+            text = to_json(value)
+        else:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+        out[ENV_PREFIX + f.name.upper()] = text
     return out
 
 

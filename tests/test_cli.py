@@ -32,3 +32,20 @@ def test_migrate_reports_an_unreachable_database(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("HERMES_QUEUE_STORE_URL", "postgresql://nobody@127.0.0.1:1/none")
     result = CliRunner().invoke(main, ["migrate"])
     assert result.exit_code == 1 and "migration failed" in result.output
+
+
+def test_config_check_names_providers_without_printing_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "HERMES_QUEUE_PROVIDERS",
+        '{"good": {"base_url": "http://127.0.0.1:1/v1", "api_key_env": "GOOD_KEY"},'
+        ' "bad": {"base_url": "http://127.0.0.1:2/v1", "api_key_env": "MISSING_KEY"}}',
+    )
+    monkeypatch.setenv("GOOD_KEY", "sk-very-secret-value")
+    monkeypatch.delenv("MISSING_KEY", raising=False)
+    result = CliRunner().invoke(main, ["config", "check"])
+    assert result.exit_code == 1
+    assert "provider good: credentials found (GOOD_KEY)" in result.output
+    assert "provider bad: NO CREDENTIALS" in result.output
+    assert "sk-very-secret-value" not in result.output

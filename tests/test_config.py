@@ -56,3 +56,50 @@ def test_lease_must_outlast_heartbeats() -> None:
 def test_settings_env_round_trips() -> None:
     original = Settings(namespace="x1", port=1234, api_key="a" * 16, echo_token_delay=0.25)
     assert load_settings(settings_env(original)) == original
+
+
+def test_providers_and_routes_from_a_file_and_back_through_env(tmp_path: Path) -> None:
+    config = tmp_path / "hq.toml"
+    config.write_text(
+        'default_provider = "local"\n'
+        'default_model = "m-default"\n'
+        "[providers.local]\n"
+        'base_url = "http://127.0.0.1:9999/v1"\n'
+        'api_key_env = "LOCAL_LLM_KEY"\n'
+        "[model_routes.fast]\n"
+        'provider = "local"\n'
+        'model = "m-fast"\n'
+    )
+    settings = load_settings({}, config_file=config)
+    assert settings.providers["local"].base_url == "http://127.0.0.1:9999/v1"
+    assert settings.providers["local"].api_key_env == "LOCAL_LLM_KEY"
+    assert settings.model_routes["fast"].model == "m-fast"
+    assert load_settings(settings_env(settings)) == settings
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"HERMES_QUEUE_PROVIDERS": "{not json"}, "JSON"),
+        ({"HERMES_QUEUE_PROVIDERS": '{"p": {"base_url": "ftp://x"}}'}, "base_url"),
+        ({"HERMES_QUEUE_PROVIDERS": '{"p": {"base_url": "http://x", "key": "s"}}'}, "unknown"),
+        ({"HERMES_QUEUE_MODEL_ROUTES": '{"a": {"provider": "nope", "model": "m"}}'}, "unknown"),
+        ({"HERMES_QUEUE_DEFAULT_PROVIDER": "ghost"}, "ghost"),
+    ],
+)
+def test_bad_provider_settings_are_rejected(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(env)
+
+
+def test_api_key_is_resolved_from_env_or_file_only_on_demand(tmp_path: Path) -> None:
+    from hermes_queue.providers import CredentialsUnavailable, ProviderSettings, resolve_api_key
+
+    by_env = ProviderSettings(name="a", base_url="http://x", api_key_env="A_KEY")
+    assert resolve_api_key(by_env, {"A_KEY": "sk-1"}) == "sk-1"
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-2\n")
+    by_file = ProviderSettings(name="b", base_url="http://x", api_key_file=str(key_file))
+    assert resolve_api_key(by_file, {}) == "sk-2"
+    with pytest.raises(CredentialsUnavailable, match="A_KEY"):
+        resolve_api_key(by_env, {})
