@@ -4,6 +4,11 @@ The framing is written here rather than with aiohttp-sse because clients of upst
 parse its exact bytes: ``\\n`` line ends, ``: keepalive`` and ``: stream closed`` comments, and
 frames with or without an ``event:`` line. Every frame carries ``id:`` = the Redis Stream entry
 id, which is what ``Last-Event-ID`` resumes from.
+
+Per event the pump does as little as it can: it takes every event the subscription already
+holds and sends their frames in one write (frames are never split across writes), an event's
+frames are rendered once per process however many clients watch it, and the last batch, the
+closing comment and the end of the chunked body leave in one write.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiohttp import web
+from redis.asyncio.client import Pipeline
 
 from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS
 from hermes_queue.api.errors import ApiError
 from hermes_queue.events import RunEvent, format_stream_id, parse_stream_id
+from hermes_queue.streams.reader import Page
 
 # One rendered frame: (event name or None for an unnamed frame, JSON payload or raw string).
 Frame = tuple[str | None, dict[str, Any] | str]
@@ -47,6 +54,12 @@ def resume_cursor(request: web.Request) -> str | None:
     return format_stream_id(parsed)
 
 
+# Events taken from a subscription per write: bounds one write, never splits an event's frames.
+MAX_BATCH = 256
+STREAM_CLOSED = b": stream closed\n\n"
+KEEPALIVE = b": keepalive\n\n"
+
+
 def _id_tuple(stream_id: str) -> tuple[int, int]:
     parsed = parse_stream_id(stream_id)
     return parsed if parsed else (0, 0)
@@ -60,6 +73,11 @@ async def check_cursor(request: web.Request, run_id: str, cursor: str | None) ->
     """
     redis = request.app[RUNS].redis
     newest = await redis.xrevrange(request.app[RUNS].keys.events(run_id), count=1)
+    return cursor_at_end(cursor, newest)
+
+
+def cursor_at_end(cursor: str | None, newest: list[Any]) -> bool:
+    """:func:`check_cursor` on an ``XREVRANGE <events> + - COUNT 1`` reply already read."""
     newest_id = _id_tuple(newest[0][0].decode()) if newest else (0, 0)
     if cursor is not None and _id_tuple(cursor) > newest_id:
         raise ApiError(
@@ -71,6 +89,28 @@ async def check_cursor(request: web.Request, run_id: str, cursor: str | None) ->
     return cursor is not None and _id_tuple(cursor) == newest_id
 
 
+async def prefetch_run(
+    request: web.Request, run_id: str, cursor: str | None
+) -> tuple[dict[Any, Any], bool, Page]:
+    """Everything a new events request reads before streaming, in one Redis round trip.
+
+    Returns the run record hash (empty: no such run), whether nothing can follow ``cursor``
+    (:func:`check_cursor`, which raises the same 400), and the first replay page for
+    :func:`pump_run_events`. The record is read before the stream head, as the two separate
+    calls did, so "terminal and at the end" still means no event can follow.
+    """
+    runs = request.app[RUNS]
+
+    def lookups(pipe: Pipeline) -> None:
+        pipe.hgetall(runs.keys.run(run_id))
+        pipe.xrevrange(runs.keys.events(run_id), count=1)
+
+    (raw, newest), page = await request.app[HUB].prefetch(run_id, cursor, lookups)
+    if not raw:
+        return raw, False, page
+    return raw, cursor_at_end(cursor, newest), page
+
+
 async def open_stream(
     request: web.Request, headers: dict[str, str] | None = None
 ) -> web.StreamResponse:
@@ -79,15 +119,38 @@ async def open_stream(
     return response
 
 
+# json.dumps(payload, ensure_ascii=False) builds an encoder per call; this one is reused.
+_to_json = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def encode_frame(event_name: str | None, payload: dict[str, Any] | str, event_id: str) -> bytes:
-    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
-    lines = []
-    if event_id:
-        lines.append(f"id: {event_id}")
+    data = payload if isinstance(payload, str) else _to_json(payload)
+    head = f"id: {event_id}\n" if event_id else ""
     if event_name:
-        lines.append(f"event: {event_name}")
-    lines.append(f"data: {data}")
-    return ("\n".join(lines) + "\n\n").encode()
+        head = f"{head}event: {event_name}\n"
+    return f"{head}data: {data}\n\n".encode()
+
+
+# (id(event), renderer) -> (event, its frames). With many clients on one run every one of them
+# is sent the same event object by the hub, so it is rendered and encoded once. The event is
+# kept in the value so a reused id() never matches; FIFO-bounded.
+_RENDERED: dict[tuple[int, Renderer], tuple[RunEvent, bytes]] = {}
+_RENDERED_MAX = 1024
+
+
+def event_bytes(event: RunEvent, render: Renderer) -> bytes:
+    """All frames of ``event`` in ``render``'s dialect, encoded (b"" when it renders none)."""
+    key = (id(event), render)
+    hit = _RENDERED.get(key)
+    if hit is not None and hit[0] is event:
+        return hit[1]
+    frames = render(event)
+    data = b"".join([encode_frame(name, payload, event.id) for name, payload in frames])
+    if event.id:  # synthesised events (stream.gap) are per client: not worth keeping
+        _RENDERED[key] = (event, data)
+        if len(_RENDERED) > _RENDERED_MAX:
+            del _RENDERED[next(iter(_RENDERED))]
+    return data
 
 
 async def pump_run_events(
@@ -96,26 +159,39 @@ async def pump_run_events(
     run_id: str,
     cursor: str | None,
     render: Renderer,
+    *,
+    page: Page | None = None,
+    end: bytes | None = None,
 ) -> bool:
     """Write the run's events after ``cursor`` until its terminal event.
 
     Returns True when the terminal event was written, False when the client went away (a
-    client disconnect never touches the run).
+    client disconnect never touches the run) or the server is shutting down. ``page``: the
+    first replay page from :func:`prefetch_run` for this ``cursor``. ``end``: bytes to close the
+    response with after the terminal event; they leave with its frames and the end of the body
+    in one write (the response is then finished: write nothing more).
     """
     keepalive = request.app[SETTINGS].keepalive_seconds
     try:
-        async with request.app[HUB].subscribe(run_id, cursor) as subscription:
+        async with request.app[HUB].subscribe(run_id, cursor, page=page) as subscription:
             while True:
-                event = await subscription.get(timeout=keepalive)
-                if event is None:
-                    await response.write(b": keepalive\n\n")
+                events = await subscription.get_many(timeout=keepalive, max_items=MAX_BATCH)
+                if not events:
+                    if subscription.finished:  # the hub closed: the process is stopping
+                        return False
+                    await response.write(KEEPALIVE)
                     continue
-                chunk = b"".join(
-                    encode_frame(name, payload, event.id) for name, payload in render(event)
-                )
+                if len(events) == 1:
+                    chunk = event_bytes(events[0], render)
+                else:
+                    chunk = b"".join([event_bytes(event, render) for event in events])
+                if events[-1].terminal:  # a batch ends at the terminal event, if it has it
+                    if end is not None:
+                        await response.write_eof(chunk + end)
+                    elif chunk:
+                        await response.write(chunk)
+                    return True
                 if chunk:
                     await response.write(chunk)
-                if event.terminal:
-                    return True
     except (ConnectionResetError, ConnectionError):
         return False

@@ -18,10 +18,11 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -31,9 +32,13 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.streams.reader import (
     ZERO_ID,
+    Page,
+    decode_flat,
+    first_page,
     gap_event,
     id_key,
     normalize_cursor,
+    queue_first_page,
     read_from_cursor,
     read_range,
 )
@@ -48,23 +53,32 @@ _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 class _Stream:
     """One followed stream. ``cursor`` None = not yet replayed by anyone, so not in the XREAD."""
 
-    __slots__ = ("cursor", "key", "run_id", "start", "subs")
+    __slots__ = ("cursor", "key", "packed_key", "run_id", "start", "subs")
 
     def __init__(self, key: str, run_id: str) -> None:
         self.key = key
+        self.packed_key = _bulk(key.encode())  # as it goes into every XREAD
         self.run_id = run_id
         self.cursor: str | None = None  # last id the hub read
         self.start: str | None = None  # the cursor the hub started from
         self.subs: set[Subscription] = set()
 
 
+def _bulk(value: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
 class Subscription:
     """One consumer's ordered, exactly-once view of a run's events (see module docstring)."""
 
-    def __init__(self, hub: StreamHub, run_id: str, after: str | None) -> None:
+    def __init__(
+        self, hub: StreamHub, run_id: str, after: str | None, page: Page | None = None
+    ) -> None:
         self._hub = hub
         self.run_id = run_id
         self._last = after  # last id handed out; None = fresh, nothing handed out yet
+        self._last_key = None if after is None else id_key(after)
         self._queue: deque[RunEvent] = deque()  # live entries from the hub, bounded
         self._out: deque[RunEvent] = deque()  # ready to hand out (at most one page)
         self._wakeup = asyncio.Event()
@@ -72,6 +86,7 @@ class Subscription:
         self._need: str | None = None  # replay must reach this id before going live
         self._live = False
         self._first_page = True
+        self._prefetched = page  # the first replay page, already read (StreamHub.prefetch)
         self._ending = False  # terminal event queued: no more reads
         self.finished = False  # terminal event delivered (or hub closed)
         self.overflows = 0  # times the hub detached us for being slow
@@ -119,10 +134,7 @@ class Subscription:
                     await asyncio.sleep(pause)
                     backoff = min(backoff * 2, _BACKOFF_MAX)
                 continue
-            while self._queue and not self._out:
-                event = self._queue.popleft()
-                if self._last is None or id_key(event.id) > id_key(self._last):
-                    self._hand_out(event)
+            self._take_live()
             if self._out:
                 continue
             if self._stream is None:  # detached for overflow and drained: replay from _last
@@ -138,12 +150,57 @@ class Subscription:
             except TimeoutError:
                 return None
 
+    async def get_many(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109
+        max_items: int = 256,
+    ) -> list[RunEvent]:
+        """The next event (waiting as :meth:`get` does) plus every event already at hand.
+
+        Never waits for more than the first event and never reads Redis for the extra ones:
+        it only takes what is buffered (the rest of a replay page, live entries the hub has
+        fanned out). Same contract as :meth:`get` — in order, exactly once, nothing after the
+        terminal event — so a batch is a contiguous run of the sequence. ``[]`` means what
+        ``None`` means for :meth:`get`: the timeout passed, or the subscription is finished.
+        """
+        first = await self.get(timeout)
+        if first is None:
+            return []
+        batch = [first]
+        while len(batch) < max_items and not self.finished:
+            event = self._pop_ready()
+            if event is None:
+                break
+            batch.append(event)
+        return batch
+
+    def _pop_ready(self) -> RunEvent | None:
+        """The next event that needs no waiting and no Redis read, else None."""
+        if not self._out:
+            if not self._live or self._ending or self._hub.closed:
+                return None
+            self._take_live()
+            if not self._out:
+                return None
+        event = self._out.popleft()
+        self.finished = event.terminal
+        return event
+
+    def _take_live(self) -> None:
+        """Move buffered live entries to ``_out`` until one is new (dropping replayed ones)."""
+        queue, out = self._queue, self._out
+        while queue and not out:
+            event = queue.popleft()
+            if self._last_key is None or id_key(event.id) > self._last_key:
+                self._hand_out(event)
+
     def _hand_out(self, event: RunEvent) -> None:
         if self._ending:
             return
         if self._last is None and event.seq != 1:  # fresh, but the run's start is gone
             self._out.append(gap_event(self.run_id, event.id, ZERO_ID))
         self._last = event.id
+        self._last_key = id_key(event.id)
         self._out.append(event)
         if event.terminal:
             self._ending = True
@@ -159,13 +216,13 @@ class Subscription:
             self._need = hub._attach(self).cursor
             self._first_page = True
         gap = None
-        async with hub._replay_slots:
-            if self._first_page and self._last is not None:
-                gap, events = await read_from_cursor(
-                    hub.redis, hub.keys, self.run_id, self._last, hub.count
-                )
-            else:
-                events = await read_range(hub.redis, hub.keys, self.run_id, self._last, hub.count)
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None:
+            # Read before we attached: as good as reading it now, because going live below
+            # still needs the replay to reach what the hub had read when we attached.
+            gap, events = prefetched
+        else:
+            gap, events = await self._read_page()
         self._first_page = False
         if gap is not None:
             self._out.append(gap)
@@ -182,6 +239,18 @@ class Subscription:
         # The hub delivered us everything after _need; replay must have reached it.
         if self._need is not None and id_key(last) >= id_key(self._need):
             self._live = True
+
+    async def _read_page(self) -> Page:
+        hub = self._hub
+        gap = None
+        async with hub._replay_slots:
+            if self._first_page and self._last is not None:
+                gap, events = await read_from_cursor(
+                    hub.redis, hub.keys, self.run_id, self._last, hub.count
+                )
+            else:
+                events = await read_range(hub.redis, hub.keys, self.run_id, self._last, hub.count)
+        return gap, events
 
     def _offer(self, event: RunEvent, limit: int) -> bool:
         """Buffer a live event; False (caller detaches us) when the buffer is full."""
@@ -214,6 +283,14 @@ class StreamHub:
         # A page never exceeds a subscriber's buffer, so one XREAD cannot overflow it alone.
         self.count = max(1, min(count, queue_size))
         self.client_name = client_name
+        # The XREAD is re-sent after every reply with a cursor per followed stream: pack it by
+        # hand from pre-encoded pieces rather than through redis-py's generic pack_command.
+        self._xread_head = b"".join(
+            _bulk(str(arg).encode())
+            for arg in ("XREAD", "COUNT", self.count, "BLOCK", block_ms, "STREAMS")
+        )
+        # Longer than the block so a dead peer is noticed, never cut a healthy XREAD.
+        self._read_timeout = block_ms / 1000 + 10
         # Bounds pool connections used by replays when many clients (re)connect at once.
         self._replay_slots = asyncio.Semaphore(replay_concurrency)
         self._streams: dict[str, _Stream] = {}
@@ -264,18 +341,44 @@ class StreamHub:
 
     # -- subscriptions ---------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def subscribe(self, run_id: str, after: str | None = None) -> AsyncIterator[Subscription]:
+    async def subscribe(
+        self, run_id: str, after: str | None = None, *, page: Page | None = None
+    ) -> AsyncIterator[Subscription]:
         """Events of ``run_id`` with id > ``after`` (None: from the first); raises ValueError
-        on a malformed cursor so the API can answer 400."""
+        on a malformed cursor so the API can answer 400. ``page``: the first replay page for
+        exactly this ``after``, from :meth:`prefetch`, saving the subscription that read."""
         if self.closed:
             raise RuntimeError("StreamHub is closed")
-        sub = Subscription(self, run_id, normalize_cursor(after))
+        sub = Subscription(self, run_id, normalize_cursor(after), page)
         self._subs.add(sub)
         try:
             yield sub
         finally:
             self._subs.discard(sub)
             self._detach(sub)
+
+    async def prefetch(
+        self,
+        run_id: str,
+        after: str | None = None,
+        before: Callable[[Pipeline], object] | None = None,
+    ) -> tuple[list[Any], Page]:
+        """One round trip for a new stream request: ``before``'s commands (queued on a
+        pipeline, e.g. the run record lookup), then the first replay page after ``after``.
+
+        Returns ``before``'s replies and the page to hand to :meth:`subscribe` with the same
+        ``after``. Holds a replay slot, so a burst of new requests uses a bounded number of
+        pool connections, as replays do.
+        """
+        cursor = normalize_cursor(after)
+        async with self._replay_slots:
+            pipe = self.redis.pipeline(transaction=False)
+            if before is not None:
+                before(pipe)
+            own = len(pipe)
+            queue_first_page(pipe, self.keys, run_id, cursor, self.count)
+            replies = await pipe.execute()
+        return replies[:own], first_page(run_id, cursor, replies[own:])
 
     def stats(self) -> dict[str, int]:
         """For metrics: open subscriptions, followed streams, streams in the XREAD."""
@@ -335,8 +438,9 @@ class StreamHub:
             kwargs.update(
                 decode_responses=False,
                 client_name=self.client_name,
-                # Longer than the block so a dead peer is noticed, never cut a healthy XREAD.
-                socket_timeout=self.block_ms / 1000 + 10,
+                # No per-send timeout (redis-py wraps every send in wait_for, a task per XREAD);
+                # reads pass _read_timeout instead.
+                socket_timeout=None,
                 retry_on_timeout=False,
                 retry_on_error=[],
                 retry=None,
@@ -346,7 +450,7 @@ class StreamHub:
         if self.reader_client_id is None or not self._conn.is_connected:
             await self._conn.connect()  # type: ignore[no-untyped-call]
             await self._conn.send_command("CLIENT", "ID")
-            self.reader_client_id = int(await self._conn.read_response())
+            self.reader_client_id = int(await self._conn.read_response(timeout=self._read_timeout))
         return self._conn
 
     async def _run(self) -> None:
@@ -361,17 +465,8 @@ class StreamHub:
                 conn = await self._connect()
                 self._xreads += 1
                 self._inflight = (self._xreads, self._version)
-                await conn.send_command(
-                    "XREAD",
-                    "COUNT",
-                    self.count,
-                    "BLOCK",
-                    self.block_ms,
-                    "STREAMS",
-                    *[s.key for s in reading],
-                    *[s.cursor for s in reading],
-                )
-                reply = await conn.read_response()
+                await conn.send_packed_command(self._pack_xread(reading), check_health=False)
+                reply = await conn.read_response(timeout=self._read_timeout)
             except Exception as exc:  # never die: Redis restarts, CLIENT KILL, errors
                 log.warning("stream hub XREAD failed, retrying in %.1fs: %r", backoff, exc)
                 self.reader_client_id = None
@@ -385,6 +480,13 @@ class StreamHub:
             backoff = _BACKOFF_MIN
             self._dispatch({s.key: s for s in reading}, reply)
 
+    def _pack_xread(self, reading: list[_Stream]) -> bytes:
+        """``XREAD COUNT n BLOCK ms STREAMS <keys…> <cursors…>`` in RESP."""
+        parts = [b"*%d\r\n" % (6 + 2 * len(reading)), self._xread_head]
+        parts += [s.packed_key for s in reading]
+        parts += [_bulk(s.cursor.encode()) for s in reading if s.cursor is not None]
+        return b"".join(parts)
+
     def _dispatch(self, reading: dict[str, _Stream], reply: Any) -> None:
         if not reply:
             return  # timeout or CLIENT UNBLOCK
@@ -393,10 +495,10 @@ class StreamHub:
             stream = reading.get(key)
             if stream is None or self._streams.get(key) is not stream:
                 continue  # dropped (or dropped and re-added) while the XREAD was in flight
+            run_id, subs = stream.run_id, stream.subs
             for raw_id, flat in entries:
                 try:
-                    fields = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
-                    event = RunEvent.from_entry(stream.run_id, raw_id, fields)
+                    event = decode_flat(run_id, raw_id, flat)
                 except (ValueError, TypeError):
                     # A malformed entry must not kill the reader for every run. Its subscribers
                     # are detached: their replay meets the entry again and raises to them alone.
@@ -406,7 +508,7 @@ class StreamHub:
                         sub._wakeup.set()
                     break
                 stream.cursor = event.id
-                for sub in list(stream.subs):
+                for sub in list(subs):
                     if not sub._offer(event, self.queue_size):
                         sub.overflows += 1
                         self._detach(sub)

@@ -7,9 +7,11 @@ history before switching a subscriber to its live tail.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
@@ -17,8 +19,15 @@ from hermes_queue.keys import Keys
 ZERO_ID = "0-0"
 
 
+# A first replay page: the gap event (if the cursor fell off the stream) and the events after it.
+Page = tuple[RunEvent | None, list[RunEvent]]
+
+
 def id_key(entry_id: str) -> tuple[int, int]:
     """Sort key of a stream id; ids from Redis are always valid, so a bad one is a bug."""
+    ms, dash, seq = entry_id.partition("-")
+    if dash and ms.isdigit() and seq.isdigit():  # the canonical "ms-seq": no regex needed
+        return int(ms), int(seq)
     parsed = parse_stream_id(entry_id)
     if parsed is None:
         raise ValueError(f"not a stream id: {entry_id!r}")
@@ -45,8 +54,46 @@ def gap_event(run_id: str, first_available_id: str, missed_from: str) -> RunEven
     )
 
 
+def decode_entry(run_id: str, entry_id: str | bytes, fields: dict[Any, Any]) -> RunEvent:
+    """:meth:`RunEvent.from_entry`, with a fast path for what redis-py returns (bytes keys).
+
+    Same result and same errors (``ValueError`` for undecodable data); this runs once per
+    event per process, so the generic per-field lookups of ``from_entry`` are worth avoiding.
+    """
+    if not fields or type(next(iter(fields))) is not bytes:
+        return RunEvent.from_entry(run_id, entry_id, fields)
+    get = fields.get
+    raw = get(b"d")
+    return RunEvent(
+        type=_text(get(b"t")),
+        run_id=run_id,
+        session_id=_text(get(b"sid")),
+        seq=int(get(b"s") or 0),
+        ts=float(get(b"ts") or 0.0),
+        attempt=int(get(b"a") or 0),
+        data=json.loads(_text(raw)) if raw else {},
+        id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
+    )
+
+
+def decode_flat(run_id: str, entry_id: str | bytes, flat: list[Any]) -> RunEvent:
+    """Decode an entry as raw ``XREAD`` replies carry it: ``[field, value, field, value, …]``."""
+    if not flat:
+        return decode_entry(run_id, entry_id, {})
+    if len(flat) % 2:
+        raise ValueError(f"odd field list in stream entry {entry_id!r}")
+    it = iter(flat)
+    return decode_entry(run_id, entry_id, dict(zip(it, it, strict=False)))
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _decode(rows: list[Any], run_id: str) -> list[RunEvent]:
-    return [RunEvent.from_entry(run_id, entry_id, fields) for entry_id, fields in rows]
+    return [decode_entry(run_id, entry_id, fields) for entry_id, fields in rows]
 
 
 async def read_range(
@@ -82,17 +129,57 @@ async def read_from_cursor(
     if events and events[0].id == cursor:
         return None, events[1:]
     head = await first_id(redis, keys, run_id)
+    return _with_gap(run_id, cursor, head, events)
+
+
+def _with_gap(run_id: str, cursor: str, head: str | None, events: list[RunEvent]) -> Page:
     if head is not None and id_key(head) > id_key(cursor):
         return gap_event(run_id, head, cursor), events
     return None, events
 
 
+def queue_first_page(
+    pipe: Pipeline, keys: Keys, run_id: str, cursor: str | None, count: int
+) -> int:
+    """Queue on ``pipe`` what :func:`first_page` needs (the same reads as ``read_range`` /
+    ``read_from_cursor``, the stream head included), so they share a round trip with other
+    commands; returns how many commands were queued."""
+    key = keys.events(run_id)
+    if cursor is None or cursor == ZERO_ID:
+        pipe.xrange(key, min=f"({ZERO_ID}", max="+", count=count)
+        return 1
+    pipe.xrange(key, min=cursor, max="+", count=count + 1)
+    pipe.xrange(key, min="-", max="+", count=1)
+    return 2
+
+
+def first_page(run_id: str, cursor: str | None, replies: list[Any]) -> Page:
+    """The first replay page from the replies of :func:`queue_first_page`'s commands: what
+    ``read_range`` (no cursor) or ``read_from_cursor`` would have returned."""
+    events = _decode(replies[0], run_id)
+    if cursor is None or cursor == ZERO_ID:
+        return None, events
+    if events and events[0].id == cursor:
+        return None, events[1:]
+    head_rows = replies[1]
+    head = None
+    if head_rows:
+        raw = head_rows[0][0]
+        head = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return _with_gap(run_id, cursor, head, events)
+
+
 __all__ = [
     "ZERO_ID",
+    "Page",
+    "decode_entry",
+    "decode_flat",
     "first_id",
+    "first_page",
     "gap_event",
     "id_key",
     "normalize_cursor",
+    "queue_first_page",
     "read_from_cursor",
     "read_range",
 ]
