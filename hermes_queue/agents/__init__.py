@@ -31,6 +31,9 @@ def _echo(options: dict[str, Any]) -> AgentBackend:
 # Name -> factory taking the options dict. Add "openai", "hermes"... here as they land.
 _BACKENDS: dict[str, Callable[[dict[str, Any]], AgentBackend]] = {
     "echo": _echo,
+    "openai": lambda options: importlib.import_module(
+        "hermes_queue.agents.openai_compat"
+    ).OpenAICompatBackend.from_options(options),
 }
 
 
