@@ -130,11 +130,11 @@ def features(endpoints: dict[str, Any]) -> dict[str, Any]:
     # Ours: every stream frame carries an id and can be resumed (Last-Event-ID / ?after=).
     flags["resumable_streams"] = bool(streams)
     flags.update(dict.fromkeys(UNSUPPORTED_FEATURES, False))
-    # Session continuity via X-Hermes-Session-Id belongs to /v1/chat/completions, which does
-    # not honour it yet: null rather than upstream's header name. Set it when implemented.
-    flags["session_continuity_header"] = None
-    # Session chat (both endpoints) validates and echoes X-Hermes-Session-Key.
-    chat = {"session_chat", "session_chat_stream"} & endpoints.keys()
+    # Session continuity via X-Hermes-Session-Id is a /v1/chat/completions feature.
+    completions = "chat_completions" in endpoints
+    flags["session_continuity_header"] = "X-Hermes-Session-Id" if completions else None
+    # Session chat and chat completions validate and echo X-Hermes-Session-Key.
+    chat = {"session_chat", "session_chat_stream", "chat_completions"} & endpoints.keys()
     flags["session_key_header"] = "X-Hermes-Session-Key" if chat else None
     flags["cors"] = False  # no CORS middleware: cross-origin browsers are not served
     return flags

@@ -24,6 +24,7 @@ from hermes_queue.store.migrations import LATEST_VERSION
 from tests.api.conftest import running_api
 
 UPSTREAM_NAMES = {
+    "chat_completions",
     "health",
     "health_detailed",
     "models",
@@ -54,10 +55,10 @@ TRUE_FEATURES = {
     "session_fork",
     "tool_progress_events",
     "resumable_streams",
-}
-FALSE_FEATURES = {
     "chat_completions",
     "chat_completions_streaming",
+}
+FALSE_FEATURES = {
     "responses_api",
     "responses_streaming",
     "run_approval_response",
@@ -100,7 +101,7 @@ async def test_capabilities_document(api: TestClient, settings: Settings) -> Non
     assert {name for name, value in features.items() if value is True} == TRUE_FEATURES
     assert all(features[name] is False for name in FALSE_FEATURES)
     assert features["session_key_header"] == "X-Hermes-Session-Key"
-    assert features["session_continuity_header"] is None  # not on chat completions yet
+    assert features["session_continuity_header"] == "X-Hermes-Session-Id"
     assert set(body["endpoints"]) == UPSTREAM_NAMES
     assert body["endpoints"]["run_status"] == {"method": "GET", "path": "/v1/runs/{run_id}"}
     assert body["endpoints"]["session_chat_resume"] == {
@@ -132,15 +133,15 @@ def test_a_new_route_flips_its_feature(settings: Settings) -> None:
         return web.json_response({})
 
     app = create_app(settings)
-    assert derive_features(routed_endpoints(app))["chat_completions"] is False
-    app.router.add_post("/v1/chat/completions", handler)
+    assert derive_features(routed_endpoints(app))["responses_api"] is False
+    app.router.add_post("/v1/responses", handler)
     app.router.add_post("/v1/runs/{run_id}/approval", handler)
     endpoints = routed_endpoints(app)
-    assert endpoints["chat_completions"] == {"method": "POST", "path": "/v1/chat/completions"}
+    assert endpoints["responses"] == {"method": "POST", "path": "/v1/responses"}
     flags = derive_features(endpoints)
-    assert flags["chat_completions"] is flags["chat_completions_streaming"] is True
+    assert flags["responses_api"] is flags["responses_streaming"] is True
     assert flags["run_approval_response"] is flags["approval_events"] is True
-    assert flags["responses_api"] is False
+    assert flags["skills_api"] is False
 
 
 async def test_auth_required_without_key_setting(settings: Settings) -> None:

@@ -1,0 +1,214 @@
+"""``POST /v1/chat/completions`` (HERMES_API §2.2, §3.2), each completion a queued run.
+
+Without ``X-Hermes-Session-Id`` the conversation comes from the request and the session id is
+derived from its system prompt and first user message, as upstream. With the header the
+session's stored transcript is the history and the worker persists the turn, so a client that
+sends only its latest message keeps its conversation. The run id is in ``X-Hermes-Run-Id``: a
+client whose stream dropped follows the rest on ``/v1/runs/{run_id}/events``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from aiohttp import web
+
+from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
+from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
+from hermes_queue.api.errors import ApiError
+from hermes_queue.api.openai_render import (
+    chat_renderer,
+    completion_id_for,
+    hermes_block,
+    usage_of,
+)
+from hermes_queue.api.operations import admit
+from hermes_queue.api.sse import open_stream, pump_run_events
+from hermes_queue.api.validation import (
+    coerce_bool,
+    json_object,
+    session_id_value,
+    session_key_header,
+)
+from hermes_queue.events import EventType
+from hermes_queue.runs.repository import new_run_id
+from hermes_queue.store import SessionExists
+
+SESSION_HEADER = "X-Hermes-Session-Id"
+
+
+def derived_session_id(system_prompt: str, first_user: str) -> str:
+    """Every turn of one frontend conversation maps to one session (upstream's rule)."""
+    digest = hashlib.sha256(f"{system_prompt}\n{first_user}".encode()).hexdigest()
+    return "api-" + digest[:16]
+
+
+def parse_messages(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """The flattened system prompt and the user/assistant conversation (last = this turn)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(
+            400, "missing_messages", "Missing or invalid 'messages' field", param="messages"
+        )
+    system_parts: list[str] = []
+    conversation: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ApiError(
+                400,
+                "invalid_messages",
+                "Each message must be an object",
+                param=f"messages[{index}]",
+            )
+        role, content = message.get("role"), message.get("content")
+        if role == "system":
+            text = flatten_text(content)
+            if text:
+                system_parts.append(text)
+        elif role in ("user", "assistant"):
+            conversation.append(
+                {"role": role, "content": normalize_content(content, f"messages[{index}].content")}
+            )
+    if (
+        not conversation
+        or conversation[-1]["role"] != "user"
+        or not has_visible_payload(conversation[-1]["content"])
+    ):
+        raise ApiError(
+            400, "missing_user_message", "No user message found in messages", param="messages"
+        )
+    return "\n\n".join(system_parts), conversation
+
+
+def _session_header(request: web.Request) -> str | None:
+    """The validated ``X-Hermes-Session-Id``, or None when the client sent none."""
+    raw = request.headers.get(SESSION_HEADER)
+    if raw is None:
+        return None
+    if not request.app[SETTINGS].api_key:
+        raise ApiError(
+            403,
+            None,
+            "Session continuation requires API key authentication. "
+            "Configure API_SERVER_KEY to enable this feature.",
+        )
+    return session_id_value(raw, param=SESSION_HEADER)
+
+
+async def _continue_session(request: web.Request, session_id: str) -> str:
+    """The live tip of the continued session, which is created on first use."""
+    store = request.app[STORE]
+    if await store.get_session(session_id) is None:
+        try:
+            await store.create_session(session_id, source="api_server")
+        except SessionExists:
+            pass  # a concurrent first turn created it
+    return await store.resolve_tip(session_id)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    session_key = session_key_header(request)
+    continued = _session_header(request)
+    body = await json_object(request)
+    system_prompt, conversation = parse_messages(body)
+    await admit(request)  # backpressure: 429 before anything is written
+    if continued is not None:
+        continued = await _continue_session(request, continued)
+    stream = coerce_bool(body.get("stream"), False)
+    model = body.get("model") if isinstance(body.get("model"), str) else ""
+    model = model or request.app[SETTINGS].model_name
+    turn = {"message": conversation[-1]["content"], "instructions": system_prompt or None}
+    run_id, runs = new_run_id(), request.app[RUNS]
+    common = {"route": {"model": model}, "model": model}
+    if continued is not None:
+        session_id = continued
+        await runs.create_session_run(
+            run_id=run_id,
+            session_id=session_id,
+            strategy="enqueue",
+            request=turn,
+            extra={"persist": "1", "kind": "chat_completions"},
+            **common,
+        )
+    else:
+        first_user = next(m for m in conversation if m["role"] == "user")
+        session_id = derived_session_id(system_prompt, flatten_text(first_user["content"]))
+        turn["history"] = conversation[:-1]
+        await runs.create(
+            run_id=run_id,
+            session_id=session_id,
+            request=turn,
+            extra={"kind": "chat_completions"},
+            **common,
+        )
+    record = await runs.get(run_id)
+    created = int(record.created_at) if record else 0
+    headers = {SESSION_HEADER: session_id, "X-Hermes-Run-Id": run_id}
+    if session_key:
+        headers["X-Hermes-Session-Key"] = session_key
+    if stream:
+        response = await open_stream(request, headers)
+        renderer = chat_renderer(completion_id_for(run_id), created, model)
+        await pump_run_events(request, response, run_id, None, renderer)
+        return response
+    return await _complete(request, run_id, created, model, headers)
+
+
+async def _complete(
+    request: web.Request, run_id: str, created: int, model: str, headers: dict[str, str]
+) -> web.Response:
+    text: list[str] = []
+    async with request.app[HUB].subscribe(run_id, None) as subscription:
+        async for event in subscription:
+            if event.type == EventType.MESSAGE_DELTA:
+                text.append(str(event.data.get("delta", "")))
+            if event.terminal:
+                break
+        else:
+            raise ApiError(500, "internal_error", "The run ended without a terminal event")
+    if event.type == EventType.RUN_COMPLETED:
+        content, finish, hermes = str(event.data.get("output", "")), "stop", None
+    else:
+        error = str(event.data.get("error") or "the turn was stopped")
+        content = "".join(text)
+        if not content:
+            raise ApiError(
+                502,
+                "agent_incomplete",
+                error,
+                type="server_error",
+                headers=headers,
+                extra={
+                    "hermes": hermes_block(completed=False, partial=False, failed=True, error=None)
+                },
+            )
+        finish = "error"
+        hermes = hermes_block(completed=False, partial=True, failed=True, error=error)
+        headers = {
+            **headers,
+            "X-Hermes-Completed": "false",
+            "X-Hermes-Partial": "true",
+            "X-Hermes-Error": " ".join(error.split())[:200],  # one header line, always
+        }
+    body: dict[str, Any] = {
+        "id": completion_id_for(run_id),
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": usage_of(event.data.get("usage")),
+    }
+    if hermes is not None:
+        body["hermes"] = hermes
+    return web.json_response(body, headers=headers)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/chat/completions", chat_completions)

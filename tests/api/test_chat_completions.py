@@ -1,0 +1,177 @@
+"""``/v1/chat/completions`` through the queue: non-stream, stream, sessions, failures."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from hermes_queue.client import SSEFrame, iter_sse
+from hermes_queue.config import Settings
+from tests.api.conftest import running_api
+
+
+async def stream_frames(response: Any) -> list[SSEFrame]:
+    return [f async for f in iter_sse(response) if f.data]
+
+
+async def test_non_stream_completion(api: TestClient, worker: Any) -> None:
+    body = {"model": "hermes-agent", "messages": [{"role": "user", "content": "hi there"}]}
+    response = await api.post("/v1/chat/completions", json=body)
+    assert response.status == 200
+    payload = await response.json()
+    assert payload["object"] == "chat.completion"
+    assert payload["id"].startswith("chatcmpl-") and len(payload["id"]) == 38
+    assert payload["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Echo: hi there"},
+            "finish_reason": "stop",
+        }
+    ]
+    assert payload["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    assert response.headers["X-Hermes-Session-Id"].startswith("api-")
+    run = await (await api.get(f"/v1/runs/{response.headers['X-Hermes-Run-Id']}")).json()
+    assert run["status"] == "completed"
+
+
+async def test_derived_session_id_is_stable_and_history_comes_from_the_request(
+    api: TestClient, worker: Any
+) -> None:
+    system = {"role": "system", "content": "be kind"}
+    first = await api.post(
+        "/v1/chat/completions", json={"messages": [system, {"role": "user", "content": "one"}]}
+    )
+    second = await api.post(
+        "/v1/chat/completions",
+        json={
+            "messages": [
+                system,
+                {"role": "user", "content": "one"},
+                {"role": "assistant", "content": "Echo: one"},
+                {"role": "user", "content": "two"},
+            ]
+        },
+    )
+    assert first.headers["X-Hermes-Session-Id"] == second.headers["X-Hermes-Session-Id"]
+    reply = (await second.json())["choices"][0]["message"]["content"]
+    assert reply == "Echo: two (turn 2)"
+
+
+async def test_stream_chunks_tool_progress_reasoning_and_done(api: TestClient, worker: Any) -> None:
+    body = {"stream": True, "messages": [{"role": "user", "content": "go [think] [tool:search]"}]}
+    response = await api.post("/v1/chat/completions", json=body)
+    assert response.status == 200 and response.headers["Content-Type"] == "text/event-stream"
+    frames = await stream_frames(response)
+    assert frames[-1].data == "[DONE]"
+    chunks = [f.json() for f in frames if not f.event and f.data != "[DONE]"]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert {c["id"] for c in chunks} == {chunks[0]["id"]}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == "Echo: go"
+    assert any("reasoning_content" in c["choices"][0]["delta"] for c in chunks)
+    final = chunks[-1]
+    assert (
+        final["choices"][0]["finish_reason"] == "stop" and final["usage"]["completion_tokens"] == 2
+    )
+    progress = [f.json() for f in frames if f.event == "hermes.tool.progress"]
+    assert [p["status"] for p in progress] == ["running", "completed"]
+    assert (
+        progress[0]["tool"] == "search" and progress[0]["toolCallId"] == progress[1]["toolCallId"]
+    )
+    assert progress[0]["label"] and progress[0]["emoji"]
+
+
+async def test_failure_with_partial_text_and_without(api: TestClient, worker: Any) -> None:
+    partial = await api.post(
+        "/v1/chat/completions", json={"messages": [{"role": "user", "content": "a b c d [fail]"}]}
+    )
+    assert partial.status == 200
+    payload = await partial.json()
+    assert payload["choices"][0]["finish_reason"] == "error"
+    assert payload["choices"][0]["message"]["content"].startswith("Echo:")
+    assert payload["hermes"]["failed"] is True and payload["hermes"]["error_code"] == "agent_error"
+    assert partial.headers["X-Hermes-Completed"] == "false"
+    assert "failure" in partial.headers["X-Hermes-Error"]
+
+    streamed = await api.post(
+        "/v1/chat/completions",
+        json={"stream": True, "messages": [{"role": "user", "content": "x [fail]"}]},
+    )
+    frames = await stream_frames(streamed)
+    last_chunk = json.loads(frames[-2].data)
+    assert frames[-1].data == "[DONE]"
+    assert last_chunk["choices"][0]["finish_reason"] == "error"
+    assert last_chunk["error"]["type"] == "agent_error"
+
+
+async def test_bad_requests(api: TestClient) -> None:
+    cases = [
+        ({}, "missing_messages"),
+        ({"messages": []}, "missing_messages"),
+        ({"messages": [{"role": "assistant", "content": "x"}]}, "missing_user_message"),
+        ({"messages": ["nope"]}, "invalid_messages"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "audio"}]}]},
+            "unsupported_content_type",
+        ),
+    ]
+    for body, code in cases:
+        response = await api.post("/v1/chat/completions", json=body)
+        assert response.status == 400, body
+        assert (await response.json())["error"]["code"] == code
+    bad_header = await api.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}]},
+        headers={"X-Hermes-Session-Id": "../etc"},
+    )
+    assert bad_header.status == 400
+
+
+async def test_webui_style_client_keeps_one_server_side_session(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    headers = {"X-Hermes-Session-Id": "webui-conv-1", "X-Hermes-Session-Key": "webui:1"}
+    system = {"role": "system", "content": "you are helpful"}
+    replies = []
+    for turn in ("first", "second", "third"):
+        response = await session_api.post(
+            "/v1/chat/completions",
+            json={"messages": [system, {"role": "user", "content": turn}]},
+            headers=headers,
+        )
+        assert response.status == 200
+        assert response.headers["X-Hermes-Session-Id"] == "webui-conv-1"
+        assert response.headers["X-Hermes-Session-Key"] == "webui:1"
+        replies.append((await response.json())["choices"][0]["message"]["content"])
+        session = (await (await session_api.get("/api/sessions/webui-conv-1")).json())["session"]
+        assert session["message_count"] == 2 * len(replies)
+    assert replies == ["Echo: first", "Echo: second (turn 2)", "Echo: third (turn 3)"]
+
+
+async def test_session_header_without_api_key_is_403(settings: Settings) -> None:
+    async with running_api(settings.replace(api_key="")) as api:
+        response = await api.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}]},
+            headers={"X-Hermes-Session-Id": "s1"},
+        )
+        assert response.status == 403
+
+
+async def test_dropped_stream_is_finished_on_the_runs_endpoint(
+    api: TestClient, worker: Any
+) -> None:
+    body = {"stream": True, "messages": [{"role": "user", "content": "w " * 20 + "[slow:0.02]"}]}
+    response = await api.post("/v1/chat/completions", json=body)
+    run_id = response.headers["X-Hermes-Run-Id"]
+    seen = 0
+    async for frame in iter_sse(response):
+        seen += bool(frame.data)
+        if seen == 3:
+            break
+    response.close()
+    rest = await api.get(f"/v1/runs/{run_id}/events")
+    events = [f.json()["event"] for f in await stream_frames(rest)]
+    assert events[-1] == "run.completed"
