@@ -83,6 +83,17 @@ class Settings:
     migrate_on_start: bool = True
     # Logging
     log_level: str = "INFO"
+    # Operations. Workers serve Prometheus metrics on metrics_host:metrics_port (0: off); the
+    # API serves GET /metrics, behind the API key unless metrics_public.
+    metrics_port: int = 9108
+    metrics_host: str = "127.0.0.1"
+    metrics_public: bool = False
+    # Backpressure: run-creating endpoints answer 429 queue_full while the ready queue holds
+    # max_ready_depth runs or its oldest waited max_ready_age_seconds (0: that limit is off).
+    max_ready_depth: int = 0
+    max_ready_age_seconds: float = 0.0
+    # Period of the snapshots sent by GET /v1/queue/stream.
+    queue_stream_interval_seconds: float = 1.0
 
     def __repr__(self) -> str:
         shown = []
@@ -111,6 +122,13 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+        for name in ("max_ready_depth", "max_ready_age_seconds"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be 0 (off) or positive")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("metrics_port must be 0 (off) or a TCP port")
+        if self.queue_stream_interval_seconds <= 0:
+            raise ConfigError("queue_stream_interval_seconds must be positive")
         for alias, route in self.model_routes.items():
             if route.provider and route.provider not in self.providers:
                 raise ConfigError(

@@ -50,6 +50,19 @@ class Keys:
         return f"{self.namespace}:leases"
 
     @property
+    def blocked(self) -> str:
+        """Sorted set: record keys of session runs parked behind their session's active run
+        (multitask "enqueue") -> parked at (ms). The scripts that park and promote keep it in
+        step with the pending lists, so the blocked depth is one ZCARD, never a scan."""
+        return f"{self.namespace}:blocked"
+
+    def stats(self, minute: int) -> str:
+        """Hash: counters of one minute (unix time // 60): ``claimed``, ``completed``,
+        ``failed``, ``cancelled``. Written by the run scripts, kept an hour; read for
+        throughput and for the drain rate behind backpressure's Retry-After."""
+        return f"{self.namespace}:stats:{minute}"
+
+    @property
     def wake_channel(self) -> str:
         """Pub/sub: "a job was enqueued", so idle workers poll at once instead of every 0.5 s."""
         return f"{self.namespace}:wake"

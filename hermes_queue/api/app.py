@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
 from hermes_queue import __version__
-from hermes_queue.api import discovery, runs, session_chat, sessions
+from hermes_queue.aio import cancel_and_wait
+from hermes_queue.api import (
+    chat_completions,
+    discovery,
+    operations,
+    runs,
+    session_chat,
+    sessions,
+)
 from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS, STORE
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
 from hermes_queue.config import Settings
@@ -30,15 +37,14 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     hub = StreamHub.from_settings(settings, redis=redis)
     await hub.start()
     app[REDIS] = redis
-    app[RUNS] = RunRepository(redis, settings)
+    # Runs this process ends (stop of a queued run, reaper) count in its runs_total.
+    app[RUNS] = RunRepository(redis, settings, on_finished=app[operations.METRICS].count_outcome)
     app[HUB] = hub
     app[STORE] = await open_store(settings)
     # The API reaps too, so a run whose only worker died is still settled.
     reaper = asyncio.create_task(reap_forever(app[RUNS], settings.reaper_interval_seconds))
     yield
-    reaper.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await reaper
+    await cancel_and_wait(reaper)
     await hub.aclose()
     await app[STORE].close()
     await redis.aclose()
@@ -55,4 +61,6 @@ def create_app(settings: Settings) -> web.Application:
     sessions.add_routes(app)
     session_chat.add_routes(app)
     discovery.add_routes(app)
+    chat_completions.add_routes(app)
+    operations.setup(app)
     return app

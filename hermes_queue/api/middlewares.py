@@ -95,8 +95,13 @@ async def body_limit_middleware(request: web.Request, handler: Handler) -> web.S
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    key = request.app[SETTINGS].api_key
-    if key and request.path not in PUBLIC_PATHS and request.method != "OPTIONS":
+    settings = request.app[SETTINGS]
+    key = settings.api_key
+    # /metrics is public only when metrics_public says so (a scraper without the API key).
+    public = request.path in PUBLIC_PATHS or (
+        settings.metrics_public and request.path == "/metrics"
+    )
+    if key and not public and request.method != "OPTIONS":
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(

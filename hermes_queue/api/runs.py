@@ -9,7 +9,14 @@ from aiohttp import web
 from hermes_queue.api.appkeys import RUNS, SETTINGS
 from hermes_queue.api.dialects import render_runs
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.sse import check_cursor, open_stream, pump_run_events, resume_cursor
+from hermes_queue.api.operations import admit
+from hermes_queue.api.sse import (
+    STREAM_CLOSED,
+    open_stream,
+    prefetch_run,
+    pump_run_events,
+    resume_cursor,
+)
 from hermes_queue.api.validation import (
     is_empty,
     json_object,
@@ -64,6 +71,7 @@ def parse_run_body(body: dict[str, Any]) -> dict[str, Any]:
 
 async def start_run(request: web.Request) -> web.Response:
     body = parse_run_body(await json_object(request))
+    await admit(request)  # backpressure: 429 before anything is written
     run_id = new_run_id()
     settings = request.app[SETTINGS]
     model = body.pop("model") or settings.model_name
@@ -94,11 +102,21 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def run_events(request: web.Request) -> web.StreamResponse:
     cursor = resume_cursor(request)
-    record = await _load(request)
-    finished = await check_cursor(request, record.run_id, cursor) and record.terminal
+    run_id = request.match_info["run_id"]
+    if len(run_id) > MAX_RUN_ID_LENGTH:
+        raise run_not_found(run_id[:MAX_RUN_ID_LENGTH])
+    # Run record, cursor check and first replay page: one round trip.
+    raw, at_end, page = await prefetch_run(request, run_id, cursor)
+    if not raw:
+        raise run_not_found(run_id)
+    record = RunRecord.from_hash(raw)
     response = await open_stream(request)
-    if finished or await pump_run_events(request, response, record.run_id, cursor, render_runs):
-        await response.write(b": stream closed\n\n")
+    if at_end and record.terminal:
+        await response.write_eof(STREAM_CLOSED)
+    else:
+        await pump_run_events(
+            request, response, record.run_id, cursor, render_runs, page=page, end=STREAM_CLOSED
+        )
     return response
 
 

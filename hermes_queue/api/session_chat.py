@@ -15,6 +15,7 @@ from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
 from hermes_queue.api.content import has_visible_payload, normalize_content
 from hermes_queue.api.dialects import render_session
 from hermes_queue.api.errors import ApiError, run_not_found
+from hermes_queue.api.operations import admit
 from hermes_queue.api.sessions import load_session
 from hermes_queue.api.sse import check_cursor, open_stream, pump_run_events, resume_cursor
 from hermes_queue.api.validation import json_object, session_key_header
@@ -54,6 +55,7 @@ async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
     session_key = session_key_header(request)
     row = await load_session(request)
     turn = parse_chat_body(await json_object(request))
+    await admit(request)  # backpressure: 429 before anything is written
     effective_id = await request.app[STORE].resolve_tip(row.id)
     run_id, runs = new_run_id(), request.app[RUNS]
     model = row.model or request.app[SETTINGS].model_name

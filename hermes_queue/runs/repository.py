@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -65,10 +66,19 @@ class StopOutcome:
 
 
 class RunRepository:
-    def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        on_finished: Callable[[str], None] | None = None,
+    ) -> None:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.namespace)
+        # Told the outcome of every terminal transition this process performs (metrics): each
+        # transition succeeds in exactly one script call, so summed over processes, it counts
+        # each run once, whichever process (worker, reaper, API stop) ended it.
+        self._on_finished = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name))
             for name in (
@@ -85,6 +95,9 @@ class RunRepository:
                 "expired",
             )
         }
+
+    def _stats_key(self) -> str:
+        return self.keys.stats(int(time.time() // 60))
 
     @property
     def _record_ttl(self) -> int:
@@ -160,6 +173,7 @@ class RunRepository:
                 self.keys.queue,
                 self.keys.session_active(session_id),
                 self.keys.session_pending(session_id),
+                self.keys.blocked,
             ],
             args=[
                 run_id,
@@ -202,6 +216,7 @@ class RunRepository:
                 self.keys.leases,
                 self.keys.queue,
                 self.keys.arq_job(run_id),
+                self._stats_key(),
             ],
             args=[
                 run_id,
@@ -214,13 +229,15 @@ class RunRepository:
         verdict = _decode(result[0])
         if verdict == "missing":
             return StopOutcome(found=False, status="")
+        if verdict == "cancelled":
+            self._on_finished(RunStatus.CANCELLED)
         return StopOutcome(found=True, status=_decode(result[1]))
 
     # -- worker side -----------------------------------------------------------------------
     async def claim(self, run_id: str, worker_id: str) -> Claim | None:
         """Take a queued run; None when it is gone, finished or held by a live attempt."""
         result = await self._scripts["claim"](
-            keys=[self.keys.run(run_id), self.keys.leases, self.keys.queue],
+            keys=[self.keys.run(run_id), self.keys.leases, self.keys.queue, self._stats_key()],
             args=[
                 run_id,
                 worker_id,
@@ -275,7 +292,12 @@ class RunRepository:
         """Fenced terminal transition; None when this attempt no longer owns the run."""
         flat = [item for pair in (fields or {}).items() for item in pair]
         result = await self._scripts["finish"](
-            keys=[self.keys.run(run_id), self.keys.events(run_id), self.keys.leases],
+            keys=[
+                self.keys.run(run_id),
+                self.keys.events(run_id),
+                self.keys.leases,
+                self._stats_key(),
+            ],
             args=[
                 run_id,
                 attempt,
@@ -288,7 +310,10 @@ class RunRepository:
                 *flat,
             ],
         )
-        return None if result is None else _decode(result)
+        if result is None:
+            return None
+        self._on_finished(status)
+        return _decode(result)
 
     async def release(self, run_id: str, attempt: int) -> str:
         result = await self._scripts["release"](
@@ -343,6 +368,7 @@ class RunRepository:
                 self.keys.queue,
                 self.keys.arq_job(run_id),
                 self.keys.arq_in_progress(run_id),
+                self._stats_key(),
             ],
             args=[
                 run_id,
@@ -358,7 +384,10 @@ class RunRepository:
                 WORKER_LOST_ERROR,
             ],
         )
-        return _decode(result)
+        verdict = _decode(result)
+        if verdict in (RunStatus.FAILED, RunStatus.CANCELLED):
+            self._on_finished(verdict)
+        return verdict
 
     async def reap_expired(self) -> dict[str, str]:
         return {run_id: await self.reap(run_id) for run_id in await self.expired_leases()}

@@ -12,13 +12,14 @@ import logging
 
 from redis.exceptions import RedisError
 
+from hermes_queue.aio import cancel_requested
 from hermes_queue.runs.repository import RunRepository
 
 log = logging.getLogger(__name__)
 
 
 async def reap_forever(repository: RunRepository, interval: float) -> None:
-    while True:
+    while not cancel_requested():
         try:
             for run_id, verdict in (await repository.reap_expired()).items():
                 if verdict in ("failed", "cancelled", "requeued"):

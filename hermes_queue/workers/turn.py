@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,10 +21,12 @@ from hermes_queue.agents.base import (
     AgentError,
     AgentRequest,
     CancelToken,
+    EventSink,
     TurnCancelled,
 )
 from hermes_queue.events import EventType
 from hermes_queue.logs import run_id_var
+from hermes_queue.metrics import OUTCOMES, WorkerMetrics
 from hermes_queue.runs.repository import Claim, RunRepository
 from hermes_queue.store.base import SessionStore, StoreError
 from hermes_queue.workers import outcome
@@ -55,6 +58,7 @@ class WorkerRuntime:
     # True once the worker stops taking jobs: a cancelled turn is then handed back.
     shutting_down: Callable[[], bool] = lambda: False
     active: dict[str, ActiveRun] = field(default_factory=dict)
+    metrics: WorkerMetrics | None = None
 
     def signal(self, run_id: str, verdict: int) -> None:
         """A stop request or a lost lease reached this worker (pub/sub or heartbeat)."""
@@ -66,6 +70,52 @@ class WorkerRuntime:
             run.token.cancel("lease lost")
         else:
             run.token.cancel("Stop requested via API")
+
+
+class FirstEventProbe:
+    """The sink as the backend sees it, noting the agent's first event for the time-to-first-
+    event histogram (what a user waits for), then passing every call through unchanged."""
+
+    def __init__(self, sink: RunEventSink, metrics: WorkerMetrics, created_at: float) -> None:
+        self._sink = sink
+        self._metrics = metrics
+        self._created_at = created_at
+        self._seen = False
+
+    def _note(self) -> None:
+        if not self._seen:
+            self._seen = True
+            self._metrics.first_event(self._created_at)
+
+    def __getattr__(self, name: str) -> Any:  # any sink method added later passes through
+        return getattr(self._sink, name)
+
+    async def delta(self, text: str) -> None:
+        if text:
+            self._note()
+        await self._sink.delta(text)
+
+    async def reasoning(self, text: str) -> None:
+        if text:
+            self._note()
+        await self._sink.reasoning(text)
+
+    async def tool_started(
+        self, name: str, call_id: str, preview: str | None = None, args: Any = None
+    ) -> None:
+        self._note()
+        await self._sink.tool_started(name, call_id, preview, args)
+
+    async def tool_completed(
+        self,
+        name: str,
+        call_id: str,
+        duration: float = 0.0,
+        error: bool = False,
+        result: str | None = None,
+    ) -> None:
+        self._note()
+        await self._sink.tool_completed(name, call_id, duration, error, result)
 
 
 def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> AgentRequest:
@@ -89,13 +139,16 @@ async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
     claim = await _claim(runtime, run_id)
     if claim is None:
         return "skipped"
+    claimed = time.monotonic()
+    if runtime.metrics is not None and claim.attempt == 1:
+        runtime.metrics.picked_up(claim.record.created_at)
     active = ActiveRun(attempt=claim.attempt, token=CancelToken())
     runtime.active[run_id] = active
     if runtime.keeper is not None:
         runtime.keeper.track(run_id, claim.attempt)
     timer = asyncio.get_running_loop().call_later(runtime.turn_timeout, _time_out, active)
     try:
-        return await _drive(runtime, claim, active)
+        ended = await _drive(runtime, claim, active)
     finally:
         timer.cancel()
         # A later delivery of the same run may have replaced this entry: leave that one alone.
@@ -103,6 +156,9 @@ async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
             del runtime.active[run_id]
         if runtime.keeper is not None:
             runtime.keeper.untrack(run_id, claim.attempt)
+    if runtime.metrics is not None and ended in OUTCOMES:
+        runtime.metrics.ended(ended, time.monotonic() - claimed)
+    return ended
 
 
 async def _claim(runtime: WorkerRuntime, run_id: str) -> Claim | None:
@@ -131,7 +187,10 @@ async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str
         turn_log = SessionTurnLog(runtime.store, run_id, claim.record.session_id)
     try:
         request = await _start(claim, sink, turn_log)
-        result = await runtime.backend.run_turn(request, sink, active.token)
+        agent_sink: EventSink = sink
+        if runtime.metrics is not None and claim.attempt == 1:
+            agent_sink = FirstEventProbe(sink, runtime.metrics, claim.record.created_at)
+        result = await runtime.backend.run_turn(request, agent_sink, active.token)
         await sink.flush()
         if turn_log:
             await turn_log.record_reply(result)

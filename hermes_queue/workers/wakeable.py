@@ -17,6 +17,8 @@ from arq.connections import create_pool
 from arq.worker import Worker
 from redis.exceptions import RedisError
 
+from hermes_queue.metrics import WorkerMetrics
+
 log = logging.getLogger(__name__)
 
 
@@ -27,6 +29,8 @@ class WakeableWorker(Worker):
         # Set once the wake-up channel is subscribed: from then on no enqueue can be missed.
         self.listening = asyncio.Event()
         self._watched: set[str] = set()
+        # Set by build_worker; tests reach the worker's metrics through it.
+        self.metrics: WorkerMetrics | None = None
 
     def wake(self) -> None:
         self.wake_event.set()

@@ -19,9 +19,11 @@ from arq.connections import RedisSettings
 from arq.worker import func
 
 from hermes_queue.agents import load_backend
+from hermes_queue.aio import cancel_and_wait, cancel_requested
 from hermes_queue.config import Settings
 from hermes_queue.jobs import RUN_TURN, deserialize, serialize
 from hermes_queue.keys import Keys
+from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.redis_client import connect
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
@@ -38,7 +40,7 @@ async def _listen(
 ) -> None:
     """Wake-ups and stop requests over pub/sub; reconnects on its own after a Redis outage."""
     delay = 0.1
-    while True:
+    while not cancel_requested():
         pubsub = redis.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(keys.wake_channel, keys.control_channel)
@@ -71,11 +73,12 @@ def build_worker(
     keys = Keys(settings.namespace)
     worker_id = new_worker_id()
     background: list[asyncio.Task[None]] = []
+    metrics = WorkerMetrics()
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         redis = connect(settings)
         listener = connect(settings, for_pubsub=True)
-        repository = RunRepository(redis, settings)
+        repository = RunRepository(redis, settings, on_finished=metrics.count_outcome)
         backend = load_backend(settings.agent_backend, token_delay=settings.echo_token_delay)
         runtime = WorkerRuntime(
             worker_id=worker_id,
@@ -84,7 +87,10 @@ def build_worker(
             store=await open_store(settings),
             turn_timeout=float(settings.job_timeout_seconds),
             shutting_down=lambda: worker.shutting_down,
+            metrics=metrics,
         )
+        metrics.active_runs.set_function(lambda: len(runtime.active))
+        metrics.serve(settings.metrics_host, settings.metrics_port)
         loop = asyncio.get_running_loop()
         runtime.keeper = LeaseKeeper(
             settings, repository, worker_id, loop, runtime.signal, settings.worker_concurrency
@@ -104,9 +110,8 @@ def build_worker(
         )
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
+        await asyncio.to_thread(metrics.close)
+        await cancel_and_wait(*background)
         runtime: WorkerRuntime | None = ctx.get("hq")
         if runtime is not None:
             if runtime.keeper is not None:
@@ -145,4 +150,5 @@ def build_worker(
         job_deserializer=deserialize,
         log_results=False,
     )
+    worker.metrics = metrics
     return worker

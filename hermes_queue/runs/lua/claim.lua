@@ -1,7 +1,7 @@
 -- A worker takes a queued run: new attempt number (the fencing token), lease, status running.
 -- The job leaves arq's queue here (arq would only drop it when the job ends), so workers'
 -- polls never re-examine running jobs; a lost run goes back to the queue through the reaper.
--- KEYS: record, leases, queue
+-- KEYS: record, leases, queue, stats
 -- ARGV: run_id, worker_id, lease_ms, ts, record_ttl_s
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
@@ -12,6 +12,7 @@ redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[2], 'started_at'
   'updated_at', ARGV[4])
 redis.call('ZADD', KEYS[2], now_ms() + tonumber(ARGV[3]), ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+count(KEYS[4], 'claimed')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 local out = {'claimed'}
 local fields = redis.call('HGETALL', KEYS[1])

@@ -7,6 +7,13 @@ end
 local ACTIVE = {running = true, stopping = true, waiting_for_approval = true}
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 
+-- Per-minute counters (claimed, completed, failed, cancelled; keys.py: stats) for throughput
+-- and the drain rate behind backpressure's Retry-After. An hour of buckets is kept.
+local function count(stats, field)
+  redis.call('HINCRBY', stats, field, 1)
+  redis.call('EXPIRE', stats, 3900)
+end
+
 -- Append one canonical event. XADD and EXPIRE go together: EXPIRE before the stream exists
 -- would do nothing.
 local function append_event(record, stream, etype, attempt, ts, data, maxlen, ttl)
@@ -25,7 +32,10 @@ local function settle_session(record)
   local active_key = redis.call('HGET', record, 'active_key')
   if not active_key then return end
   local pending_key = redis.call('HGET', record, 'pending_key')
+  -- The blocked set mirrors the pending lists, so queue metrics read its size, not the lists.
+  local blocked_key = redis.call('HGET', record, 'blocked_key')
   redis.call('LREM', pending_key, 0, record)
+  if blocked_key then redis.call('ZREM', blocked_key, record) end
   if redis.call('GET', active_key) ~= record then return end
   while true do
     local next_record = redis.call('LPOP', pending_key)
@@ -33,6 +43,7 @@ local function settle_session(record)
       redis.call('DEL', active_key)
       return
     end
+    if blocked_key then redis.call('ZREM', blocked_key, next_record) end
     if redis.call('HGET', next_record, 'status') == 'queued' then
       local f = redis.call('HMGET', next_record, 'run_id', 'job_key', 'job', 'job_ttl_ms', 'queue_key', 'wake_channel')
       redis.call('SET', active_key, next_record)
@@ -45,8 +56,9 @@ local function settle_session(record)
 end
 
 -- Move a run to a terminal status with its terminal event, and start its retention clock.
-local function finish(record, stream, leases, run_id, status, etype, attempt, ts, data, retention, maxlen)
+local function finish(record, stream, leases, stats, run_id, status, etype, attempt, ts, data, retention, maxlen)
   local id = append_event(record, stream, etype, attempt, ts, data, maxlen, retention)
+  count(stats, status)
   redis.call('HSET', record, 'status', status, 'finished_at', ts)
   redis.call('HDEL', record, 'worker')
   redis.call('ZREM', leases, run_id)

@@ -1,7 +1,7 @@
 -- Act on a run whose lease expired: its worker died or froze. A run being stopped ends
 -- cancelled; one out of attempts fails with reason worker_lost; otherwise it goes back to the
 -- queue (its arq job recreated when needed) and the next claim announces run.restarted.
--- KEYS: record, events, leases, queue, arq_job, arq_in_progress
+-- KEYS: record, events, leases, queue, arq_job, arq_in_progress, stats
 -- ARGV: run_id, max_attempts, ts, retention_s, maxlen, job_payload, job_ttl_ms, wake_channel,
 --       failed_data, cancelled_data, error_text
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -15,12 +15,12 @@ end
 local attempt = redis.call('HGET', KEYS[1], 'attempt') or '0'
 local lost = redis.call('HINCRBY', KEYS[1], 'lost', 1)
 if status == 'stopping' then
-  finish(KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'cancelled', 'run.cancelled', attempt, ARGV[3], ARGV[10], ARGV[4], ARGV[5])
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[7], ARGV[1], 'cancelled', 'run.cancelled', attempt, ARGV[3], ARGV[10], ARGV[4], ARGV[5])
   return 'cancelled'
 end
 if lost >= tonumber(ARGV[2]) then
   redis.call('HSET', KEYS[1], 'error', ARGV[11], 'reason', 'worker_lost')
-  finish(KEYS[1], KEYS[2], KEYS[3], ARGV[1], 'failed', 'run.failed', attempt, ARGV[3], ARGV[9], ARGV[4], ARGV[5])
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[7], ARGV[1], 'failed', 'run.failed', attempt, ARGV[3], ARGV[9], ARGV[4], ARGV[5])
   return 'failed'
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[3])

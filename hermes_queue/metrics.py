@@ -1,0 +1,250 @@
+"""Every Prometheus metric of hermes-queue, and the only place one is defined (STYLE lesson 11).
+
+Names are ``hermes_queue_*`` with unit suffixes; labels are low-cardinality states and outcomes,
+never a run or session id. Each process object owns its own ``CollectorRegistry`` rather than
+the global one, so several apps or workers built in one process (tests, ``hermes-queue dev``)
+never clash over a name.
+
+Two views, on purpose:
+
+- the **API** (``GET /metrics``) exports the cluster's queue as read from Redis at scrape time
+  (depth by state, oldest ready age, workers, slots, ``desired_workers``); every replica
+  reports the same figures, so aggregate them with ``max``, not ``sum``;
+- **workers** (their own port) export what only they observe: pickup latency, time to first
+  event, run duration, and the turns they are running.
+
+``hermes_queue_runs_total{outcome}`` is counted by whichever process performed the terminal
+transition (a worker ending its turn, any reaper, an API stopping a queued run), so
+``sum by (outcome)`` over all processes counts every run once.
+
+Metrics are observers: a failing observation is logged and counted in
+``hermes_queue_observer_errors_total`` and never reaches the run or the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from hermes_queue.queue_state import QueueSnapshot
+
+log = logging.getLogger(__name__)
+
+# ``*_created`` timestamps double every counter and histogram and no dashboard here uses them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OUTCOMES = ("completed", "failed", "cancelled")
+QUEUE_STATES = ("ready", "deferred", "running", "blocked")
+# Waits: from instant (an idle worker woken by pub/sub) to minutes (a backlog).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+# Agent turns: a second to an hour (job_timeout_seconds).
+DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class _ProcessMetrics:
+    """What every process exports: run outcomes it settled and its own observer failures."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.runs_total = Counter(
+            "hermes_queue_runs",
+            "Runs that reached a terminal status, by outcome, counted by the process that "
+            "ended them (sum over all API and worker processes).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.observer_errors_total = Counter(
+            "hermes_queue_observer_errors",
+            "Failures of metric observations (the run or request itself went on).",
+            ["observer"],
+            registry=self.registry,
+        )
+        for outcome in OUTCOMES:  # present at 0 from the start, so rate() sees the first one
+            self.runs_total.labels(outcome=outcome)
+
+    def safely(self, observer: str, action: Callable[[], Any]) -> None:
+        """Run one observation; a failure is logged and counted, never raised."""
+        try:
+            action()
+        except Exception:
+            log.exception("metric observer %s failed", observer)
+            self.failed(observer)
+
+    def failed(self, observer: str) -> None:
+        try:
+            self.observer_errors_total.labels(observer=observer).inc()
+        except Exception:  # nothing more an observer may do
+            log.exception("could not count an observer failure")
+
+    def count_outcome(self, outcome: str) -> None:
+        """RunRepository's ``on_finished`` hook."""
+        self.safely("runs_total", lambda: self.runs_total.labels(outcome=str(outcome)).inc())
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class QueueCollector(Collector):
+    """Queue gauges from the snapshot read at scrape time (``update`` before each render).
+
+    A custom collector rather than Gauges, so a scrape whose Redis read failed shows no queue
+    figures at all (and ``hermes_queue_redis_up 0``) instead of the last, stale ones.
+    """
+
+    def __init__(self) -> None:
+        self.snapshot: QueueSnapshot | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot
+        yield GaugeMetricFamily(
+            "hermes_queue_redis_up",
+            "1 when this scrape could read the queue state from Redis, else 0.",
+            value=1 if snap is not None else 0,
+        )
+        if snap is None:
+            return
+        depth = GaugeMetricFamily(
+            "hermes_queue_queue_depth",
+            "Runs by state: ready (waiting for a worker), deferred (start time in the future), "
+            "running (leased by a worker), blocked (behind another run of the same session).",
+            labels=["state"],
+        )
+        for state in QUEUE_STATES:
+            depth.add_metric([state], getattr(snap.depth, state))
+        yield depth
+        for name, text, value in (
+            (
+                "hermes_queue_queue_oldest_ready_age_seconds",
+                "How long the oldest ready run has been waiting (0 when none is ready).",
+                snap.depth.oldest_ready_age_seconds,
+            ),
+            ("hermes_queue_workers", "Live workers (heartbeat within lease_seconds).", None),
+            ("hermes_queue_worker_slots", "Turn slots of all live workers.", snap.slots),
+            (
+                "hermes_queue_worker_free_slots",
+                "Idle turn slots of all live workers.",
+                snap.free_slots,
+            ),
+            (
+                "hermes_queue_desired_workers",
+                "Workers needed to run every ready and running run at once: "
+                "ceil((ready + running) / slots per worker), at least 1 while anything is queued.",
+                snap.desired_workers,
+            ),
+        ):
+            yield GaugeMetricFamily(name, text, value=len(snap.workers) if value is None else value)
+
+
+class ApiMetrics(_ProcessMetrics):
+    """The API process: cluster queue figures, its SSE clients, its backpressure refusals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queue = QueueCollector()
+        self.registry.register(self.queue)
+        self.sse_clients = Gauge(
+            "hermes_queue_sse_clients",
+            "Event subscriptions open on this API process (SSE clients and waiting chat calls).",
+            registry=self.registry,
+        )
+        self.backpressure_rejections_total = Counter(
+            "hermes_queue_backpressure_rejections",
+            "Run-creating requests refused with 429 queue_full, by the limit that was hit.",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in ("depth", "age"):
+            self.backpressure_rejections_total.labels(reason=reason)
+
+    def rejected(self, reason: str) -> None:
+        self.safely(
+            "backpressure", lambda: self.backpressure_rejections_total.labels(reason=reason).inc()
+        )
+
+
+class WorkerMetrics(_ProcessMetrics):
+    """A worker process: latencies of the runs it picked up, and its own HTTP endpoint."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pickup_latency_seconds = Histogram(
+            "hermes_queue_pickup_latency_seconds",
+            "From run creation to its first claim by a worker (first attempts only).",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.time_to_first_event_seconds = Histogram(
+            "hermes_queue_time_to_first_event_seconds",
+            "From run creation to the agent's first event (delta, reasoning or tool), "
+            "first attempts only.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.run_duration_seconds = Histogram(
+            "hermes_queue_run_duration_seconds",
+            "From claim to terminal status of the attempts this worker ended, by outcome.",
+            ["outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.active_runs = Gauge(
+            "hermes_queue_worker_active_runs",
+            "Turns this worker process is running.",
+            registry=self.registry,
+        )
+        self._server: Any = None
+
+    def picked_up(self, created_at: float) -> None:
+        self.safely(
+            "pickup_latency",
+            lambda: self.pickup_latency_seconds.observe(max(0.0, time.time() - created_at)),
+        )
+
+    def first_event(self, created_at: float) -> None:
+        self.safely(
+            "time_to_first_event",
+            lambda: self.time_to_first_event_seconds.observe(max(0.0, time.time() - created_at)),
+        )
+
+    def ended(self, outcome: str, seconds: float) -> None:
+        self.safely(
+            "run_duration",
+            lambda: self.run_duration_seconds.labels(outcome=outcome).observe(max(0.0, seconds)),
+        )
+
+    def serve(self, host: str, port: int) -> None:
+        """Expose ``/metrics`` on ``host:port`` from a thread (0: off).
+
+        A thread of its own, like the lease keeper: agent code blocking the event loop must not
+        make the worker look dead to Prometheus. A port already taken (two workers on one host)
+        is logged, not fatal: metrics never stop a worker from running turns.
+        """
+        if not port:
+            return
+        try:
+            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            log.error("worker metrics not served on %s:%d: %s", host, port, exc)
+            return
+        log.info("worker metrics on http://%s:%d/metrics", host, port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

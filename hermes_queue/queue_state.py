@@ -1,0 +1,297 @@
+"""The queue at a glance: one snapshot behind ``/metrics``, ``GET /v1/queue`` and the CLI.
+
+Operators scrape this every few seconds while the queue may hold 100,000 runs, so every figure
+is read in O(1) or O(log n) from structures the run scripts keep up to date, never by walking
+keys: ready and deferred are ``ZCOUNT``s of the queue split at now, the oldest ready run is the
+queue's head, running is the lease set's size, blocked is the size of the blocked set that the
+park/promote scripts maintain, throughput comes from per-minute counters, and in-flight runs
+are one page of the lease set. A snapshot is two pipelined round trips and a fixed number of
+commands, plus one per live worker and one per listed run: independent of the queue's size.
+
+Backpressure (``admission``) reads the same structures, and only the two or three it needs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from hermes_queue.config import Settings
+from hermes_queue.keys import Keys
+
+# Per-minute counter buckets read for throughput: the current (partial) minute and 4 before it.
+STATS_MINUTES = 5
+STATS_FIELDS = ("claimed", "completed", "failed", "cancelled")
+MAX_PAGE = 500
+IN_FLIGHT_FIELDS = ("session_id", "status", "worker", "attempt", "created_at", "started_at")
+# Retry-After bounds: at least a second, and never so long that clients give up on a recovery.
+RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 60
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Runs by state. ``blocked`` runs wait behind another run of their session and have no
+    job yet; ``deferred`` ones are in the queue with a start time still in the future."""
+
+    ready: int
+    deferred: int
+    running: int
+    blocked: int
+    oldest_ready_age_seconds: float
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    slots: int
+    busy: int
+    seen_seconds_ago: float
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What the run scripts counted over the last ``window_seconds`` (all processes)."""
+
+    window_seconds: float
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def claims_per_second(self) -> float:
+        """The ready queue's drain rate: each claim takes one run out of it."""
+        return self.claimed / self.window_seconds if self.window_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class InFlightRun:
+    run_id: str
+    session_id: str
+    status: str
+    worker: str
+    attempt: int
+    created_at: float
+    started_at: float
+    # Since this attempt was claimed.
+    age_seconds: float
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    at: float
+    depth: Depth
+    workers: list[WorkerInfo]
+    throughput: Throughput
+    desired_workers: int
+    in_flight: list[InFlightRun] = field(default_factory=list)
+    limit: int = 0
+    offset: int = 0
+
+    @property
+    def slots(self) -> int:
+        return sum(w.slots for w in self.workers)
+
+    @property
+    def busy(self) -> int:
+        return sum(w.busy for w in self.workers)
+
+    @property
+    def free_slots(self) -> int:
+        return sum(max(0, w.slots - w.busy) for w in self.workers)
+
+    def to_json(self) -> dict[str, Any]:
+        throughput = asdict(self.throughput)
+        throughput["claims_per_second"] = round(self.throughput.claims_per_second, 3)
+        return {
+            "object": "hermes.queue",
+            "at": self.at,
+            "depth": {
+                k: v for k, v in asdict(self.depth).items() if k != "oldest_ready_age_seconds"
+            },
+            "oldest_ready_age_seconds": self.depth.oldest_ready_age_seconds,
+            "workers": {
+                "count": len(self.workers),
+                "slots": self.slots,
+                "busy": self.busy,
+                "free_slots": self.free_slots,
+                "desired": self.desired_workers,
+                "data": [asdict(w) for w in self.workers],
+            },
+            "throughput": throughput,
+            "in_flight": {
+                "total": self.depth.running,
+                "limit": self.limit,
+                "offset": self.offset,
+                "data": [asdict(r) for r in self.in_flight],
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why backpressure refuses a new run, and when to come back."""
+
+    reason: str  # "depth" or "age"
+    retry_after: int
+    ready: int
+
+
+def desired_workers(depth: Depth, slots_per_worker: int) -> int:
+    """Workers needed to run everything ready or running at once, for an autoscaler.
+
+    ``ceil((ready + running) / slots_per_worker)``, and at least 1 while anything at all is
+    queued (deferred or blocked runs too), so a scale-to-zero deployment still drains them.
+    """
+    demand = depth.ready + depth.running
+    if demand == 0:
+        return 1 if depth.deferred or depth.blocked else 0
+    return max(1, math.ceil(demand / max(1, slots_per_worker)))
+
+
+def retry_after_seconds(backlog: int, drain_per_second: float) -> int:
+    """Seconds until ``backlog`` runs leave the ready queue at the measured drain rate,
+    clamped to 1..60; 60 when nothing drained recently (no worker, or all stuck)."""
+    if drain_per_second <= 0:
+        return RETRY_AFTER_MAX
+    return min(RETRY_AFTER_MAX, max(RETRY_AFTER_MIN, math.ceil(backlog / drain_per_second)))
+
+
+def _int(value: Any) -> int:
+    return int(value) if value not in (None, b"", "") else 0
+
+
+def _float(value: Any) -> float:
+    return float(value) if value not in (None, b"", "") else 0.0
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else ("" if value is None else str(value))
+
+
+def _stats_keys(keys: Keys, now: float) -> tuple[list[str], float]:
+    minute = int(now // 60)
+    window = (STATS_MINUTES - 1) * 60 + (now - minute * 60)
+    return [keys.stats(minute - i) for i in range(STATS_MINUTES)], window
+
+
+def _throughput(rows: list[list[Any]], window: float) -> Throughput:
+    totals = [sum(_int(row[i]) for row in rows) for i in range(len(STATS_FIELDS))]
+    return Throughput(window, *totals)
+
+
+async def snapshot(
+    redis: aioredis.Redis, settings: Settings, *, limit: int = 0, offset: int = 0
+) -> QueueSnapshot:
+    """The whole picture; ``limit`` > 0 also lists that page of in-flight runs.
+
+    In-flight runs are paged over the lease set, ordered by lease deadline (soonest first):
+    renewals reorder it, so a run can move between pages from one call to the next.
+    """
+    keys = Keys(settings.namespace)
+    limit = max(0, min(limit, MAX_PAGE))
+    now = time.time()
+    now_ms = int(now * 1000)
+    stats_keys, window = _stats_keys(keys, now)
+    # Live = heartbeat within one lease, as the reaper and readiness see it.
+    since_ms = int((now - settings.lease_seconds) * 1000)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zcount(keys.queue, "-inf", now_ms)
+        pipe.zcard(keys.queue)
+        pipe.zrange(keys.queue, 0, 0, withscores=True)
+        pipe.zcard(keys.leases)
+        pipe.zcard(keys.blocked)
+        pipe.zrangebyscore(keys.workers, since_ms, "+inf", withscores=True)
+        for key in stats_keys:
+            pipe.hmget(key, list(STATS_FIELDS))
+        if limit:
+            pipe.zrange(keys.leases, offset, offset + limit - 1)
+        first = await pipe.execute()
+    ready, total, head, running, blocked, workers = first[:6]
+    stats_rows = first[6 : 6 + STATS_MINUTES]
+    page: list[bytes] = first[6 + STATS_MINUTES] if limit else []
+
+    oldest = 0.0
+    if head and head[0][1] <= now_ms:
+        oldest = round(max(0.0, now_ms - head[0][1]) / 1000, 3)
+    depth = Depth(ready, max(0, total - ready), running, blocked, oldest)
+
+    worker_rows: list[Any] = []
+    run_rows: list[Any] = []
+    if workers or page:
+        async with redis.pipeline(transaction=False) as pipe:
+            for worker_id, _seen in workers:
+                pipe.hmget(keys.worker(_text(worker_id)), ["slots", "busy"])
+            for run_id in page:
+                pipe.hmget(keys.run(_text(run_id)), list(IN_FLIGHT_FIELDS))
+            rows = await pipe.execute()
+        worker_rows, run_rows = rows[: len(workers)], rows[len(workers) :]
+
+    infos = [
+        WorkerInfo(_text(wid), _int(row[0]), _int(row[1]), round(max(0, now_ms - seen) / 1000, 3))
+        for (wid, seen), row in zip(workers, worker_rows, strict=True)
+    ]
+    in_flight = [
+        InFlightRun(
+            run_id=_text(run_id),
+            session_id=_text(row[0]),
+            status=_text(row[1]),
+            worker=_text(row[2]),
+            attempt=_int(row[3]),
+            created_at=_float(row[4]),
+            started_at=_float(row[5]),
+            age_seconds=round(max(0.0, now - _float(row[5])), 3) if row[5] else 0.0,
+        )
+        for run_id, row in zip(page, run_rows, strict=True)
+        if row[1] is not None  # finished and expired between the two round trips
+    ]
+    per_worker = (
+        round(sum(i.slots for i in infos) / len(infos)) if infos else settings.worker_concurrency
+    )
+    return QueueSnapshot(
+        at=round(now, 3),
+        depth=depth,
+        workers=infos,
+        throughput=_throughput(stats_rows, window),
+        desired_workers=desired_workers(depth, per_worker),
+        in_flight=in_flight,
+        limit=limit,
+        offset=offset,
+    )
+
+
+async def admission(redis: aioredis.Redis, settings: Settings) -> Refusal | None:
+    """None when a new run may be enqueued; otherwise why not and the Retry-After.
+
+    The ready queue is full when it holds ``max_ready_depth`` runs or when a ready run has
+    waited longer than ``max_ready_age_seconds``. Retry-After is the time the measured drain
+    rate (claims per second over the last few minutes) needs to clear what is over the limit:
+    the runs beyond the depth limit, or the runs older than the age limit.
+    """
+    max_depth, max_age = settings.max_ready_depth, settings.max_ready_age_seconds
+    if not max_depth and not max_age:
+        return None
+    keys = Keys(settings.namespace)
+    now = time.time()
+    now_ms = int(now * 1000)
+    stats_keys, window = _stats_keys(keys, now)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.zcount(keys.queue, "-inf", now_ms)
+        pipe.zcount(keys.queue, "-inf", f"({now_ms - int(max_age * 1000)}")
+        for key in stats_keys:
+            pipe.hget(key, "claimed")
+        ready, overdue, *claims = await pipe.execute()
+    over_depth = ready - max_depth + 1 if max_depth and ready >= max_depth else 0
+    overdue = overdue if max_age else 0
+    if not over_depth and not overdue:
+        return None
+    drain = sum(_int(c) for c in claims) / window if window > 0 else 0.0
+    return Refusal(
+        reason="depth" if over_depth >= overdue else "age",
+        retry_after=retry_after_seconds(max(over_depth, overdue), drain),
+        ready=ready,
+    )

@@ -1,0 +1,70 @@
+"""Helpers for the operations tests: Prometheus scrapes parsed, and bounded condition polls."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from hermes_queue.config import Settings
+from hermes_queue.redis_server import free_port
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample of a scrape, keyed by (sample name, sorted labels)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+async def scrape_api(api: TestClient) -> Samples:
+    response = await api.get("/metrics")
+    assert response.status == 200, await response.text()
+    assert response.headers["Content-Type"].startswith("text/plain")
+    return parse(await response.text())
+
+
+async def scrape_port(port: int) -> Samples:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        assert response.status == 200
+        return parse(await response.text())
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[Any]],
+    check: Callable[[Any], bool],
+    within: float = 15.0,
+    what: str = "condition",
+) -> Any:
+    """Poll ``probe`` until ``check`` holds on its result (bounded); return that result."""
+    deadline = time.monotonic() + within
+    while True:
+        result = await probe()
+        if check(result):
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} never held; last value: {result!r}")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def ops_settings(settings: Settings) -> Settings:
+    """Test settings with the worker's metrics endpoint on a free port."""
+    return settings.replace(metrics_port=free_port())

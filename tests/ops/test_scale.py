@@ -1,0 +1,126 @@
+"""Queue figures stay cheap at 100,000 queued runs: the Redis work per snapshot does not grow.
+
+Timing asserts would be flaky and say little; instead this counts the commands Redis executed
+(``INFO commandstats`` deltas, which include commands run inside scripts) for a snapshot of a
+small queue and of a 100,000-run one, and requires the same number. A private Redis server
+keeps the count free of other tests' traffic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from hermes_queue.config import Settings
+from hermes_queue.keys import Keys
+from hermes_queue.queue_state import admission, snapshot
+from hermes_queue.redis_server import EmbeddedRedis
+
+PAGE = 50
+
+
+@pytest.fixture(scope="module")
+def private_redis_url() -> Iterator[str]:
+    server = EmbeddedRedis.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def private(private_redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(private_redis_url)
+    await client.flushdb()  # a server of this module's own: nobody else's keys
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def fill(redis: aioredis.Redis, keys: Keys, queued: int, leased: int, blocked: int) -> None:
+    """Queue entries (60 % ready, 40 % deferred), leased runs with records, parked runs."""
+    now_ms = int(time.time() * 1000)
+    chunk = 10_000
+    for start in range(0, queued, chunk):
+        async with redis.pipeline(transaction=False) as pipe:
+            members = {
+                f"run_q{i}": now_ms - 60_000 + i if i < queued * 0.6 else now_ms + 3_600_000 + i
+                for i in range(start, min(queued, start + chunk))
+            }
+            pipe.zadd(keys.queue, members)
+            await pipe.execute()
+    async with redis.pipeline(transaction=False) as pipe:
+        for i in range(leased):
+            run_id = f"run_l{i}"
+            pipe.zadd(keys.leases, {run_id: now_ms + 3_600_000 + i})
+            pipe.hset(keys.run(run_id), mapping={"status": "running", "started_at": time.time()})
+        pipe.zadd(keys.blocked, {keys.run(f"run_b{i}"): now_ms + i for i in range(blocked)})
+        pipe.zadd(keys.workers, {"w1": now_ms, "w2": now_ms})
+        pipe.hset(keys.worker("w1"), mapping={"slots": 16, "busy": 16})
+        pipe.hset(keys.worker("w2"), mapping={"slots": 16, "busy": 4})
+        await pipe.execute()
+
+
+async def commands_for(redis: aioredis.Redis, action: Callable[[], Awaitable[Any]]) -> int:
+    """Commands Redis executed while ``action`` ran (INFO and CONFIG themselves excluded)."""
+    await redis.config_resetstat()
+    await action()
+    stats = await redis.info("commandstats")
+    return sum(
+        int(entry["calls"])
+        for name, entry in stats.items()
+        if name not in ("cmdstat_info", "cmdstat_config")
+    )
+
+
+async def test_snapshot_command_count_does_not_grow_with_the_queue(
+    private: aioredis.Redis, private_redis_url: str, namespace: str
+) -> None:
+    small, large = Keys(f"{namespace}s"), Keys(f"{namespace}l")
+    await fill(private, small, queued=10, leased=PAGE + 10, blocked=2)
+    await fill(private, large, queued=100_000, leased=10_000, blocked=5_000)
+    base = Settings(redis_url=private_redis_url, max_ready_depth=10, max_ready_age_seconds=30)
+    counts: dict[str, list[int]] = {}
+    snapshots = {}
+    for keys in (small, large):
+        settings = base.replace(namespace=keys.namespace)
+        client = aioredis.Redis.from_url(private_redis_url)
+        try:
+            await client.ping()  # connection set-up is not part of the bill
+
+            async def full(settings: Settings = settings, client: aioredis.Redis = client) -> None:
+                snapshots[settings.namespace] = await snapshot(client, settings, limit=PAGE)
+
+            async def scrape(settings: Settings = settings, client: aioredis.Redis = client) -> Any:
+                return await snapshot(client, settings)
+
+            async def admit(settings: Settings = settings, client: aioredis.Redis = client) -> Any:
+                return await admission(client, settings)
+
+            counts[keys.namespace] = [
+                await commands_for(client, full),
+                await commands_for(client, scrape),
+                await commands_for(client, admit),
+            ]
+        finally:
+            await client.aclose()
+
+    assert counts[small.namespace] == counts[large.namespace]
+    # And small in absolute terms: the page and the two workers, plus a dozen fixed reads.
+    full_count, scrape_count, admit_count = counts[large.namespace]
+    assert full_count <= 12 + PAGE + 2
+    assert scrape_count <= 12 + 2
+    assert admit_count <= 8
+
+    big = snapshots[large.namespace]
+    assert (big.depth.ready, big.depth.deferred) == (60_000, 40_000)
+    assert (big.depth.running, big.depth.blocked) == (10_000, 5_000)
+    assert big.depth.oldest_ready_age_seconds >= 60
+    assert len(big.in_flight) == PAGE
+    assert (len(big.workers), big.slots, big.free_slots) == (2, 32, 12)
+    assert big.desired_workers == 4375  # ceil((60,000 + 10,000) / 16)
