@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hermes_queue.logs import LOG_FORMATS
 from hermes_queue.providers import (
     ProviderConfigError,
     ProviderSettings,
@@ -83,6 +84,8 @@ class Settings:
     migrate_on_start: bool = True
     # Logging
     log_level: str = "INFO"
+    # "text" (one human line) or "json" (one object per line, for log shippers).
+    log_format: str = "text"
     # Operations. Workers serve Prometheus metrics on metrics_host:metrics_port (0: off); the
     # API serves GET /metrics, behind the API key unless metrics_public.
     metrics_port: int = 9108
@@ -129,6 +132,11 @@ class Settings:
             raise ConfigError("metrics_port must be 0 (off) or a TCP port")
         if self.queue_stream_interval_seconds <= 0:
             raise ConfigError("queue_stream_interval_seconds must be positive")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                f"log_format must be one of {', '.join(map(repr, LOG_FORMATS))}, "
+                f"not {self.log_format!r}"
+            )
         for alias, route in self.model_routes.items():
             if route.provider and route.provider not in self.providers:
                 raise ConfigError(

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hermes_queue.logs import register_secret
+
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 
@@ -97,6 +99,7 @@ def resolve_api_key(provider: ProviderSettings, environ: Mapping[str, str] | Non
     if provider.api_key_env:
         value = env.get(provider.api_key_env, "").strip()
         if value:
+            register_secret(value)  # masked in every log line from now on
             return value
     if provider.api_key_file:
         try:
@@ -106,6 +109,7 @@ def resolve_api_key(provider: ProviderSettings, environ: Mapping[str, str] | Non
                 f"cannot read the key file of provider {provider.name!r}: {exc.strerror}"
             ) from None
         if value:
+            register_secret(value)
             return value
     where = provider.api_key_env or provider.api_key_file or "no key source configured"
     raise CredentialsUnavailable(f"no API key for provider {provider.name!r} ({where})")
