@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+from types import ModuleType
 from typing import Any
 
 import click
@@ -36,7 +37,12 @@ def api(host: str | None, port: int | None) -> None:
     from hermes_queue.serve import serve_api
 
     settings = _settings(host=host, port=port)
-    configure_logging(settings.log_level)
+    configure_logging(
+        settings.log_level,
+        settings.log_format,
+        secrets=(settings.api_key,),
+        urls=(settings.redis_url, settings.store_url),
+    )
     _run(serve_api(settings))
 
 
@@ -47,7 +53,12 @@ def worker(concurrency: int | None) -> None:
     from hermes_queue.serve import serve_worker
 
     settings = _settings(worker_concurrency=concurrency)
-    configure_logging(settings.log_level)
+    configure_logging(
+        settings.log_level,
+        settings.log_format,
+        secrets=(settings.api_key,),
+        urls=(settings.redis_url, settings.store_url),
+    )
     _run(serve_worker(settings))
 
 
@@ -59,7 +70,12 @@ def dev(host: str | None, port: int | None) -> None:
     from hermes_queue.serve import serve_dev
 
     settings = _settings(host=host, port=port)
-    configure_logging(settings.log_level)
+    configure_logging(
+        settings.log_level,
+        settings.log_format,
+        secrets=(settings.api_key,),
+        urls=(settings.redis_url, settings.store_url),
+    )
     _run(serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ))
 
 
@@ -137,6 +153,69 @@ def tail(run_id: str, url: str | None, after: str | None) -> None:
         return 0
 
     sys.exit(asyncio.run(follow()))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the hermes.queue snapshot as JSON.")
+@click.option(
+    "--watch",
+    type=click.FloatRange(0.1, 3600),
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh every SECONDS (default 2) until Ctrl-C.",
+)
+@click.option("--iterations", type=click.IntRange(1), default=None, hidden=True)
+def status(as_json: bool, watch: float | None, iterations: int | None) -> None:
+    """Queue depth by state, oldest ready age, workers, throughput and recent failures."""
+    _ops().status(_settings(), as_json=as_json, watch=watch, iterations=iterations)
+
+
+@main.group()
+def runs() -> None:
+    """Inspect and stop runs (reads Redis directly, like status)."""
+
+
+@runs.command("list")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--offset", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the page as JSON.")
+def runs_list(limit: int, offset: int, as_json: bool) -> None:
+    """In-flight runs: id, session, status, worker, attempt, age."""
+    _ops().runs_list(_settings(), limit=limit, offset=offset, as_json=as_json)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the hermes.run object as JSON.")
+def runs_show(run_id: str, as_json: bool) -> None:
+    """One run's status, attempt, worker and failure reason."""
+    _ops().runs_show(_settings(), run_id, as_json=as_json)
+
+
+@runs.command("stop")
+@click.argument("run_id")
+def runs_stop(run_id: str) -> None:
+    """Stop a run: a queued one is cancelled at once, a running one is told to stop."""
+    _ops().runs_stop(_settings(), run_id)
+
+
+@main.command()
+@click.option("--role", type=click.Choice(["api", "worker"]), default="api", show_default=True)
+def check(role: str) -> None:
+    """Exit 0 when Redis and the session store answer (container readiness probes)."""
+    from hermes_queue.cli_check import check as run_check
+
+    sys.exit(run_check(_settings(), role))
+
+
+def _ops() -> ModuleType:
+    """The operator commands' module, imported on use: it pulls in redis and rich, which
+    would slow every other command (and --help) by a third of a second."""
+    from hermes_queue import cli_ops
+
+    return cli_ops
 
 
 def _run(coro: Any) -> None:

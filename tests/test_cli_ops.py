@@ -1,0 +1,298 @@
+"""Operator commands (``status``, ``runs``, ``check``) against a real Redis, through click.
+
+The commands run their own event loop (``asyncio.run``), so these tests are synchronous and
+prepare Redis state in short loops of their own. Every invocation sees the test's settings the
+way an operator's shell would: as ``HERMES_QUEUE_*`` variables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+import redis.asyncio as aioredis
+from click.testing import CliRunner, Result
+
+from hermes_queue import cli_check, cli_ops
+from hermes_queue.cli import main
+from hermes_queue.config import Settings, settings_env
+from hermes_queue.keys import Keys
+from hermes_queue.runs.repository import RunRepository
+
+T = TypeVar("T")
+Setup = Callable[[aioredis.Redis, RunRepository, Keys], Awaitable[T]]
+
+
+@pytest.fixture
+def env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """The test settings exported as the environment; the namespace's keys removed after."""
+    for name, value in settings_env(settings).items():
+        monkeypatch.setenv(name, value)
+    yield settings
+
+    async def cleanup() -> None:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        try:
+            found = [k async for k in client.scan_iter(match=f"{settings.namespace}:*")]
+            if found:
+                await client.delete(*found)
+        finally:
+            await client.aclose()
+
+    asyncio.run(cleanup())
+
+
+def prepare(settings: Settings, setup: Setup[T]) -> T:
+    """Run ``setup`` against Redis in a loop of its own (the CLI runs in another)."""
+
+    async def go() -> T:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        try:
+            return await setup(client, RunRepository(client, settings), Keys(settings.namespace))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def invoke(*args: str) -> Result:
+    result = CliRunner().invoke(main, list(args))
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+async def create(repo: RunRepository, *run_ids: str) -> None:
+    for run_id in run_ids:
+        assert await repo.create(run_id=run_id, session_id=f"s_{run_id}", request={"input": "x"})
+
+
+def dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def status_json() -> dict[str, Any]:
+    result = invoke("status", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_status_json_numbers_move_with_runs(env: Settings) -> None:
+    before = status_json()
+    assert before["object"] == "hermes.queue"
+    assert before["depth"] == {"ready": 0, "deferred": 0, "running": 0, "blocked": 0}
+    assert before["workers"]["count"] == 0
+
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, "run_a", "run_b", "run_c")
+        await redis.zadd(keys.queue, {"run_later": int((time.time() + 3600) * 1000)})
+        assert await repo.claim("run_a", "w1") is not None
+        await redis.zadd(keys.workers, {"w1": int(time.time() * 1000)})
+        await redis.hset(keys.worker("w1"), mapping={"slots": 4, "busy": 1})  # type: ignore[misc]
+
+    prepare(env, setup)
+    after = status_json()
+    assert after["depth"] == {"ready": 2, "deferred": 1, "running": 1, "blocked": 0}
+    assert after["oldest_ready_age_seconds"] >= 0
+    assert after["workers"]["count"] == 1
+    assert after["workers"]["slots"] == 4 and after["workers"]["free_slots"] == 3
+    assert after["throughput"]["claimed"] == 1
+
+
+def test_status_table_renders_the_numbers(env: Settings) -> None:
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, "run_a", "run_b", "run_c", "run_d")
+        for later in ("run_x", "run_y"):
+            await redis.zadd(keys.queue, {later: int((time.time() + 3600) * 1000)})
+        assert await repo.claim("run_a", "worker-one") is not None
+        assert (await repo.request_stop("run_d")).status == "cancelled"
+        await redis.zadd(keys.workers, {"worker-one": int(time.time() * 1000)})
+        await redis.hset(keys.worker("worker-one"), mapping={"slots": 8, "busy": 1})  # type: ignore[misc]
+
+    prepare(env, setup)
+    result = invoke("status")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for state, count in (("ready", 2), ("deferred", 2), ("running", 1), ("blocked", 0)):
+        assert re.search(rf"{state}\s+{count}\b", out), (state, out)
+    assert "worker-one" in out
+    assert "1 live · 8 slots · 1 busy · 7 free" in out
+    assert re.search(r"total\s+1\s+0\s+0\s+1\b", out), out  # claimed, completed, failed, cancelled
+    assert "0 failed, 1 cancelled" in out
+
+
+def test_status_without_workers_says_so(env: Settings) -> None:
+    result = invoke("status")
+    assert result.exit_code == 0 and "no live worker" in result.stdout
+
+
+def test_status_watch_refreshes_then_ends(env: Settings) -> None:
+    table = invoke("status", "--watch", "0.1", "--iterations", "2")
+    assert table.exit_code == 0, table.output
+    assert "Queue" in table.stdout and "ready" in table.stdout
+    lines = invoke("status", "--json", "--watch", "0.1", "--iterations", "3")
+    assert lines.exit_code == 0, lines.output
+    snapshots = [json.loads(line) for line in lines.stdout.splitlines()]
+    assert len(snapshots) == 3 and all(s["object"] == "hermes.queue" for s in snapshots)
+
+
+def test_status_watch_ctrl_c_exits_0(env: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    read = cli_ops.read_status
+    calls = 0
+
+    async def interrupted(redis: aioredis.Redis, settings: Settings) -> cli_ops.StatusView:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise KeyboardInterrupt
+        return await read(redis, settings)
+
+    monkeypatch.setattr(cli_ops, "read_status", interrupted)
+    result = invoke("status", "--watch", "0.1")
+    assert result.exit_code == 0, result.output
+    assert calls == 3
+
+
+def test_status_with_redis_down_is_one_line_with_the_password_masked(
+    env: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port = dead_port()
+    monkeypatch.setenv("HERMES_QUEUE_REDIS_URL", f"redis://:hunter2@127.0.0.1:{port}/0")
+    for args in (("status",), ("status", "--json"), ("runs", "list"), ("runs", "show", "r")):
+        result = invoke(*args)
+        assert result.exit_code == 1, args
+        assert result.output.strip().splitlines() == [
+            f"error: Redis at redis://:***@127.0.0.1:{port}/0 is unreachable (ConnectionError)"
+        ]
+        assert "hunter2" not in result.output
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+
+def test_runs_list_pages_in_flight_runs(env: Settings) -> None:
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, "run_a", "run_b", "run_c")
+        for run_id in ("run_a", "run_b"):
+            assert await repo.claim(run_id, "w1") is not None
+
+    prepare(env, setup)
+    table = invoke("runs", "list")
+    assert table.exit_code == 0, table.output
+    assert "In-flight: 2" in table.stdout
+    assert "run_a" in table.stdout and "s_run_b" in table.stdout and "run_c" not in table.stdout
+    page = json.loads(invoke("runs", "list", "--json", "--limit", "1", "--offset", "1").stdout)
+    assert page["total"] == 2 and page["limit"] == 1 and page["offset"] == 1
+    [run] = page["data"]
+    assert run["run_id"] in ("run_a", "run_b")
+    assert run["status"] == "running" and run["worker"] == "w1" and run["attempt"] == 1
+    first = invoke("runs", "list", "--limit", "1")
+    assert "next page: --offset 1" in first.stdout
+
+
+def test_runs_show_gives_status_attempt_and_worker(env: Settings) -> None:
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, "run_a")
+        assert await repo.claim("run_a", "w7") is not None
+
+    prepare(env, setup)
+    body = json.loads(invoke("runs", "show", "run_a", "--json").stdout)
+    assert body["object"] == "hermes.run" and body["run_id"] == "run_a"
+    assert body["status"] == "running" and body["attempt"] == 1 and body["worker"] == "w7"
+    assert body["session_id"] == "s_run_a" and body["reason"] is None
+    human = invoke("runs", "show", "run_a")
+    assert human.exit_code == 0, human.output
+    assert re.search(r"status\s+running", human.stdout) and re.search(r"worker\s+w7", human.stdout)
+
+
+def test_runs_stop_cancels_a_queued_run_and_stops_a_running_one(env: Settings) -> None:
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, "run_q", "run_r")
+        assert await repo.claim("run_r", "w1") is not None
+
+    prepare(env, setup)
+    queued = invoke("runs", "stop", "run_q")
+    assert queued.exit_code == 0 and queued.stdout.strip() == "run_q: cancelled"
+    running = invoke("runs", "stop", "run_r")
+    assert running.exit_code == 0 and running.stdout.startswith("run_r: stopping")
+    again = invoke("runs", "stop", "run_q")
+    assert again.exit_code == 0 and again.stdout.strip() == "run_q: cancelled"
+
+    async def statuses(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> list[str]:
+        return [(await repo.get(r)).status for r in ("run_q", "run_r")]  # type: ignore[union-attr]
+
+    assert prepare(env, statuses) == ["cancelled", "stopping"]
+    assert json.loads(invoke("runs", "show", "run_q", "--json").stdout)["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("args", [("runs", "show", "run_nope"), ("runs", "stop", "run_nope")])
+def test_unknown_run_is_one_error_line_and_exit_1(env: Settings, args: tuple[str, ...]) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("error: run run_nope not found")
+
+
+# -- check -------------------------------------------------------------------------------------
+
+
+def test_check_passes_with_redis_and_a_migrated_store(env: Settings) -> None:
+    assert invoke("migrate").exit_code == 0
+    for role in ("api", "worker"):
+        result = invoke("check", "--role", role)
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("ok    redis ") and lines[1].startswith("ok    session_store ")
+        assert lines[-1] == f"{role}: healthy"
+
+
+def test_check_fails_on_an_unmigrated_store(env: Settings) -> None:
+    result = invoke("check")
+    assert result.exit_code == 1
+    assert "hermes-queue migrate" in result.output and "api: UNHEALTHY" in result.output
+
+
+def test_check_fails_with_redis_down(env: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert invoke("migrate").exit_code == 0
+    monkeypatch.setenv("HERMES_QUEUE_REDIS_URL", f"redis://u:pw@127.0.0.1:{dead_port()}/0")
+    result = invoke("check", "--role", "worker")
+    assert result.exit_code == 1
+    assert "FAIL  redis          redis://u:***@127.0.0.1:" in result.output
+    assert "is unreachable (ConnectionError)" in result.output
+    assert "ok    session_store" in result.output and ":pw@" not in result.output
+
+
+def test_check_fails_with_a_broken_store(env: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    result = invoke("check")
+    assert result.exit_code == 1
+    assert "ok    redis" in result.output
+    assert "FAIL  session_store  postgresql://nobody@127.0.0.1:1/none is unreachable" in (
+        result.output
+    )
+
+
+def test_check_rejects_a_store_url_without_quoting_it(
+    env: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", "mysql://root:secret@db/x")
+    result = invoke("check")
+    assert result.exit_code == 1 and "is not a store URL" in result.output
+    assert "secret" not in result.output
+
+
+def test_mask_url() -> None:
+    assert cli_check.mask_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
+    assert cli_check.mask_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+    assert cli_check.mask_url("redis://h:6379/0") == "redis://h:6379/0"
+    assert cli_check.mask_url("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
