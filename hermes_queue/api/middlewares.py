@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.api.appkeys import SETTINGS
+from hermes_queue.api.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.errors import ApiError, auth_error
 from hermes_queue.logs import request_id_var
 from hermes_queue.store.base import StoreUnavailable
@@ -21,7 +22,8 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+# The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API).
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", *DASHBOARD_ASSETS})
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 

@@ -1,0 +1,352 @@
+"""The dashboard in a real headless Chromium (selenium + chromedriver) against a live API + worker.
+
+The API and an in-process worker run on their own event loop in a thread, on a real TCP port,
+so the test itself can be plain blocking selenium code. A test-only middleware records every
+SSE request (with its Last-Event-ID) and can cut the open streams, like a network drop would.
+
+Skipped when Chromium, chromedriver or selenium is missing, unless CI is set: then it fails.
+Set HERMES_QUEUE_DASHBOARD_SCREENSHOT=/path.png to keep a screenshot of the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import threading
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from hermes_queue.api.app import create_app
+from hermes_queue.config import Settings
+from tests.api.conftest import running_worker
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1280,1200",
+)
+WAIT_SECONDS = 20.0
+SLOW = "[slow:0.1]"  # the echo agent pads to 51 tokens, 0.1 s apart: ~5 s in flight
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}, but CI is set: the browser test must run in CI")
+    pytest.skip(reason)
+
+
+class LiveApi:
+    """API (real TCP port on 127.0.0.1) + worker on an event loop in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.loop = asyncio.new_event_loop()
+        self.base_url = ""
+        self.stream_requests: list[tuple[str, str | None]] = []  # (path, Last-Event-ID)
+        self._open_streams: dict[int, web.Request] = {}
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="live-api", daemon=True)
+
+    @web.middleware
+    async def _track_streams(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if not request.path.endswith(("/events", "/stream")):
+            return await handler(request)
+        self.stream_requests.append((request.path, request.headers.get("Last-Event-ID")))
+        self._open_streams[id(request)] = request
+        try:
+            return await handler(request)
+        finally:
+            self._open_streams.pop(id(request), None)
+
+    def drop_streams(self) -> None:
+        """Cut every open SSE connection, as a flaky network or a restarted proxy would."""
+
+        def close() -> None:
+            for request in list(self._open_streams.values()):
+                if request.transport is not None:
+                    request.transport.close()
+
+        self.loop.call_soon_threadsafe(close)
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        app = create_app(self.settings)
+        app.middlewares.append(self._track_streams)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            self.base_url = f"http://{host}:{port}"
+            async with running_worker(self.settings):
+                self._ready.set()
+                await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+    def _run(self) -> None:
+        try:
+            self.loop.run_until_complete(self._main())
+        except BaseException as exc:  # reported by __enter__ / __exit__
+            self._error = exc
+        finally:
+            self._ready.set()
+            self.loop.close()
+
+    def __enter__(self) -> LiveApi:
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None or not self.base_url:
+            raise RuntimeError("the live API did not start") from self._error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the live API did not stop"
+
+    def _open(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        request = urllib.request.Request(
+            self.base_url + path,
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={
+                "Authorization": f"Bearer {self.settings.api_key}",
+                "Content-Type": "application/json",
+            },
+        )
+        return urllib.request.urlopen(request, timeout=10)
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        with self._open(method, path, body) as response:
+            return json.loads(response.read())
+
+    def start_run(self, text: str) -> str:
+        return str(self.call("POST", "/v1/runs", {"input": text})["run_id"])
+
+    def start_turn(self, session_id: str, text: str) -> str:
+        """A session chat turn queued behind the session's active one (if any); the stream is
+        left at once (that never cancels the turn)."""
+        body = {"message": text, "multitask_strategy": "enqueue"}
+        with self._open("POST", f"/api/sessions/{session_id}/chat/stream", body) as response:
+            return str(response.headers["X-Hermes-Run-Id"])
+
+
+@pytest.fixture
+def live(settings: Settings) -> Iterator[LiveApi]:
+    tuned = settings.replace(
+        metrics_port=0, worker_concurrency=8, queue_stream_interval_seconds=0.25
+    )
+    with LiveApi(tuned) as api:
+        yield api
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    try:
+        from selenium import webdriver
+    except ImportError:
+        _unavailable("selenium is not installed")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if not chromium or not chromedriver:
+        _unavailable("Chromium or chromedriver is not installed (apt: chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = webdriver.ChromeService(
+        executable_path=chromedriver, log_output=str(tmp_path / "chromedriver.log")
+    )
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        yield driver
+    finally:
+        console = driver.get_log("browser")
+        driver.quit()
+        # The only errors allowed on the console: the deliberately wrong key's 401, and the
+        # streams cut by drop_streams(). Anything else (an uncaught exception, a request the
+        # CSP blocked, a 404 asset) fails the test.
+        allowed = (
+            "/v1/queue/stream?limit=100 - Failed to load resource: the server responded with "
+            "a status of 401",
+            "/v1/queue/stream?limit=100 - Failed to load resource: net::ERR_INCOMPLETE_CHUNKED",
+            "/events - Failed to load resource: net::ERR_INCOMPLETE_CHUNKED",
+        )
+        errors = [e["message"] for e in console if e["level"] == "SEVERE"]
+        assert [m for m in errors if not any(a in m for a in allowed)] == [], errors
+
+
+def until(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
+    """Poll ``condition`` (bounded) until it returns something truthy; return that."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    wait = WebDriverWait(
+        driver,
+        WAIT_SECONDS,
+        poll_frequency=0.1,
+        ignored_exceptions=(StaleElementReferenceException,),
+    )
+    return wait.until(condition, message=f"waiting for {what}")
+
+
+def text(driver: Any, element_id: str) -> str:
+    return str(driver.execute_script(f"return document.getElementById('{element_id}').textContent"))
+
+
+def rows(driver: Any, tbody: str) -> list[dict[str, str]]:
+    """The data attributes and cell texts of a table's rows, read in one atomic call."""
+    return list(
+        driver.execute_script(
+            """return [...document.querySelectorAll(`#${arguments[0]} tr`)]
+                 .filter((tr) => !tr.classList.contains('empty'))
+                 .map((tr) => ({
+                   ...tr.dataset, cells: [...tr.cells].map((td) => td.textContent),
+                 }));""",
+            tbody,
+        )
+    )
+
+
+def chart_pixels(driver: Any, css_var: str) -> int:
+    """How many pixels of the depth chart are drawn in a state's colour."""
+    return int(
+        driver.execute_script(
+            """const canvas = document.getElementById('depth-chart');
+               const probe = document.createElement('canvas').getContext('2d');
+               probe.fillStyle = getComputedStyle(document.documentElement)
+                 .getPropertyValue(arguments[0]).trim();
+               probe.fillRect(0, 0, 1, 1);
+               const [r, g, b] = probe.getImageData(0, 0, 1, 1).data;
+               const data = canvas.getContext('2d')
+                 .getImageData(0, 0, canvas.width, canvas.height).data;
+               let count = 0;
+               for (let i = 0; i < data.length; i += 4) {
+                 const [pr, pg, pb, alpha] = data.subarray(i, i + 4);
+                 if (pr === r && pg === g && pb === b && alpha === 255) count++;
+               }
+               return count;""",
+            css_var,
+        )
+    )
+
+
+def screenshot(driver: Any, suffix: str = "") -> None:
+    target = os.environ.get("HERMES_QUEUE_DASHBOARD_SCREENSHOT")
+    if target:
+        path = Path(target)
+        driver.save_screenshot(str(path.with_stem(path.stem + suffix)))
+
+
+@pytest.mark.timeout(120)
+def test_dashboard_follows_the_queue_and_tails_a_run(live: LiveApi, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    driver.get(f"{live.base_url}/dashboard")
+
+    # A wrong key is refused and asked for again; the right one connects the live view.
+    until(driver, lambda d: d.find_element(By.ID, "api-key").is_displayed(), "the key prompt")
+    driver.find_element(By.ID, "api-key").send_keys("not-the-key\n")
+    until(driver, lambda d: "rejected" in text(d, "login-error"), "the wrong key's refusal")
+    assert driver.find_element(By.ID, "login").is_displayed()
+    driver.find_element(By.ID, "api-key").send_keys(live.settings.api_key + "\n")
+    until(driver, lambda d: text(d, "connection") == "live", "the queue stream")
+    until(driver, lambda d: text(d, "workers-summary").startswith("1 live"), "the worker")
+    assert [r["cells"][1:3] for r in rows(driver, "workers-body")] == [["8", "0"]]
+    assert text(driver, "inflight-count") == "0"
+
+    # Runs started over HTTP show up in flight, in the depth figures and on the chart. The
+    # first two are turns of one session, so the second is blocked until the first ends.
+    live.call("POST", "/api/sessions", {"id": "dash"})
+    runs = [live.start_turn("dash", f"{SLOW} dashboard turn {i}") for i in range(2)]
+    runs.append(live.start_run(f"{SLOW} dashboard run 2"))
+    doomed = live.start_run(f"{SLOW} [fail] dashboard doomed run")
+    in_flight = {runs[0], runs[2], doomed}
+    until(
+        driver,
+        lambda d: {r["key"] for r in rows(d, "inflight-body")} == in_flight,
+        "three runs in flight",
+    )
+    until(driver, lambda d: text(d, "depth-running") == "3", "running depth 3")
+    until(driver, lambda d: text(d, "depth-blocked") == "1", "blocked depth 1")
+    until(driver, lambda d: " 3 busy " in text(d, "workers-summary"), "3 busy slots")
+    assert text(driver, "depth-ready") == "0"
+    assert text(driver, "inflight-count") == "3"
+    row = next(r for r in rows(driver, "inflight-body") if r["key"] == runs[0])
+    assert row["cells"][:3] == [runs[0], "dash", "running"]
+    until(driver, lambda d: chart_pixels(d, "--running") > 20, "the running line on the chart")
+    until(driver, lambda d: chart_pixels(d, "--blocked") > 20, "the blocked line on the chart")
+    screenshot(driver)
+
+    # An in-flight row links to its run view, which shows the run's events as they come.
+    link = driver.find_element(By.CSS_SELECTOR, f'#inflight-body a[href="#run/{runs[0]}"]')
+    until(driver, lambda d: link.text == runs[0], "the link to stay put across snapshots")
+    link.click()
+    until(driver, lambda d: d.find_element(By.ID, "run-view").is_displayed(), "the run view")
+    assert not driver.find_element(By.ID, "queue-view").is_displayed()
+    assert text(driver, "run-id") == runs[0]
+    until(driver, lambda d: len(rows(d, "run-events")) >= 3, "the first run's deltas")
+
+    # The blocked run's view: keepalive comments only until it starts (never shown as events),
+    # then its events; a dropped connection resumes after the last id, with no duplicates.
+    driver.execute_script("window.location.hash = arguments[0]", f"#run/{runs[1]}")
+    until(driver, lambda d: text(d, "run-id") == runs[1], "the blocked run's view")
+    until(driver, lambda d: len(rows(d, "run-events")) >= 5, "the blocked run's first deltas")
+    streams_before = len(live.stream_requests)
+    live.drop_streams()
+    resumed = until(
+        driver,
+        lambda d: [
+            cursor
+            for path, cursor in live.stream_requests[streams_before:]
+            if path == f"/v1/runs/{runs[1]}/events"
+        ],
+        "the run view's reconnect",
+    )
+    assert resumed[0], "the reconnect must carry Last-Event-ID"
+    until(
+        driver,
+        lambda d: any(r["event"] == "run.completed" for r in rows(d, "run-events")),
+        "the terminal event",
+    )
+    until(driver, lambda d: text(d, "run-status") == "completed", "the completed status")
+    assert text(driver, "run-stream") == "ended (terminal event received)"
+    events = rows(driver, "run-events")
+    assert [e["event"] for e in events] == ["message.delta"] * 51 + ["run.completed"]
+    ids = [tuple(map(int, e["id"].split("-"))) for e in events]
+    assert ids == sorted(set(ids)), "events duplicated or out of order across the reconnect"
+    assert resumed[0] in {e["id"] for e in events}
+    assert text(driver, "run-output") == live.call("GET", f"/v1/runs/{runs[1]}")["output"]
+    screenshot(driver, "-run")
+
+    # The queue stream reconnected on its own, and everything drains; the failure is listed.
+    assert any(p == "/v1/queue/stream" for p, _ in live.stream_requests[streams_before:])
+    driver.find_element(By.LINK_TEXT, "← back to the queue").click()
+    until(driver, lambda d: d.find_element(By.ID, "queue-view").is_displayed(), "the queue view")
+    until(driver, lambda d: text(d, "inflight-count") == "0", "an empty in-flight list")
+    assert text(driver, "depth-running") == "0"
+    failures = until(driver, lambda d: rows(d, "failures-body"), "the failed run listed")
+    assert [(f["key"], f["cells"][2]) for f in failures] == [
+        (doomed, "echo backend failure requested")
+    ]
+    until(driver, lambda d: text(d, "failures-summary").startswith("1 failed, 3 completed"), "")
