@@ -58,6 +58,18 @@ class AgentError(Exception):
     """The turn failed; ``str(exc)`` is shown to the client, so it must hold no secret."""
 
 
+PROVIDER_AUTH_FAILED = "⚠️ Provider authentication failed: {reason}"
+
+
+class ProviderAuthError(AgentError):
+    """The provider's credentials are missing or were rejected. The text is upstream's
+    controlled reply, which session chat shows as the assistant's answer (HERMES_API §6.4)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(PROVIDER_AUTH_FAILED.format(reason=reason))
+        self.reason = reason
+
+
 class TurnCancelled(Exception):
     """Raised by a backend that stopped because its cancel token fired."""
 

@@ -18,28 +18,30 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import ssl
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp
 
-from .base import (
+from hermes_queue.agents.base import (
     AgentError,
     AgentRequest,
     AgentResult,
     CancelToken,
     EventSink,
+    ProviderAuthError,
     TurnCancelled,
     Usage,
 )
+from hermes_queue.providers import CredentialsUnavailable
 
 T = TypeVar("T")
 
-PROVIDER_AUTH_FAILED = "⚠️ Provider authentication failed: {reason}"
 TOOLS_UNAVAILABLE = "tool execution is not available in the openai backend"
 _RETRYABLE_STATUS = frozenset({408, 429})
 
@@ -71,14 +73,6 @@ class ProviderConfig:
         return text.replace(self.api_key, "***") if self.api_key else text
 
 
-class ProviderAuthError(AgentError):
-    """The provider rejected the credentials (401/403); the text is upstream's controlled reply."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(PROVIDER_AUTH_FAILED.format(reason=reason))
-        self.reason = reason
-
-
 class _Transient(Exception):
     """A failure worth retrying, provided nothing has been streamed yet."""
 
@@ -99,10 +93,14 @@ class OpenAICompatBackend:
         *,
         backoff: float = 0.5,
         max_retry_after: float = 10.0,
+        credentials: Callable[[str], str] | None = None,
     ) -> None:
         if default_provider not in providers:
             raise ValueError(f"default provider {default_provider!r} is not configured")
         self.providers = dict(providers)
+        # Resolves a provider's key when a turn starts (the worker's settings); a failure is
+        # the turn's ProviderAuthError, so only the provider the turn runs on is ever asked.
+        self.credentials = credentials
         self.default_provider = default_provider
         self.backoff = backoff
         self.max_retry_after = max_retry_after
@@ -119,7 +117,7 @@ class OpenAICompatBackend:
         }
         default = options.get("default_provider") or next(iter(providers), "")
         extra = {k: float(options[k]) for k in ("backoff", "max_retry_after") if k in options}
-        return cls(providers, default, **extra)
+        return cls(providers, default, credentials=options.get("credentials"), **extra)
 
     async def run_turn(
         self, request: AgentRequest, sink: EventSink, cancel: CancelToken
@@ -128,6 +126,11 @@ class OpenAICompatBackend:
         provider = self.providers.get(provider_name)
         if provider is None:
             raise AgentError(f"unknown provider {provider_name!r}")
+        if self.credentials is not None:
+            try:
+                provider = dataclasses.replace(provider, api_key=self.credentials(provider_name))
+            except CredentialsUnavailable as exc:
+                raise ProviderAuthError(str(exc)) from None
         model = str(request.route.get("model") or "")
         if not model:
             raise AgentError("no model was resolved for this turn")

@@ -11,9 +11,11 @@ from hermes_queue import __version__
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api import (
     chat_completions,
+    dashboard,
     discovery,
     operations,
     runs,
+    runtime_selection,
     session_chat,
     sessions,
 )
@@ -57,10 +59,12 @@ def create_app(settings: Settings) -> web.Application:
     app.on_response_prepare.append(add_security_headers)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/health", health)
+    runtime_selection.install(app)
     runs.add_routes(app)
     sessions.add_routes(app)
     session_chat.add_routes(app)
     discovery.add_routes(app)
     chat_completions.add_routes(app)
     operations.setup(app)
+    dashboard.add_routes(app)
     return app

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
 from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
+from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.openai_render import (
     chat_renderer,
@@ -24,6 +25,7 @@ from hermes_queue.api.openai_render import (
     usage_of,
 )
 from hermes_queue.api.operations import admit
+from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import open_stream, pump_run_events
 from hermes_queue.api.validation import (
     coerce_bool,
@@ -116,11 +118,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if continued is not None:
         continued = await _continue_session(request, continued)
     stream = coerce_bool(body.get("stream"), False)
+    selection = select_for_body(request, body)
+    # The response names the model the client asked for (upstream echoes its alias).
     model = body.get("model") if isinstance(body.get("model"), str) else ""
     model = model or request.app[SETTINGS].model_name
     turn = {"message": conversation[-1]["content"], "instructions": system_prompt or None}
     run_id, runs = new_run_id(), request.app[RUNS]
-    common = {"route": {"model": model}, "model": model}
+    common = {"route": selection.as_dict(), "model": selection.model or model}
     if continued is not None:
         session_id = continued
         await runs.create_session_run(
@@ -167,8 +171,11 @@ async def _complete(
                 break
         else:
             raise ApiError(500, "internal_error", "The run ended without a terminal event")
-    if event.type == EventType.RUN_COMPLETED:
-        content, finish, hermes = str(event.data.get("output", "")), "stop", None
+    data = event.data
+    if event.type == EventType.RUN_FAILED and is_controlled_reply(data):
+        data = controlled_reply(data)  # upstream answers it as an ordinary reply
+    if event.type == EventType.RUN_COMPLETED or data is not event.data:
+        content, finish, hermes = str(data.get("output", "")), "stop", None
     else:
         error = str(event.data.get("error") or "the turn was stopped")
         content = "".join(text)
@@ -203,7 +210,7 @@ async def _complete(
                 "finish_reason": finish,
             }
         ],
-        "usage": usage_of(event.data.get("usage")),
+        "usage": usage_of(data.get("usage")),
     }
     if hermes is not None:
         body["hermes"] = hermes

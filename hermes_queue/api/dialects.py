@@ -86,31 +86,10 @@ def render_session(event: RunEvent) -> Iterable[Frame]:
         case EventType.APPROVAL_REQUEST | EventType.APPROVAL_RESPONDED:
             frames = [(str(event.type), {"message_id": message_id, **data})]
         case EventType.RUN_COMPLETED:
-            runtime = data.get("runtime", {})
-            frames = [
-                (
-                    "assistant.completed",
-                    {
-                        "message_id": message_id,
-                        "content": data.get("output", ""),
-                        "completed": True,
-                        "partial": False,
-                        "interrupted": False,
-                        "runtime": runtime,
-                    },
-                ),
-                (
-                    "run.completed",
-                    {
-                        "message_id": message_id,
-                        "completed": True,
-                        "messages": data.get("messages", []),
-                        "usage": data.get("usage", {}),
-                        "runtime": runtime,
-                    },
-                ),
-                ("done", {}),
-            ]
+            frames = _completed_frames(message_id, data)
+        case EventType.RUN_FAILED if is_controlled_reply(data):
+            # Upstream answers a provider-auth failure as an ordinary reply (HERMES_API §6.4).
+            frames = _completed_frames(message_id, controlled_reply(data))
         case EventType.RUN_FAILED:
             frames = [("error", {"message": data.get("error", "run failed")}), ("done", {})]
         case EventType.RUN_CANCELLED:
@@ -126,6 +105,44 @@ def render_session(event: RunEvent) -> Iterable[Frame]:
         "ts": event.ts,
     }
     return [(name, {**payload, **common}) for name, payload in frames]
+
+
+def is_controlled_reply(data: dict[str, Any]) -> bool:
+    return data.get("reason") == "provider_auth"
+
+
+def controlled_reply(data: dict[str, Any]) -> dict[str, Any]:
+    """A provider-auth failure as the completed turn upstream reports: its text, zero usage."""
+    zero = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    return {"output": data.get("error", ""), "messages": [], "usage": zero}
+
+
+def _completed_frames(message_id: str, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    runtime = data.get("runtime", {})
+    return [
+        (
+            "assistant.completed",
+            {
+                "message_id": message_id,
+                "content": data.get("output", ""),
+                "completed": True,
+                "partial": False,
+                "interrupted": False,
+                "runtime": runtime,
+            },
+        ),
+        (
+            "run.completed",
+            {
+                "message_id": message_id,
+                "completed": True,
+                "messages": data.get("messages", []),
+                "usage": data.get("usage", {}),
+                "runtime": runtime,
+            },
+        ),
+        ("done", {}),
+    ]
 
 
 def _tool_fields(message_id: str, data: dict[str, Any], *, keep_details: bool) -> dict[str, Any]:

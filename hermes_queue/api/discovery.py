@@ -88,7 +88,8 @@ ROUTE_FEATURES: dict[str, tuple[str, ...]] = {
     "session_fork": ("session_fork",),
     "skills_api": ("skills",),
     "session_model_lock": ("session_model_lock",),
-    "model_options": ("model_options",),
+    # Bodies take model_options wherever a runtime can be chosen; the lock route marks that.
+    "model_options": ("session_model_lock",),
 }
 
 # Upstream also reports these as false; nothing here implements them and no route implies them.

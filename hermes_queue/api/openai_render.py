@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
 from hermes_queue.api.sse import Frame, Renderer
 from hermes_queue.events import EventType, RunEvent
 
@@ -69,6 +70,13 @@ def chat_renderer(completion_id: str, created: int, model: str) -> Renderer:
             case EventType.RUN_COMPLETED:
                 usage = usage_of(data.get("usage"))
                 return [chunk({}, "stop", usage=usage), (None, "[DONE]")]
+            case EventType.RUN_FAILED if is_controlled_reply(data):
+                reply = controlled_reply(data)
+                return [
+                    chunk({"content": reply["output"]}),
+                    chunk({}, "stop", usage=usage_of(reply["usage"])),
+                    (None, "[DONE]"),
+                ]
             case EventType.RUN_FAILED | EventType.RUN_CANCELLED:
                 failed = event.type == EventType.RUN_FAILED
                 error = str(data.get("error") or ("stopped" if not failed else "agent error"))

@@ -10,6 +10,7 @@ from hermes_queue.api.appkeys import RUNS, SETTINGS
 from hermes_queue.api.dialects import render_runs
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.operations import admit
+from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import (
     STREAM_CLOSED,
     open_stream,
@@ -70,18 +71,19 @@ def parse_run_body(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def start_run(request: web.Request) -> web.Response:
-    body = parse_run_body(await json_object(request))
+    raw = await json_object(request)
+    body = parse_run_body(raw)
+    selection = select_for_body(request, raw)
     await admit(request)  # backpressure: 429 before anything is written
     run_id = new_run_id()
-    settings = request.app[SETTINGS]
-    model = body.pop("model") or settings.model_name
+    body.pop("model")
     session_id = body.pop("session_id") or run_id
     await request.app[RUNS].create(
         run_id=run_id,
         session_id=session_id,
         request=body,
-        route={"model": model},
-        model=model,
+        route=selection.as_dict(),
+        model=selection.model or request.app[SETTINGS].model_name,
     )
     return web.json_response({"run_id": run_id, "status": "started"}, status=202)
 

@@ -13,9 +13,10 @@ from aiohttp import web
 
 from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
 from hermes_queue.api.content import has_visible_payload, normalize_content
-from hermes_queue.api.dialects import render_session
+from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, render_session
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.operations import admit
+from hermes_queue.api.runtime_selection import persist_lock, select_for_session
 from hermes_queue.api.sessions import load_session
 from hermes_queue.api.sse import check_cursor, open_stream, pump_run_events, resume_cursor
 from hermes_queue.api.validation import json_object, session_key_header
@@ -54,11 +55,15 @@ async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
     """Validate, admit and enqueue one turn; returns its run record and the response headers."""
     session_key = session_key_header(request)
     row = await load_session(request)
-    turn = parse_chat_body(await json_object(request))
+    body = await json_object(request)
+    turn = parse_chat_body(body)
+    selection = select_for_session(request, row, body)
     await admit(request)  # backpressure: 429 before anything is written
+    if selection.persist_lock:
+        await persist_lock(request, row, selection)
     effective_id = await request.app[STORE].resolve_tip(row.id)
     run_id, runs = new_run_id(), request.app[RUNS]
-    model = row.model or request.app[SETTINGS].model_name
+    model = selection.model or request.app[SETTINGS].model_name
     strategy = turn.pop("strategy")
     turn["path_id"] = row.id
     admission = await runs.create_session_run(
@@ -66,7 +71,7 @@ async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
         session_id=effective_id,
         strategy="reject" if strategy == "reject" else "enqueue",
         request=turn,
-        route={"model": model},
+        route=selection.as_dict(),
         model=model,
         extra={"persist": "1", "kind": "session_chat"},
     )
@@ -103,6 +108,8 @@ async def chat(request: web.Request) -> web.Response:
 def _completion(
     event_type: str, data: dict[str, Any], session_id: str, headers: dict[str, str]
 ) -> web.Response:
+    if event_type == EventType.RUN_FAILED and is_controlled_reply(data):
+        event_type, data = EventType.RUN_COMPLETED, controlled_reply(data)
     if event_type == EventType.RUN_COMPLETED:
         body = {
             "object": "hermes.session.chat.completion",

@@ -10,7 +10,9 @@ from aiohttp import web
 
 from hermes_queue.api.appkeys import RUNS, STORE
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.api.validation import coerce_bool, json_object, session_id_value
+from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
     UNSET,
     InvalidTitle,
@@ -95,9 +97,15 @@ async def create_session(request: web.Request) -> web.Response:
     system_prompt = _optional_text(body, "system_prompt", "invalid_system_prompt")
     model = _optional_text(body, "model", "invalid_model")
     source = _optional_text(body, "source", "invalid_source") or "api_server"
+    model_config, locked_model = creation_lock(request, body)
     try:
         row = await request.app[STORE].create_session(
-            session_id, source=source, model=model, system_prompt=system_prompt, title=title
+            session_id,
+            source=source,
+            model=locked_model or model,
+            model_config=model_config,
+            system_prompt=system_prompt,
+            title=title,
         )
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {session_id}") from None
@@ -189,6 +197,17 @@ async def fork_session(request: web.Request) -> web.Response:
     return web.json_response(session_body(child), status=201)
 
 
+async def set_model_lock(request: web.Request) -> web.Response:
+    """Persist a confirmed model lock (HERMES_API §2, §6.3 rule 2)."""
+    row = await load_session(request)
+    selection = lock_selection(request, await json_object(request))
+    await persist_lock(request, row, selection)
+    runtime = {**runtime_metadata(selection, None), "model_lock": "accepted"}
+    return web.json_response(
+        {"object": "hermes.session.model_lock", "session_id": row.id, "runtime": runtime}
+    )
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/api/sessions", list_sessions)
     app.router.add_post("/api/sessions", create_session)
@@ -197,3 +216,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/api/sessions/{session_id}", delete_session)
     app.router.add_get("/api/sessions/{session_id}/messages", list_messages)
     app.router.add_post("/api/sessions/{session_id}/fork", fork_session)
+    app.router.add_post("/api/sessions/{session_id}/model", set_model_lock)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -20,13 +21,16 @@ from hermes_queue.agents.base import (
     AgentBackend,
     AgentError,
     AgentRequest,
+    AgentResult,
     CancelToken,
     EventSink,
+    ProviderAuthError,
     TurnCancelled,
 )
 from hermes_queue.events import EventType
-from hermes_queue.logs import run_id_var
+from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
+from hermes_queue.routing import LockMismatch, Selection, check_lock_runtime, runtime_metadata
 from hermes_queue.runs.repository import Claim, RunRepository
 from hermes_queue.store.base import SessionStore, StoreError
 from hermes_queue.workers import outcome
@@ -128,7 +132,10 @@ def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> 
         history=list(request.get("history") or []) if history is None else history,
         instructions=request.get("instructions"),
         route=record.route,
-        options=dict(request.get("options") or {}),
+        options={
+            **dict(request.get("options") or {}),
+            "model_options": dict(record.route.get("model_options") or {}),
+        },
         attempt=claim.attempt,
     )
 
@@ -139,6 +146,11 @@ async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
     claim = await _claim(runtime, run_id)
     if claim is None:
         return "skipped"
+    # Every log line of this attempt (agent, store, sink) then names it; arq runs each job in
+    # its own task, so these settings end with the job.
+    session_id_var.set(claim.record.session_id)
+    attempt_var.set(claim.attempt)
+    worker_var.set(runtime.worker_id)
     claimed = time.monotonic()
     if runtime.metrics is not None and claim.attempt == 1:
         runtime.metrics.picked_up(claim.record.created_at)
@@ -191,11 +203,17 @@ async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str
         if runtime.metrics is not None and claim.attempt == 1:
             agent_sink = FirstEventProbe(sink, runtime.metrics, claim.record.created_at)
         result = await runtime.backend.run_turn(request, agent_sink, active.token)
+        result = _checked_runtime(claim, result)
         await sink.flush()
         if turn_log:
             await turn_log.record_reply(result)
     except TurnCancelled:
         return await _end_cancelled(repo, sink, claim, active)
+    except ProviderAuthError as exc:
+        # Upstream's controlled reply: session chat shows it as the assistant's answer.
+        return await _end_failed(repo, sink, claim, str(exc), "provider_auth")
+    except LockMismatch as exc:
+        return await _end_failed(repo, sink, claim, str(exc), "lock_mismatch")
     except AgentError as exc:
         return await _end_failed(repo, sink, claim, str(exc), "agent_error")
     except StoreError as exc:
@@ -235,12 +253,24 @@ async def _start(claim: Claim, sink: RunEventSink, turn_log: SessionTurnLog | No
         data = {
             "attempt": claim.attempt,
             "user_message": {"role": "user", "content": request.message},
-            "runtime": claim.record.route,
+            "runtime": runtime_metadata(Selection.from_dict(claim.record.route), None),
         }
         await sink.emit(EventType.RUN_STARTED, data)
     else:
         await sink.emit(EventType.RUN_RESTARTED, {"attempt": claim.attempt})
     return request
+
+
+def _checked_runtime(claim: Claim, result: AgentResult) -> AgentResult:
+    """Under a confirmed lock the turn must have run on the locked provider and model; the
+    result then reports the runtime metadata clients see (HERMES_API §6.3 rules 6–7)."""
+    selection = Selection.from_dict(claim.record.route)
+    actual = result.runtime or {}
+    if selection.confirmed_lock:
+        check_lock_runtime(
+            selection, str(actual.get("provider") or ""), str(actual.get("model") or "")
+        )
+    return dataclasses.replace(result, runtime=runtime_metadata(selection, actual))
 
 
 async def _flushed(sink: RunEventSink) -> bool:

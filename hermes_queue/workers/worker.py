@@ -24,6 +24,7 @@ from hermes_queue.config import Settings
 from hermes_queue.jobs import RUN_TURN, deserialize, serialize
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.providers import resolve_api_key
 from hermes_queue.redis_client import connect
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
@@ -62,6 +63,30 @@ async def _listen(
                 await pubsub.aclose()
 
 
+def backend_options(settings: Settings) -> dict[str, Any]:
+    """What the configured agent backend is built from. Provider keys are not among them: the
+    backend asks ``resolve_api_key`` for the one provider a turn runs on, when it runs."""
+    providers = {
+        name: {
+            "base_url": provider.base_url,
+            "api_mode": provider.api_mode,
+            "timeout": provider.timeout_seconds,
+            "max_retries": provider.max_retries,
+        }
+        for name, provider in settings.providers.items()
+    }
+
+    def credentials(name: str) -> str:
+        return resolve_api_key(settings.providers[name])
+
+    return {
+        "token_delay": settings.echo_token_delay,
+        "providers": providers,
+        "default_provider": settings.default_provider or next(iter(providers), ""),
+        "credentials": credentials,
+    }
+
+
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -79,7 +104,7 @@ def build_worker(
         redis = connect(settings)
         listener = connect(settings, for_pubsub=True)
         repository = RunRepository(redis, settings, on_finished=metrics.count_outcome)
-        backend = load_backend(settings.agent_backend, token_delay=settings.echo_token_delay)
+        backend = load_backend(settings.agent_backend, **backend_options(settings))
         runtime = WorkerRuntime(
             worker_id=worker_id,
             repository=repository,

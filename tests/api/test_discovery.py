@@ -25,6 +25,7 @@ from tests.api.conftest import running_api
 
 UPSTREAM_NAMES = {
     "chat_completions",
+    "session_model_lock",
     "health",
     "health_detailed",
     "models",
@@ -57,6 +58,8 @@ TRUE_FEATURES = {
     "resumable_streams",
     "chat_completions",
     "chat_completions_streaming",
+    "session_model_lock",
+    "model_options",
 }
 FALSE_FEATURES = {
     "responses_api",
@@ -69,8 +72,6 @@ FALSE_FEATURES = {
     "memory_write_api",
     "audio_api",
     "realtime_voice",
-    "session_model_lock",
-    "model_options",
     "cors",
 }
 
