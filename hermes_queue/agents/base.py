@@ -70,6 +70,42 @@ class ProviderAuthError(AgentError):
         self.reason = reason
 
 
+APPROVAL_CHOICES = ("once", "session", "always", "deny")
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A command the agent wants consent for before running it (HERMES_API §4.3).
+
+    ``command`` is the agent's own command text, shown to the person approving it; it must not
+    carry secrets. Without ``allow_permanent`` the ``always`` choice is not offered.
+    """
+
+    command: str
+    description: str = ""
+    pattern_key: str = ""
+    pattern_keys: tuple[str, ...] = ()
+    allow_permanent: bool = True
+
+    @property
+    def choices(self) -> list[str]:
+        if self.allow_permanent:
+            return list(APPROVAL_CHOICES)
+        return [choice for choice in APPROVAL_CHOICES if choice != "always"]
+
+    def as_event_data(self, request_id: str) -> dict[str, Any]:
+        return {
+            "request_id": request_id,
+            "command": self.command,
+            "description": self.description,
+            "pattern_key": self.pattern_key,
+            "pattern_keys": list(self.pattern_keys)
+            or ([self.pattern_key] if self.pattern_key else []),
+            "allow_permanent": self.allow_permanent,
+            "choices": self.choices,
+        }
+
+
 class TurnCancelled(Exception):
     """Raised by a backend that stopped because its cancel token fired."""
 
@@ -124,6 +160,12 @@ class EventSink(Protocol):
         error: bool = False,
         result: str | None = None,
     ) -> None: ...
+
+    async def approval(self, request: ApprovalRequest) -> str:
+        """Ask for consent and wait for it; returns ``once``, ``session``, ``always`` or
+        ``deny``. Silence is not consent: an unanswered request comes back ``deny`` after the
+        configured timeout. Raises ``TurnCancelled`` when the run is stopped meanwhile."""
+        ...
 
 
 @runtime_checkable

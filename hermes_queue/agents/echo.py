@@ -1,8 +1,9 @@
 """The offline, deterministic backend used in development and in every test that needs a turn.
 
 It needs no network and no credentials, yet exercises everything a real backend does: streamed
-deltas, reasoning, tool call pairs, failures and cancellation. Marker tokens in the user text pick
-the behaviour, so an end-to-end test can ask for exactly the event sequence it wants to check.
+deltas, reasoning, tool call pairs, approval requests, failures and cancellation. Marker tokens
+in the user text pick the behaviour, so an end-to-end test can ask for exactly the event
+sequence it wants to check.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .base import (
     AgentError,
     AgentRequest,
     AgentResult,
+    ApprovalRequest,
     CancelToken,
     EventSink,
     TurnCancelled,
@@ -26,6 +28,8 @@ from .base import (
 _THINK = re.compile(r"\[think\]")
 _TOOL = re.compile(r"\[tool:([A-Za-z0-9_.-]+)\]")
 _FAIL = re.compile(r"\[fail\]")
+# Asks for consent to a fake command mid-reply; the rest of the reply says what was decided.
+_APPROVE = re.compile(r"\[approve\]")
 _SLOW = re.compile(r"\[slow(?::(\d+(?:\.\d+)?))?\]")
 _TOKEN = re.compile(r"\S+\s*")
 # ``[slow]`` pads to this many tokens: 50 gaps of 0.2 s between them make the turn last >= 10 s,
@@ -74,8 +78,9 @@ class EchoBackend:
         think = bool(_THINK.search(raw))
         fail = bool(_FAIL.search(raw))
         slow = _SLOW.search(raw)
+        approve = bool(_APPROVE.search(raw))
         text = raw
-        for marker in (_THINK, _TOOL, _FAIL, _SLOW):
+        for marker in (_THINK, _TOOL, _FAIL, _SLOW, _APPROVE):
             text = marker.sub(" ", text)
         # Collapsing whitespace keeps the reply stable however the markers were spaced.
         text = " ".join(text.split())
@@ -106,6 +111,10 @@ class EchoBackend:
             await _check(cancel)
             await sink.delta(token)
             if index + 1 == half:
+                if approve:
+                    # Decided mid-reply: the decision is appended as the reply's last token (the
+                    # loop goes on over the grown list).
+                    tokens += await _ask(text, sink, cancel)
                 await self._tools(tools, text, sink, cancel, delay, messages)
                 if fail:
                     raise AgentError("echo backend failure requested")
@@ -166,6 +175,21 @@ class EchoBackend:
 
     async def aclose(self) -> None:
         """Nothing to release: the echo backend holds no connections."""
+
+
+async def _ask(text: str, sink: EventSink, cancel: CancelToken) -> list[str]:
+    """Request approval of a harmless fake command; the reply's tail reports the decision."""
+    await _check(cancel)
+    choice = await sink.approval(
+        ApprovalRequest(
+            command=f"echo {text!r}",
+            description="echo backend: approval requested by the [approve] marker",
+            pattern_key="echo",
+        )
+    )
+    if choice == "deny":
+        return [" (command denied)"]
+    return [f" (command approved: {choice})"]
 
 
 async def _check(cancel: CancelToken) -> None:

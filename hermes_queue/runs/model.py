@@ -33,6 +33,15 @@ def _json(text: str, default: Any) -> Any:
     return json.loads(text) if text else default
 
 
+def _pending_approval(raw: dict[Any, Any]) -> dict[str, Any] | None:
+    """The oldest pending request (fields named in runs/lua/approval_prelude.lua)."""
+    pending = _text(raw, "approvals_pending").split()
+    if not pending:
+        return None
+    data = _json(_text(raw, f"approval:{pending[0]}"), None)
+    return data if isinstance(data, dict) else None
+
+
 @dataclass(frozen=True)
 class RunRecord:
     run_id: str
@@ -56,6 +65,8 @@ class RunRecord:
     request: dict[str, Any] = field(default_factory=dict)
     # The resolved route (provider/model/route_source); never credentials.
     route: dict[str, Any] = field(default_factory=dict)
+    # The oldest pending approval request (its approval.request data) while one is pending.
+    approval: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -81,6 +92,7 @@ class RunRecord:
             persist=_text(raw, "persist") == "1",
             request=_json(_text(raw, "request"), {}),
             route=_json(_text(raw, "route"), {}),
+            approval=_pending_approval(raw),
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -99,6 +111,8 @@ class RunRecord:
         if self.status == RunStatus.COMPLETED:
             body["output"] = self.output or ""
             body["usage"] = self.usage or {}
+        if self.status == RunStatus.WAITING_FOR_APPROVAL and self.approval is not None:
+            body["approval"] = self.approval  # VN: the request a client is asked to answer
         if self.status == RunStatus.FAILED:
             body["error"] = self.error or "run failed"
             if self.reason:

@@ -23,6 +23,7 @@ from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
 from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
 from hermes_queue.keys import Keys
+from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
@@ -95,6 +96,8 @@ class RunRepository:
                 "expired",
             )
         }
+        # Approval requests and answers (their own module: runs/approvals.py).
+        self.approvals = Approvals(redis, settings, self.keys)
 
     def _stats_key(self) -> str:
         return self.keys.stats(int(time.time() // 60))

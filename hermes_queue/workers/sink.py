@@ -9,6 +9,10 @@ awaited before the terminal event is written.
 Publishing events is the product, not an observer: a failed append is retried with backoff
 (with the same batch token, so a lost reply never duplicates events) and, if Redis stays away,
 the turn fails loudly. A refused (fenced) append means another attempt owns the run.
+
+An approval request parks the turn until someone answers from any API replica (see
+``hermes_queue.runs.approvals``): the answer wakes it over pub/sub, a poll every heartbeat
+covers a lost message, a stop request ends the wait, and silence becomes ``deny``.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue.agents.base import ApprovalRequest, CancelToken, TurnCancelled
 from hermes_queue.events import EventType, message_id_for
 from hermes_queue.runs.repository import RunRepository
 
@@ -32,6 +38,7 @@ MAX_BATCH = 64
 MAX_BACKLOG = 512
 
 Event = tuple[str, dict[str, Any]]
+T = TypeVar("T")
 
 
 class LeaseLost(Exception):
@@ -42,11 +49,43 @@ class EventPublishFailed(Exception):
     """Redis stayed unreachable while appending an event."""
 
 
+class Wakeup:
+    """Wakes every coroutine waiting on the run's approvals (answers arrive over pub/sub).
+
+    A waiter takes its future *before* it reads Redis, so an answer published between the read
+    and the wait is never missed.
+    """
+
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def future(self) -> asyncio.Future[None]:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
+        return waiter
+
+    def notify(self) -> None:
+        for waiter in list(self._waiters):
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 class RunEventSink:
-    def __init__(self, repository: RunRepository, run_id: str, attempt: int) -> None:
+    def __init__(
+        self,
+        repository: RunRepository,
+        run_id: str,
+        attempt: int,
+        cancel: CancelToken | None = None,
+        wakeup: Wakeup | None = None,
+    ) -> None:
         self.repository = repository
         self.run_id = run_id
         self.attempt = attempt
+        # The run's stop signal and answer doorbell, for approval waits.
+        self.cancel = cancel or CancelToken()
+        self.wakeup = wakeup or Wakeup()
         self.message_id = message_id_for(run_id)
         self.events_written = 0
         self._message_started = False
@@ -79,21 +118,29 @@ class RunEventSink:
                 self._failure = exc
                 self._backlog.clear()
 
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run an idempotent Redis call, retrying connection failures with backoff."""
+        for delay in _RETRY_DELAYS:
+            try:
+                return await call()
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning(
+                    "%s for %s failed (%s); retrying in %.2fs", what, self.run_id, exc, delay
+                )
+                await asyncio.sleep(delay)
+        try:
+            return await call()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise EventPublishFailed(str(exc)) from exc
+
     async def _append(self, batch: list[Event]) -> None:
         token = uuid.uuid4().hex
-        for delay in (*_RETRY_DELAYS, None):
-            try:
-                ids = await self.repository.append(self.run_id, self.attempt, batch, token)
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                if delay is None:
-                    raise EventPublishFailed(str(exc)) from exc
-                log.warning("append to %s failed (%s); retrying in %.2fs", self.run_id, exc, delay)
-                await asyncio.sleep(delay)
-                continue
-            if ids is None:
-                raise LeaseLost(self.run_id)
-            self.events_written += len(ids)
-            return
+        ids = await self._retrying(
+            "append", lambda: self.repository.append(self.run_id, self.attempt, batch, token)
+        )
+        if ids is None:
+            raise LeaseLost(self.run_id)
+        self.events_written += len(ids)
 
     async def _ensure_message(self) -> None:
         if not self._message_started:
@@ -141,3 +188,62 @@ class RunEventSink:
                 "result": result,
             },
         )
+
+    async def approval(self, request: ApprovalRequest) -> str:
+        """Ask for consent, park the turn until an answer, a stop or the timeout (then deny)."""
+        if self.cancel.cancelled:
+            raise TurnCancelled(self.cancel.reason)
+        await self.flush()  # the request follows everything the agent emitted before it
+        approvals = self.repository.approvals
+        request_id = f"apr_{uuid.uuid4().hex}"
+        data = request.as_event_data(request_id)
+        verdict = await self._retrying(
+            "approval request",
+            lambda: approvals.request(self.run_id, self.attempt, request_id, data),
+        )
+        if verdict is None:
+            raise LeaseLost(self.run_id)
+        if verdict == "stopping":
+            raise TurnCancelled("Stop requested via API")
+        self.events_written += 1
+        settings = self.repository.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.approval_timeout_seconds
+        stopped = asyncio.ensure_future(self.cancel.wait())
+        try:
+            while True:
+                woken = self.wakeup.future()
+                try:
+                    choice = await self._retrying(
+                        "approval poll", lambda: approvals.choice(self.run_id, request_id)
+                    )
+                    if choice is not None:
+                        return choice
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        return await self._time_out(request_id)
+                    # Pub/sub wakes us at once; the poll covers a lost message.
+                    poll = min(settings.heartbeat_seconds, remaining)
+                    await asyncio.wait(
+                        {woken, stopped}, timeout=poll, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if stopped.done():
+                        raise TurnCancelled(self.cancel.reason)
+                finally:
+                    woken.cancel()
+        finally:
+            stopped.cancel()
+
+    async def _time_out(self, request_id: str) -> str:
+        """Silence is not consent: deny, unless an answer won the race."""
+        settled = await self._retrying(
+            "approval timeout",
+            lambda: self.repository.approvals.settle(self.run_id, self.attempt, request_id),
+        )
+        if settled is None:
+            raise LeaseLost(self.run_id)
+        verdict, choice = settled
+        if verdict == "timed_out":
+            self.events_written += 1
+            log.info("run %s: approval %s timed out; denied", self.run_id, request_id)
+        return choice

@@ -22,6 +22,7 @@ from hermes_queue.agents.base import (
     AgentError,
     AgentRequest,
     AgentResult,
+    ApprovalRequest,
     CancelToken,
     EventSink,
     ProviderAuthError,
@@ -36,7 +37,7 @@ from hermes_queue.store.base import SessionStore, StoreError
 from hermes_queue.workers import outcome
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
-from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink
+from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink, Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class ActiveRun:
     token: CancelToken
     lease_lost: bool = False
     timed_out: bool = False
+    # Rung when an approval answer for this run is published (the sink also polls).
+    approvals: Wakeup = field(default_factory=Wakeup)
 
 
 @dataclass
@@ -74,6 +77,12 @@ class WorkerRuntime:
             run.token.cancel("lease lost")
         else:
             run.token.cancel("Stop requested via API")
+
+    def approval_answered(self, run_id: str) -> None:
+        """An approval answer for this run was recorded by some API replica (pub/sub)."""
+        run = self.active.get(run_id)
+        if run is not None:
+            run.approvals.notify()
 
 
 class FirstEventProbe:
@@ -120,6 +129,10 @@ class FirstEventProbe:
     ) -> None:
         self._note()
         await self._sink.tool_completed(name, call_id, duration, error, result)
+
+    async def approval(self, request: ApprovalRequest) -> str:
+        self._note()
+        return await self._sink.approval(request)
 
 
 def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> AgentRequest:
@@ -193,7 +206,7 @@ def _time_out(active: ActiveRun) -> None:
 
 async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str:
     repo, run_id, attempt = runtime.repository, claim.record.run_id, claim.attempt
-    sink = RunEventSink(repo, run_id, attempt)
+    sink = RunEventSink(repo, run_id, attempt, cancel=active.token, wakeup=active.approvals)
     turn_log = None
     if claim.record.persist and runtime.store is not None:
         turn_log = SessionTurnLog(runtime.store, run_id, claim.record.session_id)

@@ -26,6 +26,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
 from hermes_queue.redis_client import connect
+from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
@@ -39,7 +40,9 @@ log = logging.getLogger(__name__)
 async def _listen(
     redis: aioredis.Redis, keys: Keys, worker: WakeableWorker, rt: WorkerRuntime
 ) -> None:
-    """Wake-ups and stop requests over pub/sub; reconnects on its own after a Redis outage."""
+    """Wake-ups, stop requests and approval answers over pub/sub; reconnects on its own after
+    a Redis outage. On the control channel an answer is ``approval:<run_id>``, a stop request
+    the bare run id."""
     delay = 0.1
     while not cancel_requested():
         pubsub = redis.pubsub(ignore_subscribe_messages=True)
@@ -52,8 +55,12 @@ async def _listen(
                 channel = message["channel"].decode()
                 if channel == keys.wake_channel:
                     worker.wake()
+                    continue
+                data = message["data"].decode()
+                if data.startswith(APPROVAL_MESSAGE_PREFIX):
+                    rt.approval_answered(data.removeprefix(APPROVAL_MESSAGE_PREFIX))
                 else:
-                    rt.signal(message["data"].decode(), STOP_REQUESTED)
+                    rt.signal(data, STOP_REQUESTED)
         except (OSError, aioredis.RedisError) as exc:
             log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
             await asyncio.sleep(delay)
