@@ -38,6 +38,13 @@ class Keys:
         """List: record keys of runs waiting behind the active one (multitask "enqueue")."""
         return f"{self.namespace}:session:{{{session_id}}}:pending"
 
+    # -- per client request ------------------------------------------------------------------
+    def idempotency(self, scope: str, route: str, key_digest: str) -> str:
+        """String (JSON): the run an ``Idempotency-Key`` started. ``scope`` is a hash of the
+        caller's API key, so two tenants' keys never collide; ``route`` keeps ``/v1/runs`` and
+        ``/v1/chat/completions`` apart; ``key_digest`` hashes the client's key (any length)."""
+        return f"{self.namespace}:idem:{scope}:{route}:{key_digest}"
+
     # -- global sets and channels ------------------------------------------------------------
     @property
     def queue(self) -> str:

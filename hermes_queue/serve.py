@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import secrets
@@ -12,6 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from hermes_queue.api.app import create_app
+from hermes_queue.api.middlewares import DRAIN, DrainState
 from hermes_queue.config import ConfigError, Settings
 from hermes_queue.redis_server import EmbeddedRedis
 from hermes_queue.workers.worker import build_worker
@@ -51,10 +53,26 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
+async def drain(state: DrainState, stop: asyncio.Event, grace_seconds: float) -> None:
+    """Refuse new agent turns (503 gateway_draining) for ``grace_seconds`` before the listener
+    closes, so a load balancer still routing here sends the client's retry to another replica
+    instead of a refused connection, while reads and open SSE streams finish undisturbed. A
+    second signal ends the grace at once."""
+    state.draining = True
+    if grace_seconds <= 0:
+        return
+    log.info("draining: new runs refused for %.1f s before the listener closes", grace_seconds)
+    stop.clear()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), grace_seconds)
+
+
 async def serve_api(settings: Settings, *, announce: bool = True) -> None:
     check_bind_safety(settings)
     stop = _stop_on_signals()
-    runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
+    app = create_app(settings)
+    drain_state = app[DRAIN] = DrainState()
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=5.0)
     await site.start()
@@ -62,6 +80,7 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
         log.info("API listening on http://%s:%d", settings.host, settings.port)
     try:
         await stop.wait()
+        await drain(drain_state, stop, settings.drain_grace_seconds)
     finally:
         await runner.cleanup()
 

@@ -1,4 +1,5 @@
-"""Cross-cutting request handling, so no handler checks auth or formats an error itself."""
+"""Cross-cutting request handling, so no handler checks auth, CORS or drain, or formats an
+error itself."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -36,6 +38,113 @@ SECURITY_HEADERS = {
     "X-XSS-Protection": "0",
     "Referrer-Policy": "no-referrer",
 }
+
+
+# -- CORS (HERMES_API §1.4) -------------------------------------------------------------------
+# Upstream allows GET, POST, DELETE, OPTIONS and Authorization, Content-Type, Idempotency-Key;
+# we add PATCH (sessions), Last-Event-ID (stream resume) and the session headers, and expose
+# the response headers a browser client needs to read (run id, session id and key).
+CORS_ALLOW_METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
+CORS_ALLOW_HEADERS = (
+    "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, "
+    "X-Hermes-Session-Id, X-Hermes-Session-Key"
+)
+CORS_EXPOSE_HEADERS = (
+    "X-Hermes-Session-Id, X-Hermes-Run-Id, X-Hermes-Session-Key, X-Request-Id, Idempotency-Replayed"
+)
+CORS_MAX_AGE = "600"
+
+
+def cors_headers(origin: str, allowed: tuple[str, ...]) -> dict[str, str] | None:
+    """The CORS headers for ``origin``, or None when it is not allowed."""
+    if "*" in allowed:
+        allow_origin = "*"
+    elif origin in allowed:
+        allow_origin = origin
+    else:
+        return None
+    return {
+        "Access-Control-Allow-Origin": allow_origin,
+        "Access-Control-Allow-Methods": CORS_ALLOW_METHODS,
+        "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
+        "Access-Control-Expose-Headers": CORS_EXPOSE_HEADERS,
+        "Access-Control-Max-Age": CORS_MAX_AGE,
+    }
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse a disallowed ``Origin`` with an empty 403 before anything else runs (upstream
+    does, on every route: a browser page from elsewhere never reaches a handler), and answer
+    preflights without auth. The headers themselves are added in :func:`add_security_headers`
+    so SSE responses, prepared inside their handlers, carry them too. Same-origin pages (the
+    dashboard) send no ``Origin`` on their GETs and pass untouched."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        if request.method == "OPTIONS":  # a preflight always names its origin
+            return web.Response(status=403)
+        return await handler(request)
+    if cors_headers(origin, request.app[SETTINGS].cors_origins) is None:
+        return web.Response(status=403)
+    if request.method == "OPTIONS":
+        return web.Response(status=200)
+    return await handler(request)
+
+
+def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    headers = cors_headers(origin, request.app[SETTINGS].cors_origins)
+    if headers is None:
+        return
+    for name, value in headers.items():
+        response.headers.setdefault(name, value)
+    vary = response.headers.get("Vary")
+    if vary is None:
+        response.headers["Vary"] = "Origin"
+    elif "origin" not in vary.lower():
+        response.headers["Vary"] = f"{vary}, Origin"
+
+
+# -- Drain (HERMES_API §1.4) ------------------------------------------------------------------
+@dataclass
+class DrainState:
+    """Mutable so serve.py can flip it on a running (frozen) app: while ``draining``, new
+    agent turns are refused so a load balancer retries them on another replica, while reads
+    and open streams keep working until the listener closes."""
+
+    draining: bool = False
+
+
+DRAIN = web.AppKey("drain", DrainState)
+# Routes (method POST) that start an agent turn; /v1/responses is listed for when it exists.
+DRAIN_ROUTES = frozenset(
+    {
+        "/v1/runs",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/api/sessions/{session_id}/chat",
+        "/api/sessions/{session_id}/chat/stream",
+    }
+)
+
+
+@web.middleware
+async def drain_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """503 ``gateway_draining`` on run-creating routes while the process drains (after auth,
+    as upstream: 401 comes first)."""
+    state = request.app.get(DRAIN)
+    if state is not None and state.draining and request.method == "POST":
+        resource = request.match_info.route.resource
+        if resource is not None and resource.canonical in DRAIN_ROUTES:
+            raise ApiError(
+                503,
+                "gateway_draining",
+                "This API process is shutting down; retry the request",
+                headers={"Retry-After": "1"},
+            )
+    return await handler(request)
 
 
 @web.middleware
@@ -114,11 +223,22 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """on_response_prepare hook: also covers SSE responses, which are prepared early."""
+    """on_response_prepare hook: also covers SSE responses, which are prepared early (inside
+    their handlers, before any middleware sees the response). Adds CORS headers too."""
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     if REQUEST_ID in request:
         response.headers.setdefault("X-Request-Id", request[REQUEST_ID])
+    _add_cors_headers(request, response)
 
 
-MIDDLEWARES = [request_id_middleware, error_middleware, body_limit_middleware, auth_middleware]
+# Outermost first. CORS precedes the body limit (upstream's order) and everything that could
+# answer with a body; drain follows auth (401 before 503, as upstream).
+MIDDLEWARES = [
+    request_id_middleware,
+    cors_middleware,
+    error_middleware,
+    body_limit_middleware,
+    auth_middleware,
+    drain_middleware,
+]

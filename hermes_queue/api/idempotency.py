@@ -1,0 +1,206 @@
+"""``Idempotency-Key`` on run-creating endpoints (HERMES_API §2.2, §4.1), kept in Redis.
+
+Upstream keeps these records in one process (memory or a local SQLite file), so a client whose
+retry lands on another replica starts a second agent turn. Here the record lives in Redis under
+the namespace, so a retry reaching any replica replays the run the first attempt started.
+
+One record per (API key, route, Idempotency-Key): ``{"fp": <fingerprint>, "run_id": ...}``. The
+first request claims it with ``SET NX`` (a *pending* record with a short TTL, so a process that
+dies between claim and creation does not block the key for a day), creates its run, then
+settles the claim with the run id and the full TTL. A concurrent duplicate finds the pending
+record and polls briefly until the run id appears, then replays it, so N simultaneous identical
+requests create one run. The same key with another body is a 409; nothing is enqueued on a
+replay or a conflict. Records live ``idempotency_ttl_seconds``, capped at ``retention_seconds``
+so the run a record names always outlives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+import time
+import uuid
+from functools import cache
+from importlib import resources
+from types import TracebackType
+from typing import Any
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from hermes_queue.api.appkeys import REDIS, SETTINGS
+from hermes_queue.api.errors import ApiError
+from hermes_queue.keys import Keys
+
+log = logging.getLogger(__name__)
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotency-Replayed"
+# 1-255 visible ASCII characters (upstream 0.21's rule).
+_VALID_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+# Headers that change what a request means, so they are part of its fingerprint.
+SESSION_KEY_HEADER = "X-Hermes-Session-Key"
+# A pending claim expires this fast if its process dies before recording its run.
+PENDING_TTL_SECONDS = 30
+# How long a concurrent duplicate waits for the first request to record its run.
+WAIT_SECONDS = 10.0
+POLL_SECONDS = 0.02
+
+
+def read_key(request: web.Request) -> str | None:
+    """The request's ``Idempotency-Key``, or None; 400 ``invalid_idempotency_key`` if malformed."""
+    raw = request.headers.get(HEADER)
+    if raw is None:
+        return None
+    if not _VALID_KEY.match(raw):
+        raise ApiError(
+            400,
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1-255 visible ASCII characters",
+            param=HEADER,
+        )
+    return raw
+
+
+def fingerprint(body: dict[str, Any], header_values: list[str | None]) -> str:
+    """sha256 of the canonical JSON body plus the given headers: key order and whitespace in
+    the client's JSON never make a retry look like a different request."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canonical.encode())
+    for value in header_values:
+        digest.update(b"\x00" + (value or "").encode())
+    return digest.hexdigest()
+
+
+def _scope(request: web.Request) -> str:
+    """A hash of the caller's bearer token: tenants with different keys never share records."""
+    token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+    return hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
+@cache
+def _settle_source() -> str:
+    folder = resources.files("hermes_queue.runs") / "lua"
+    return (folder / "idempotency_settle.lua").read_text(encoding="utf-8")
+
+
+class Idempotency:
+    """One request's Idempotency-Key outcome.
+
+    ``replay_of`` is the run to replay (nothing may be created), or None: then, if the request
+    owns a claim, the ``async with`` block creates the run and calls :meth:`record`; leaving the
+    block settles the claim (recorded run) or releases it (error, or nothing created), so a
+    request refused by validation or backpressure never poisons the key.
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis | None = None,
+        record_key: str = "",
+        fp: str = "",
+        ttl: int = 0,
+        *,
+        pending: str | None = None,
+        replay_of: str | None = None,
+    ) -> None:
+        self.replay_of = replay_of
+        self._redis = redis
+        self._record_key = record_key
+        self._fp = fp
+        self._ttl = ttl
+        self._pending = pending
+        self._run_id: str | None = None
+
+    @property
+    def used(self) -> bool:
+        """Whether the request carried an Idempotency-Key (so the answer says ``replayed``)."""
+        return self._redis is not None
+
+    def record(self, run_id: str) -> None:
+        self._run_id = run_id
+
+    async def __aenter__(self) -> Idempotency:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._redis is None or self._pending is None:
+            return
+        final = ""
+        if exc_type is None and self._run_id is not None:
+            final = json.dumps({"fp": self._fp, "run_id": self._run_id})
+        settle = self._redis.register_script(_settle_source())
+        try:
+            await settle(keys=[self._record_key], args=[self._pending, final, self._ttl])
+        except Exception:
+            # The pending claim then expires by itself within PENDING_TTL_SECONDS.
+            log.warning("could not settle idempotency record %s", self._record_key, exc_info=True)
+        finally:
+            self._pending = None
+
+
+async def begin(
+    request: web.Request, route: str, body: dict[str, Any], *, headers: tuple[str, ...] = ()
+) -> Idempotency:
+    """Claim the request's Idempotency-Key for ``route``, or find the run to replay.
+
+    ``headers``: request headers besides ``X-Hermes-Session-Key`` that change the request's
+    meaning and so belong to its fingerprint. Raises 409 ``idempotency_key_conflict`` when the
+    key was used with a different request, and 409 ``idempotency_key_in_progress`` when the
+    first request did not record its run within :data:`WAIT_SECONDS`.
+    """
+    key = read_key(request)
+    if key is None:
+        return Idempotency()
+    settings = request.app[SETTINGS]
+    redis = request.app[REDIS]
+    names = (SESSION_KEY_HEADER, *headers)
+    fp = fingerprint(body, [request.headers.get(name) for name in names])
+    record_key = Keys(settings.namespace).idempotency(
+        _scope(request), route, hashlib.sha256(key.encode()).hexdigest()
+    )
+    ttl = max(1, min(settings.idempotency_ttl_seconds, settings.retention_seconds))
+    pending = json.dumps({"fp": fp, "run_id": None, "claim": uuid.uuid4().hex})
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        if await redis.set(record_key, pending, nx=True, ex=PENDING_TTL_SECONDS):
+            return Idempotency(redis, record_key, fp, ttl, pending=pending)
+        raw = await redis.get(record_key)
+        if raw is None:
+            continue  # released or expired since the SET: claim it again
+        stored = json.loads(raw)
+        if stored.get("fp") != fp:
+            raise ApiError(
+                409,
+                "idempotency_key_conflict",
+                "This Idempotency-Key was already used with a different request",
+                param=HEADER,
+            )
+        if stored.get("run_id"):
+            return Idempotency(redis, record_key, fp, ttl, replay_of=str(stored["run_id"]))
+        if time.monotonic() > deadline:
+            raise ApiError(
+                409,
+                "idempotency_key_in_progress",
+                "A request with this Idempotency-Key is still being processed; retry shortly",
+                param=HEADER,
+                headers={"Retry-After": "1"},
+            )
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def replay_gone(run_id: str) -> ApiError:
+    """The run a record names is gone (deleted by hand: records expire before their runs)."""
+    return ApiError(
+        409,
+        "idempotency_key_expired",
+        f"The run this Idempotency-Key started ({run_id}) no longer exists; use a new key",
+        param=HEADER,
+    )
