@@ -54,6 +54,15 @@ class Settings:
     body_limit_bytes: int = 10_000_000
     keepalive_seconds: float = 10.0
     model_name: str = "hermes-agent"
+    # Browser origins allowed to call the API (HERMES_API §1.4); "*" allows any. Empty: a request
+    # carrying an Origin header is refused with 403. Env: comma-separated.
+    cors_origins: tuple[str, ...] = ()
+    # Idempotency-Key records (POST /v1/runs, /v1/chat/completions) are kept this long, capped
+    # at retention_seconds so a replay always finds the run it names.
+    idempotency_ttl_seconds: int = 86_400
+    # On SIGTERM an API process answers run-creating requests 503 gateway_draining for this long
+    # (reads and open streams keep working) before it closes its listener.
+    drain_grace_seconds: float = 5.0
     # Runs and streams
     stream_maxlen: int = 10_000
     retention_seconds: int = 86_400
@@ -67,6 +76,9 @@ class Settings:
     job_timeout_seconds: int = 3_600
     drain_seconds: float = 30.0
     poll_seconds: float = 0.5
+    # An approval request nobody answers within this many seconds is denied (HERMES_API §4.3:
+    # silence is not consent); the run then continues.
+    approval_timeout_seconds: float = 60.0
     # Agents, providers and routes (HERMES_API §6.3). Keys live in env vars or files named by
     # each provider entry, never here.
     agent_backend: str = "echo"
@@ -130,6 +142,12 @@ class Settings:
                 raise ConfigError(f"{name} must be 0 (off) or positive")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metrics_port must be 0 (off) or a TCP port")
+        if self.idempotency_ttl_seconds < 1:
+            raise ConfigError("idempotency_ttl_seconds must be at least 1")
+        if self.drain_grace_seconds < 0:
+            raise ConfigError("drain_grace_seconds must be 0 (off) or positive")
+        if self.approval_timeout_seconds <= 0:
+            raise ConfigError("approval_timeout_seconds must be positive")
         if self.queue_stream_interval_seconds <= 0:
             raise ConfigError("queue_stream_interval_seconds must be positive")
         if self.log_format not in LOG_FORMATS:
@@ -158,6 +176,9 @@ def _cast(name: str, raw: Any, default: Any) -> Any:
         except ProviderConfigError as exc:
             raise ConfigError(str(exc)) from None
     kind = type(default)
+    if kind is tuple:  # a list: TOML array, or a comma-separated string from the environment
+        items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+        return tuple(str(item).strip() for item in items if str(item).strip())
     if isinstance(raw, kind) and not (kind is int and isinstance(raw, bool)):
         return raw
     text = str(raw).strip()
@@ -215,6 +236,8 @@ def load_settings(
     # Upstream Hermes deployments configure the key as API_SERVER_KEY; honour it as a fallback.
     if "api_key" not in values and env.get("API_SERVER_KEY"):
         values["api_key"] = env["API_SERVER_KEY"]
+    if "cors_origins" not in values and env.get("API_SERVER_CORS_ORIGINS"):
+        values["cors_origins"] = _cast("cors_origins", env["API_SERVER_CORS_ORIGINS"], ())
     return Settings(**values).validate()
 
 
@@ -225,6 +248,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         value = getattr(settings, f.name)
         if f.name in _TABLE_PARSERS:
             text = to_json(value)
+        elif isinstance(value, tuple):
+            text = ",".join(value)
         else:
             text = str(value).lower() if isinstance(value, bool) else str(value)
         out[ENV_PREFIX + f.name.upper()] = text

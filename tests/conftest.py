@@ -66,6 +66,8 @@ def settings(redis_url: str, namespace: str, tmp_path: object) -> Settings:
         reaper_interval_seconds=0.25,
         keepalive_seconds=1.0,
         drain_seconds=2.0,
+        drain_grace_seconds=0.2,
+        metrics_port=0,
         store_url=f"sqlite:///{tmp_path}/store.db",
     ).validate()
 

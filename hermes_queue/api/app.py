@@ -10,6 +10,7 @@ from aiohttp import web
 from hermes_queue import __version__
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api import (
+    approvals,
     chat_completions,
     dashboard,
     discovery,
@@ -18,6 +19,7 @@ from hermes_queue.api import (
     runtime_selection,
     session_chat,
     sessions,
+    unsupported,
 )
 from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS, STORE
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
@@ -61,10 +63,12 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/v1/health", health)
     runtime_selection.install(app)
     runs.add_routes(app)
+    approvals.add_routes(app)
     sessions.add_routes(app)
     session_chat.add_routes(app)
     discovery.add_routes(app)
     chat_completions.add_routes(app)
     operations.setup(app)
     dashboard.add_routes(app)
+    unsupported.add_routes(app)  # last: skips any path another module serves
     return app

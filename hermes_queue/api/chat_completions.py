@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from hermes_queue.api import idempotency
 from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
 from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
@@ -114,22 +115,55 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     continued = _session_header(request)
     body = await json_object(request)
     system_prompt, conversation = parse_messages(body)
-    await admit(request)  # backpressure: 429 before anything is written
-    if continued is not None:
-        continued = await _continue_session(request, continued)
     stream = coerce_bool(body.get("stream"), False)
-    selection = select_for_body(request, body)
     # The response names the model the client asked for (upstream echoes its alias).
     model = body.get("model") if isinstance(body.get("model"), str) else ""
     model = model or request.app[SETTINGS].model_name
+    headers: dict[str, str] = {}
+    runs = request.app[RUNS]
+    async with await idempotency.begin(request, "chat", body, headers=(SESSION_HEADER,)) as idem:
+        if idem.replay_of is None:
+            run_id = await _start(request, body, system_prompt, conversation, continued, model)
+            idem.record(run_id)
+    if idem.replay_of is not None:
+        # A retry: the same run, rendered the same way (a stream replays from its start).
+        run_id = idem.replay_of
+        headers[idempotency.REPLAYED_HEADER] = "true"
+    record = await runs.get(run_id)
+    if record is None:  # only a replay can miss it: records expire before their runs
+        raise idempotency.replay_gone(run_id)
+    created = int(record.created_at)
+    headers = {SESSION_HEADER: record.session_id, "X-Hermes-Run-Id": run_id, **headers}
+    if session_key:
+        headers["X-Hermes-Session-Key"] = session_key
+    if stream:
+        response = await open_stream(request, headers)
+        renderer = chat_renderer(completion_id_for(run_id), created, model)
+        await pump_run_events(request, response, run_id, None, renderer)
+        return response
+    return await _complete(request, run_id, created, model, headers)
+
+
+async def _start(
+    request: web.Request,
+    body: dict[str, Any],
+    system_prompt: str,
+    conversation: list[dict[str, Any]],
+    continued: str | None,
+    model: str,
+) -> str:
+    """Enqueue the turn as a run (on the continued session, else the derived one); its id."""
+    await admit(request)  # backpressure: 429 before anything is written
+    if continued is not None:
+        continued = await _continue_session(request, continued)
+    selection = select_for_body(request, body)
     turn = {"message": conversation[-1]["content"], "instructions": system_prompt or None}
     run_id, runs = new_run_id(), request.app[RUNS]
     common = {"route": selection.as_dict(), "model": selection.model or model}
     if continued is not None:
-        session_id = continued
         await runs.create_session_run(
             run_id=run_id,
-            session_id=session_id,
+            session_id=continued,
             strategy="enqueue",
             request=turn,
             extra={"persist": "1", "kind": "chat_completions"},
@@ -146,17 +180,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             extra={"kind": "chat_completions"},
             **common,
         )
-    record = await runs.get(run_id)
-    created = int(record.created_at) if record else 0
-    headers = {SESSION_HEADER: session_id, "X-Hermes-Run-Id": run_id}
-    if session_key:
-        headers["X-Hermes-Session-Key"] = session_key
-    if stream:
-        response = await open_stream(request, headers)
-        renderer = chat_renderer(completion_id_for(run_id), created, model)
-        await pump_run_events(request, response, run_id, None, renderer)
-        return response
-    return await _complete(request, run_id, created, model, headers)
+    return run_id
 
 
 async def _complete(

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from hermes_queue import __version__
 from hermes_queue.api.appkeys import REDIS, SETTINGS, STORE
+from hermes_queue.api.unsupported import is_not_implemented
 from hermes_queue.keys import Keys
 from hermes_queue.store.migrations import LATEST_VERSION
 
@@ -59,6 +60,12 @@ ENDPOINT_NAMES: dict[tuple[str, str], str] = {
     ("POST", "/api/sessions/{session_id}/chat/stream"): "session_chat_stream",
     ("GET", "/api/sessions/{session_id}/chat/stream"): "session_chat_resume",
     ("POST", "/api/sessions/{session_id}/model"): "session_model_lock",
+    # VN names. The 501 placeholders in unsupported.py route these paths but are never listed.
+    ("POST", "/v1/runs/{run_id}/steer"): "run_steer",
+    ("POST", "/v1/browser-control/register"): "browser_control_register",
+    ("GET", "/v1/browser-control/ws"): "browser_control_ws",
+    ("POST", "/v1/artifacts/upload"): "artifact_upload",
+    ("GET", "/v1/artifacts/download/{artifact_id}"): "artifact_download",
 }
 
 # Feature -> the endpoints that must all be routed for it to be true. Streaming variants share
@@ -86,14 +93,16 @@ ROUTE_FEATURES: dict[str, tuple[str, ...]] = {
     "session_chat": ("session_chat",),
     "session_chat_streaming": ("session_chat_stream",),
     "session_fork": ("session_fork",),
-    "skills_api": ("skills",),
     "session_model_lock": ("session_model_lock",),
     # Bodies take model_options wherever a runtime can be chosen; the lock route marks that.
     "model_options": ("session_model_lock",),
 }
 
 # Upstream also reports these as false; nothing here implements them and no route implies them.
+# ``skills_api`` is here although ``/v1/skills`` is routed: it answers upstream's shape with an
+# empty list (no backend has skills), and a client should not offer a skills UI on that.
 UNSUPPORTED_FEATURES = (
+    "skills_api",
     "admin_config_rw",
     "jobs_admin",
     "memory_write_api",
@@ -108,11 +117,15 @@ RUNTIME_DESCRIPTION = (
 
 
 def routed_endpoints(app: web.Application) -> dict[str, dict[str, str]]:
-    """The upstream-named endpoints this app really routes, read from its router."""
+    """The upstream-named endpoints this app really serves, read from its router.
+
+    Routes whose handler only answers 501 (``unsupported.py``) are skipped: they exist so that
+    upstream clients get a clear error, not to claim the endpoint.
+    """
     found: dict[str, dict[str, str]] = {}
     for route in app.router.routes():
         resource = route.resource
-        if resource is None:
+        if resource is None or is_not_implemented(route.handler):
             continue
         name = ENDPOINT_NAMES.get((route.method, resource.canonical))
         if name is not None:
@@ -137,7 +150,6 @@ def features(endpoints: dict[str, Any]) -> dict[str, Any]:
     # Session chat and chat completions validate and echo X-Hermes-Session-Key.
     chat = {"session_chat", "session_chat_stream", "chat_completions"} & endpoints.keys()
     flags["session_key_header"] = "X-Hermes-Session-Key" if chat else None
-    flags["cors"] = False  # no CORS middleware: cross-origin browsers are not served
     return flags
 
 
@@ -156,7 +168,8 @@ async def capabilities(request: web.Request) -> web.Response:
                 "split_runtime": False,
                 "description": RUNTIME_DESCRIPTION,
             },
-            "features": features(endpoints),
+            # Upstream's ``cors``: whether any browser origin is allowed (cors_middleware).
+            "features": {**features(endpoints), "cors": bool(settings.cors_origins)},
             "endpoints": endpoints,
         }
     )

@@ -6,6 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
+from hermes_queue.api import idempotency
 from hermes_queue.api.appkeys import RUNS, SETTINGS
 from hermes_queue.api.dialects import render_runs
 from hermes_queue.api.errors import ApiError, run_not_found
@@ -74,18 +75,37 @@ async def start_run(request: web.Request) -> web.Response:
     raw = await json_object(request)
     body = parse_run_body(raw)
     selection = select_for_body(request, raw)
-    await admit(request)  # backpressure: 429 before anything is written
-    run_id = new_run_id()
-    body.pop("model")
-    session_id = body.pop("session_id") or run_id
-    await request.app[RUNS].create(
-        run_id=run_id,
-        session_id=session_id,
-        request=body,
-        route=selection.as_dict(),
-        model=selection.model or request.app[SETTINGS].model_name,
+    async with await idempotency.begin(request, "runs", raw) as idem:
+        if idem.replay_of is not None:
+            return await _replay_start(request, idem.replay_of)
+        await admit(request)  # backpressure: 429 before anything is written (never on replays)
+        run_id = new_run_id()
+        body.pop("model")
+        session_id = body.pop("session_id") or run_id
+        await request.app[RUNS].create(
+            run_id=run_id,
+            session_id=session_id,
+            request=body,
+            route=selection.as_dict(),
+            model=selection.model or request.app[SETTINGS].model_name,
+        )
+        idem.record(run_id)
+    answer: dict[str, Any] = {"run_id": run_id, "status": "started"}
+    if idem.used:
+        answer["replayed"] = False
+    return web.json_response(answer, status=202)
+
+
+async def _replay_start(request: web.Request, run_id: str) -> web.Response:
+    """The run an earlier request with this Idempotency-Key started, with its current status."""
+    record = await request.app[RUNS].get(run_id)
+    if record is None:
+        raise idempotency.replay_gone(run_id)
+    return web.json_response(
+        {"run_id": run_id, "status": record.status, "replayed": True},
+        status=202,
+        headers={idempotency.REPLAYED_HEADER: "true"},
     )
-    return web.json_response({"run_id": run_id, "status": "started"}, status=202)
 
 
 async def _load(request: web.Request) -> RunRecord:

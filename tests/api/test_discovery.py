@@ -32,6 +32,7 @@ UPSTREAM_NAMES = {
     "runs",
     "run_status",
     "run_events",
+    "run_approval",
     "run_stop",
     "sessions",
     "session_create",
@@ -44,9 +45,13 @@ UPSTREAM_NAMES = {
     "session_chat_stream",
     "session_chat_resume",
     "capabilities",
+    "skills",
+    "toolsets",
 }
 TRUE_FEATURES = {
     "run_submission",
+    "run_approval_response",
+    "approval_events",
     "run_status",
     "run_events_sse",
     "run_stop",
@@ -64,8 +69,6 @@ TRUE_FEATURES = {
 FALSE_FEATURES = {
     "responses_api",
     "responses_streaming",
-    "run_approval_response",
-    "approval_events",
     "skills_api",
     "admin_config_rw",
     "jobs_admin",
@@ -267,3 +270,9 @@ async def test_redis_down_is_reported_not_raised(settings: Settings, failure: st
     assert checks["workers"]["status"] == "error" and checks["workers"]["count"] is None
     assert checks["session_store"]["status"] == "ok"
     assert body["status"] == "degraded" and body["queue"] == {"ready": None}
+
+
+async def test_cors_feature_follows_the_allowed_origins(settings: Settings) -> None:
+    async with running_api(settings.replace(cors_origins=("https://app.example",))) as api:
+        body = await (await api.get("/v1/capabilities")).json()
+    assert body["features"]["cors"] is True

@@ -1,0 +1,126 @@
+"""Upstream endpoints hermes-queue does not provide, and the two it provides empty.
+
+A client written for upstream Hermes that calls one of these must get a clear, machine-readable
+answer instead of the generic 404 ``not_found``, which reads like a typo in the URL or a wrong
+base URL. So each one is routed and answers **501** with the usual JSON envelope, code
+``not_implemented``, naming the endpoint and pointing to ``docs/compatibility.md``. Auth runs
+first, as on every other route: an unauthenticated caller learns nothing about the surface.
+
+These routes must never make ``/v1/capabilities`` claim the feature: discovery derives its
+endpoint list and feature flags from the router, so every 501 handler here is marked
+(:func:`is_not_implemented`) and discovery skips marked routes.
+
+``GET /v1/skills`` and ``GET /v1/toolsets`` are real: they answer upstream's list shapes with an
+empty ``data``, because the echo and OpenAI-compatible backends have neither skills nor
+toolsets; a client that lists them gets a truthful empty list rather than an error. The
+``skills_api`` feature stays false for the same reason (see ``discovery.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from hermes_queue.api.errors import ApiError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+DOC = "docs/compatibility.md"
+# Set on every 501 handler; discovery reads it (never a feature, never an endpoint).
+_MARKER = "__hermes_not_implemented__"
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """One upstream endpoint this server answers with 501, and why (for the message)."""
+
+    method: str
+    path: str
+    what: str
+
+
+JOBS = "cron job admin (no scheduler here)"
+PLATFORMS = "messaging platform callbacks (no platform adapters here)"
+BROWSER = "browser-extension control (tools do not run in a browser here)"
+ARTIFACTS = "browser artifact transfer (no browser-control broker here)"
+
+UNSUPPORTED: tuple[Unsupported, ...] = (
+    Unsupported("GET", "/api/jobs", JOBS),
+    Unsupported("POST", "/api/jobs", JOBS),
+    Unsupported("GET", "/api/jobs/{job_id}", JOBS),
+    Unsupported("PATCH", "/api/jobs/{job_id}", JOBS),
+    Unsupported("DELETE", "/api/jobs/{job_id}", JOBS),
+    Unsupported("POST", "/api/jobs/{job_id}/pause", JOBS),
+    Unsupported("POST", "/api/jobs/{job_id}/resume", JOBS),
+    Unsupported("POST", "/api/jobs/{job_id}/run", JOBS),
+    Unsupported("POST", "/api/cron/fire", "the cron scheduler webhook (no scheduler here)"),
+    Unsupported("POST", "/api/platforms/{platform}/events", PLATFORMS),
+    Unsupported(
+        "GET",
+        "/api/model/options",
+        "the provider/model picker inventory (choose models with model_routes and GET /v1/models)",
+    ),
+    Unsupported("POST", "/v1/browser-control/register", BROWSER),
+    Unsupported("GET", "/v1/browser-control/ws", BROWSER),
+    Unsupported("POST", "/v1/artifacts/upload", ARTIFACTS),
+    Unsupported("GET", "/v1/artifacts/download/{artifact_id}", ARTIFACTS),
+)
+
+
+def is_not_implemented(handler: object) -> bool:
+    """True for a 501 placeholder from this module: discovery must not count its route."""
+    return bool(getattr(handler, _MARKER, False))
+
+
+def not_implemented_handler(endpoint: Unsupported) -> Handler:
+    """A handler answering 501 ``not_implemented`` for ``endpoint``, marked for discovery."""
+    message = (
+        f"{endpoint.method} {endpoint.path} is not provided by hermes-queue: {endpoint.what}. "
+        f"See {DOC}."
+    )
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        raise ApiError(501, "not_implemented", message)
+
+    handler.__name__ = f"not_implemented_{endpoint.method.lower()}"
+    setattr(handler, _MARKER, True)
+    return handler
+
+
+async def skills(request: web.Request) -> web.Response:
+    """Upstream's skills list, empty: no agent backend here has installed skills."""
+    return web.json_response({"object": "list", "data": []})
+
+
+async def toolsets(request: web.Request) -> web.Response:
+    """Upstream's api_server toolsets list, empty: backends here expose no toolsets."""
+    return web.json_response({"object": "list", "platform": "api_server", "data": []})
+
+
+def _routed(app: web.Application) -> set[tuple[str, str]]:
+    return {
+        (route.method, route.resource.canonical)
+        for route in app.router.routes()
+        if route.resource is not None
+    }
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the empty lists and the 501 placeholders.
+
+    Call it last in ``create_app``: a method and path some other module already routes is
+    skipped, so implementing one of these endpoints for real never collides with its
+    placeholder (aiohttp refuses a second route for the same method and path).
+    """
+    taken = _routed(app)
+    for method, path, real in (
+        ("GET", "/v1/skills", skills),
+        ("GET", "/v1/toolsets", toolsets),
+    ):
+        if (method, path) not in taken:
+            app.router.add_route(method, path, real)
+    for endpoint in UNSUPPORTED:
+        if (endpoint.method, endpoint.path) not in taken:
+            app.router.add_route(endpoint.method, endpoint.path, not_implemented_handler(endpoint))
