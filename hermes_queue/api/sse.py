@@ -153,6 +153,16 @@ def event_bytes(event: RunEvent, render: Renderer) -> bytes:
     return data
 
 
+# A stream idle for this many keepalives re-checks that its run still exists, so a client never
+# waits forever on a run whose record is gone (one EXISTS a minute per idle client by default).
+RECORD_CHECK_EVERY = 6
+
+
+async def _run_exists(request: web.Request, run_id: str) -> bool:
+    runs = request.app[RUNS]
+    return bool(await runs.redis.exists(runs.keys.run(run_id)))
+
+
 async def pump_run_events(
     request: web.Request,
     response: web.StreamResponse,
@@ -172,6 +182,7 @@ async def pump_run_events(
     in one write (the response is then finished: write nothing more).
     """
     keepalive = request.app[SETTINGS].keepalive_seconds
+    idle = 0
     try:
         async with request.app[HUB].subscribe(run_id, cursor, page=page) as subscription:
             while True:
@@ -179,8 +190,14 @@ async def pump_run_events(
                 if not events:
                     if subscription.finished:  # the hub closed: the process is stopping
                         return False
+                    idle += 1
+                    if idle % RECORD_CHECK_EVERY == 0 and not await _run_exists(request, run_id):
+                        # The run is gone (expired, or Redis lost its data): nothing can follow.
+                        await response.write(b": run not found\n\n")
+                        return False
                     await response.write(KEEPALIVE)
                     continue
+                idle = 0
                 if len(events) == 1:
                     chunk = event_bytes(events[0], render)
                 else:

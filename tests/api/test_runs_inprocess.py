@@ -90,3 +90,19 @@ async def test_redis_outage_answers_503_with_a_code(settings: Settings) -> None:
         assert health.status == 200
     finally:
         await client.close()
+
+
+async def test_stream_of_a_vanished_run_ends_instead_of_waiting_forever(
+    api: TestClient, redis: Any, settings: Settings, monkeypatch: Any
+) -> None:
+    from hermes_queue.api import sse
+    from hermes_queue.keys import Keys
+
+    monkeypatch.setattr(sse, "RECORD_CHECK_EVERY", 1)
+    run_id = (await (await api.post("/v1/runs", json={"input": "lost"})).json())["run_id"]
+    response = await api.get(f"/v1/runs/{run_id}/events")
+    frames = iter_sse(response)
+    assert (await anext(frames)).comment == "keepalive"  # no worker: the run just waits
+    await redis.delete(Keys(settings.namespace).run(run_id))  # Redis lost the run
+    comments = [frame.comment async for frame in frames]
+    assert comments[-1] == "run not found"
