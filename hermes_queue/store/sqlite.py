@@ -109,7 +109,7 @@ class SqliteSessionStore(SqlSessionStore):
                 await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 await db.execute("PRAGMA foreign_keys = ON")
                 if self.path != MEMORY:
-                    await db.execute("PRAGMA journal_mode = WAL")
+                    await _enable_wal(db)
                     await db.execute("PRAGMA synchronous = NORMAL")
             except BaseException:
                 await db.close()
@@ -144,3 +144,17 @@ class SqliteSessionStore(SqlSessionStore):
             if self._db is not None:
                 db, self._db = self._db, None
                 await db.close()
+
+
+async def _enable_wal(db: aiosqlite.Connection, attempts: int = 50) -> None:
+    """Switch to WAL. The switch needs an exclusive lock and SQLite answers "database is
+    locked" at once (no busy wait) while another connection is switching the same new file,
+    so retry briefly: several processes open one fresh database at start-up."""
+    for attempt in range(attempts):
+        try:
+            await db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.01 * (attempt + 1))
