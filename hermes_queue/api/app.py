@@ -15,6 +15,7 @@ from hermes_queue.api import (
     dashboard,
     discovery,
     operations,
+    responses,
     runs,
     runtime_selection,
     session_chat,
@@ -68,6 +69,7 @@ def create_app(settings: Settings) -> web.Application:
     session_chat.add_routes(app)
     discovery.add_routes(app)
     chat_completions.add_routes(app)
+    responses.add_routes(app)
     operations.setup(app)
     dashboard.add_routes(app)
     unsupported.add_routes(app)  # last: skips any path another module serves

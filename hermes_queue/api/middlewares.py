@@ -118,7 +118,7 @@ class DrainState:
 
 
 DRAIN = web.AppKey("drain", DrainState)
-# Routes (method POST) that start an agent turn; /v1/responses is listed for when it exists.
+# Routes (method POST) that start an agent turn: refused while the process drains.
 DRAIN_ROUTES = frozenset(
     {
         "/v1/runs",

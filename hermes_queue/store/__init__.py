@@ -29,11 +29,13 @@ from hermes_queue.store.base import (
     project_session,
     sanitize_title,
 )
+from hermes_queue.store.responses import ResponseRow
 
 __all__ = [
     "UNSET",
     "InvalidTitle",
     "MessageRow",
+    "ResponseRow",
     "SessionExists",
     "SessionNotFound",
     "SessionRow",

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from hermes_queue.store.responses import ResponseRow
+
 MAX_TITLE_LENGTH = 100
 PREVIEW_LENGTH = 60
 
@@ -378,3 +380,15 @@ class SessionStore(Protocol):
         model: str | None = None,
         clear_system_prompt: bool = False,
     ) -> SessionRow: ...
+
+    # -- stored responses (/v1/responses) -------------------------------------------------
+
+    async def put_response(self, row: ResponseRow) -> None: ...
+
+    async def get_response(self, id: str) -> ResponseRow | None: ...
+
+    async def delete_response(self, id: str) -> bool: ...
+
+    async def conversation_head(self, name: str) -> str | None: ...
+
+    async def set_conversation_head(self, name: str, response_id: str) -> None: ...

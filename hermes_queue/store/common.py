@@ -44,6 +44,7 @@ from hermes_queue.store.codec import (
     tool_call_count,
 )
 from hermes_queue.store.migrations import Dialect
+from hermes_queue.store.responses import ResponseStoreMixin
 
 # Portable "no LIMIT": SQLite wants -1 and PostgreSQL ALL; a huge bound works on both.
 _UNBOUNDED = 2**62
@@ -91,7 +92,7 @@ _INSERT_SESSION = (
 )
 
 
-class SqlSessionStore(ABC):
+class SqlSessionStore(ResponseStoreMixin, ABC):
     """``SessionStore`` over any backend that can hand out a ``Conn`` for a read or a write.
 
     ``_write()`` must yield a connection inside one transaction that holds whatever lock makes

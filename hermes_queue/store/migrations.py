@@ -113,8 +113,40 @@ def _v2(dialect: Dialect) -> list[str]:
     ]
 
 
+def _v3(dialect: Dialect) -> list[str]:
+    """Stored Responses (``/v1/responses``) and conversation names, shared by every replica.
+
+    Upstream keeps them in a per-host SQLite file (an LRU of 100); here they live beside the
+    sessions. ``transcript`` is the history the turn saw plus its own messages, which is all a
+    chained response needs; ``run_id`` lets any replica finish or replay a response whose
+    creating process went away. A conversation name maps to its latest response.
+    """
+    real = "REAL" if dialect == "sqlite" else "DOUBLE PRECISION"
+    return [
+        f"""CREATE TABLE responses (
+    id TEXT PRIMARY KEY,
+    run_id TEXT,
+    session_id TEXT NOT NULL,
+    previous_response_id TEXT,
+    conversation TEXT,
+    model TEXT,
+    instructions TEXT,
+    status TEXT NOT NULL,
+    response TEXT NOT NULL,
+    transcript TEXT NOT NULL,
+    created_at {real} NOT NULL
+)""",
+        f"""CREATE TABLE conversations (
+    name TEXT PRIMARY KEY,
+    response_id TEXT NOT NULL,
+    updated_at {real} NOT NULL
+)""",
+    ]
+
+
 MIGRATIONS: dict[Dialect, list[Migration]] = {
-    dialect: [(1, _v1(dialect)), (2, _v2(dialect))] for dialect in ("sqlite", "postgres")
+    dialect: [(1, _v1(dialect)), (2, _v2(dialect)), (3, _v3(dialect))]
+    for dialect in ("sqlite", "postgres")
 }
 LATEST_VERSION = MIGRATIONS["sqlite"][-1][0]
 

@@ -141,3 +141,40 @@ async def test_wrong_key_is_an_authentication_error(settings: Settings) -> None:
         finally:
             await sdk.close()
     assert raised.value.code == "gateway_auth_failed"
+
+
+async def test_responses_create_chain_and_retrieve(client: AsyncOpenAI, settings: Settings) -> None:
+    first = await client.responses.create(
+        model=settings.model_name, input="hello responses", instructions="be kind"
+    )
+    assert first.object == "response" and first.status == "completed"
+    assert first.id.startswith("resp_")
+    assert first.output_text == "Echo: hello responses"
+    assert first.usage is not None and first.usage.total_tokens > 0
+    second = await client.responses.create(
+        model=settings.model_name, input="again", previous_response_id=first.id
+    )
+    assert second.output_text == "Echo: again (turn 2)"
+    assert second.instructions == "be kind"
+    stored = await client.responses.retrieve(second.id)
+    assert stored.id == second.id and stored.output_text == "Echo: again (turn 2)"
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve("resp_" + "0" * 28)
+
+
+async def test_responses_stream(client: AsyncOpenAI, settings: Settings) -> None:
+    stream = await client.responses.create(
+        model=settings.model_name, input="stream me [tool:lookup]", stream=True
+    )
+    seen = [event async for event in stream]
+    assert [e.sequence_number for e in seen] == list(range(len(seen)))
+    assert seen[0].type == "response.created" and seen[-1].type == "response.completed"
+    text = "".join(e.delta for e in seen if e.type == "response.output_text.delta")
+    assert text == "Echo: stream me"
+    final = seen[-1].response
+    assert final.output_text == "Echo: stream me"
+    assert [item.type for item in final.output] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]

@@ -26,6 +26,7 @@ from hermes_queue.store import (
     project_session,
 )
 from hermes_queue.store.migrations import LATEST_VERSION
+from hermes_queue.store.responses import ResponseRow
 from tests.store.conftest import StoreFactory, postgres_url
 
 
@@ -644,3 +645,58 @@ async def test_memory_store_works_without_files() -> None:
         assert await store.append_messages("s", [user("hi")]) == 1
     finally:
         await store.close()
+
+
+# -- stored responses (/v1/responses) ----------------------------------------------------------
+
+
+def response_row(id: str, status: str = "completed", **extra: object) -> ResponseRow:
+    body = {"id": id, "object": "response", "status": status, "output": []}
+    fields: dict = {
+        "session_id": "sess-1",
+        "transcript": [user("hi"), assistant("Echo: hi")],
+        "run_id": "run_1",
+        "model": "hermes-agent",
+        "instructions": "be brief",
+        **extra,
+    }
+    return ResponseRow(id=id, status=status, response=body, **fields)
+
+
+async def test_response_round_trip_and_update(store: SessionStore) -> None:
+    await store.put_response(response_row("resp_1", "queued", conversation="c"))
+    row = await store.get_response("resp_1")
+    assert row is not None and row.status == "queued" and row.conversation == "c"
+    assert row.transcript == [user("hi"), assistant("Echo: hi")]
+    assert row.instructions == "be brief" and row.run_id == "run_1" and row.created_at > 0
+    # Re-storing the same id (a replica settling a finished run) updates it in place.
+    await store.put_response(response_row("resp_1", "completed", transcript=[user("x")]))
+    row = await store.get_response("resp_1")
+    assert row is not None and row.status == "completed" and row.transcript == [user("x")]
+    assert row.response["status"] == "completed"
+    assert await store.get_response("resp_missing") is None
+
+
+async def test_conversation_heads_follow_the_latest_and_die_with_it(store: SessionStore) -> None:
+    assert await store.conversation_head("chat") is None
+    await store.put_response(response_row("resp_1"))
+    await store.put_response(response_row("resp_2", previous_response_id="resp_1"))
+    await store.set_conversation_head("chat", "resp_1")
+    await store.set_conversation_head("chat", "resp_2")
+    assert await store.conversation_head("chat") == "resp_2"
+    # Visible through another store object on the same database (another replica).
+    assert await store.delete_response("resp_2") is True
+    assert await store.delete_response("resp_2") is False
+    assert await store.get_response("resp_2") is None
+    assert await store.conversation_head("chat") is None
+    assert await store.get_response("resp_1") is not None
+
+
+async def test_responses_are_shared_between_store_objects(store_factory: StoreFactory) -> None:
+    first, second = store_factory(), store_factory()
+    await first.migrate()
+    await first.put_response(response_row("resp_shared", transcript=[user("ünïcode \u0000")]))
+    await first.set_conversation_head("shared", "resp_shared")
+    row = await second.get_response("resp_shared")
+    assert row is not None and row.transcript == [user("ünïcode \u0000")]
+    assert await second.conversation_head("shared") == "resp_shared"

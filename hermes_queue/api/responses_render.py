@@ -1,0 +1,283 @@
+"""OpenAI Responses dialect: canonical run events as ``response.*`` stream events and objects.
+
+Responses events carry a ``sequence_number`` and items an ``output_index``, both positions in
+the whole stream, so unlike the chat renderer this one needs state across events. It keeps it
+deterministic instead of shared: a :class:`ResponseFold` is a pure fold over the run's
+canonical events *from the first one*, and every stream (first connection, or a resume with
+``starting_after=N`` on any replica) replays the run from its start through a fresh fold and
+drops the frames numbered ``<= N``. The same events always give the same numbers, ids and
+objects, so nothing about a response stream is kept in any process. The non-stream object,
+the stored object and the ``response.completed`` envelope come from the same fold, so they
+cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
+from hermes_queue.api.sse import Frame, Renderer
+from hermes_queue.events import EventType, RunEvent
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "incomplete"})
+
+
+def response_id_for(run_id: str) -> str:
+    """``resp_`` + 28 hex (upstream's shape), derived from the run so every replica agrees."""
+    return "resp_" + run_id.removeprefix("run_")[:28]
+
+
+def message_id_for(run_id: str) -> str:
+    return "msg_" + run_id.removeprefix("run_")[:24]
+
+
+def response_usage(usage: dict[str, Any] | None) -> dict[str, int]:
+    usage = usage or {}
+    prompt, completion = int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
+    return {
+        "input_tokens": prompt,
+        "output_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+@dataclass(frozen=True)
+class ResponseMeta:
+    """What a response object says besides its output; fixed when the run is created and kept
+    in the run's request (``request["response"]``), so any replica can rebuild it."""
+
+    id: str
+    run_id: str
+    created_at: int
+    model: str
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    conversation: str | None = None
+    store: bool = True
+    background: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "created_at": self.created_at,
+            "model": self.model,
+            "previous_response_id": self.previous_response_id,
+            "conversation": self.conversation,
+            "store": self.store,
+            "background": self.background,
+        }
+
+    @classmethod
+    def from_request(cls, run_id: str, request: dict[str, Any]) -> ResponseMeta:
+        meta = dict(request.get("response") or {})
+        return cls(
+            id=response_id_for(run_id),
+            run_id=run_id,
+            created_at=int(meta.get("created_at") or 0),
+            model=str(meta.get("model") or ""),
+            instructions=request.get("instructions"),
+            previous_response_id=meta.get("previous_response_id"),
+            conversation=meta.get("conversation"),
+            store=bool(meta.get("store", True)),
+            background=bool(meta.get("background", False)),
+        )
+
+    def envelope(
+        self,
+        status: str,
+        output: list[dict[str, Any]] | None = None,
+        usage: dict[str, int] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "response",
+            "status": status,
+            "created_at": self.created_at,
+            "model": self.model,
+            "output": output or [],
+            "usage": usage,
+            "error": error,
+            "instructions": self.instructions,
+            "previous_response_id": self.previous_response_id,
+            "store": self.store,
+            "background": self.background,
+        }
+
+
+def _arguments(args: Any) -> str:
+    return args if isinstance(args, str) else json.dumps(args if args is not None else {})
+
+
+@dataclass
+class ResponseFold:
+    """The response as far as the events fed so far describe it, plus the frames each adds."""
+
+    meta: ResponseMeta
+    status: str = "queued"
+    sequence: int = 0
+    items: dict[int, dict[str, Any]] = field(default_factory=dict)
+    message_index: int | None = None
+    text: list[str] = field(default_factory=list)
+    tool_index: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int] | None = None
+    error: dict[str, Any] | None = None
+    # This turn's transcript messages (assistant/tool), from run.completed.
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def _frame(self, name: str, **payload: Any) -> Frame:
+        frame: Frame = (name, {"type": name, "sequence_number": self.sequence, **payload})
+        self.sequence += 1
+        return frame
+
+    def output(self) -> list[dict[str, Any]]:
+        return [self.items[index] for index in sorted(self.items)]
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.meta.envelope(self.status, self.output(), self.usage, self.error)
+
+    def feed(self, event: RunEvent) -> list[Frame]:
+        data = event.data
+        frames: list[Frame] = []
+        if self.status == "queued" and event.type != EventType.STREAM_GAP:
+            self.status = "in_progress"
+            frames.append(self._frame("response.created", response=self.snapshot()))
+        match event.type:
+            case EventType.MESSAGE_DELTA:
+                frames += self._delta(str(data.get("delta", "")))
+            case EventType.TOOL_STARTED:
+                frames += self._tool_started(data)
+            case EventType.TOOL_COMPLETED:
+                frames += self._tool_completed(data)
+            case EventType.RUN_COMPLETED:
+                frames += self._completed(data)
+            case EventType.RUN_FAILED if is_controlled_reply(data):
+                frames += self._completed(controlled_reply(data))  # upstream: a normal reply
+            case EventType.RUN_FAILED:
+                frames += self._close_message("incomplete")
+                self.status = "failed"
+                error = str(data.get("error") or "agent error")
+                self.error = {"message": error, "type": "server_error"}
+                frames.append(self._frame("response.failed", response=self.snapshot()))
+            case EventType.RUN_CANCELLED:
+                frames += self._close_message("incomplete")
+                self.status = "incomplete"
+                frames.append(self._frame("response.incomplete", response=self.snapshot()))
+        return frames
+
+    def _open_message(self) -> list[Frame]:
+        if self.message_index is not None:
+            return []
+        self.message_index = len(self.items)
+        item = {
+            "id": message_id_for(self.meta.run_id),
+            "type": "message",
+            "status": "in_progress",
+            "role": "assistant",
+            "content": [],
+        }
+        self.items[self.message_index] = item
+        return [
+            self._frame("response.output_item.added", output_index=self.message_index, item=item)
+        ]
+
+    def _delta(self, delta: str) -> list[Frame]:
+        if not delta:
+            return []
+        frames = self._open_message()
+        self.text.append(delta)
+        frames.append(
+            self._frame(
+                "response.output_text.delta",
+                item_id=message_id_for(self.meta.run_id),
+                output_index=self.message_index,
+                content_index=0,
+                delta=delta,
+                logprobs=[],
+            )
+        )
+        return frames
+
+    def _tool_started(self, data: dict[str, Any]) -> list[Frame]:
+        name, call_id = str(data.get("tool") or ""), str(data.get("tool_call_id") or "")
+        if not name or name.startswith("_") or call_id in self.tool_index:
+            return []  # internal tools are never shown, as upstream
+        index = self.tool_index[call_id] = len(self.items)
+        item = {
+            "id": f"fc_{call_id}",
+            "type": "function_call",
+            "status": "in_progress",
+            "name": name,
+            "call_id": call_id,
+            "arguments": _arguments(data.get("args")),
+        }
+        self.items[index] = item
+        return [self._frame("response.output_item.added", output_index=index, item=item)]
+
+    def _tool_completed(self, data: dict[str, Any]) -> list[Frame]:
+        call_id = str(data.get("tool_call_id") or "")
+        index = self.tool_index.get(call_id)
+        if index is None or self.items[index]["status"] == "completed":
+            return []  # an orphan completion (or an internal tool) is skipped, as upstream
+        call = self.items[index] = {**self.items[index], "status": "completed"}
+        frames = [self._frame("response.output_item.done", output_index=index, item=call)]
+        out_index = len(self.items)
+        result = data.get("result")
+        item = {
+            "id": f"fco_{call_id}",
+            "type": "function_call_output",
+            "call_id": call_id,
+            "output": [{"type": "input_text", "text": "" if result is None else str(result)}],
+            "status": "completed",
+        }
+        self.items[out_index] = item
+        frames.append(self._frame("response.output_item.added", output_index=out_index, item=item))
+        frames.append(self._frame("response.output_item.done", output_index=out_index, item=item))
+        return frames
+
+    def _close_message(self, status: str, text: str | None = None) -> list[Frame]:
+        if self.message_index is None:
+            return []
+        full = "".join(self.text) if text is None else text
+        item_id = message_id_for(self.meta.run_id)
+        item = {
+            **self.items[self.message_index],
+            "status": status,
+            "content": [{"type": "output_text", "text": full, "annotations": []}],
+        }
+        self.items[self.message_index] = item
+        return [
+            self._frame(
+                "response.output_text.done",
+                item_id=item_id,
+                output_index=self.message_index,
+                content_index=0,
+                text=full,
+                logprobs=[],
+            ),
+            self._frame("response.output_item.done", output_index=self.message_index, item=item),
+        ]
+
+    def _completed(self, data: dict[str, Any]) -> list[Frame]:
+        frames = self._open_message()  # a reply without deltas still ends in a message item
+        frames += self._close_message("completed", str(data.get("output", "")))
+        self.status = "completed"
+        self.usage = response_usage(data.get("usage"))
+        self.messages = [m for m in data.get("messages") or [] if isinstance(m, dict)]
+        frames.append(self._frame("response.completed", response=self.snapshot()))
+        return frames
+
+
+def stream_renderer(meta: ResponseMeta, starting_after: int = -1) -> Renderer:
+    """A renderer for one connection; it must be fed the run from its first event."""
+    fold = ResponseFold(meta)
+
+    def render(event: RunEvent) -> Iterable[Frame]:
+        frames = fold.feed(event)
+        return [
+            f for f in frames if isinstance(f[1], dict) and f[1]["sequence_number"] > starting_after
+        ]
+
+    return render
