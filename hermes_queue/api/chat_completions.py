@@ -9,6 +9,7 @@ client whose stream dropped follows the rest on ``/v1/runs/{run_id}/events``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
@@ -84,6 +85,18 @@ def parse_messages(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     return "\n\n".join(system_parts), conversation
 
 
+def _cancel_on_disconnect(request: web.Request, body: dict[str, Any]) -> bool:
+    """By default a dropped stream leaves the turn running (follow it on /v1/runs/{id}/events);
+    a client that would rather stop it asks with ``cancel_on_disconnect`` or the header."""
+    header = request.headers.get("X-Hermes-Cancel-On-Disconnect")
+    return coerce_bool(body.get("cancel_on_disconnect", header), False)
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 def _session_header(request: web.Request) -> str | None:
     """The validated ``X-Hermes-Session-Id``, or None when the client sent none."""
     raw = request.headers.get(SESSION_HEADER)
@@ -139,7 +152,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if stream:
         response = await open_stream(request, headers)
         renderer = chat_renderer(completion_id_for(run_id), created, model)
-        await pump_run_events(request, response, run_id, None, renderer)
+        cancel = _cancel_on_disconnect(request, body)
+        try:
+            finished = await pump_run_events(request, response, run_id, None, renderer)
+        except asyncio.CancelledError:  # aiohttp cancels the handler when the client leaves
+            if cancel:
+                await asyncio.shield(request.app[RUNS].request_stop(run_id))
+            raise
+        if not finished and cancel and _client_gone(request):
+            await request.app[RUNS].request_stop(run_id)
         return response
     return await _complete(request, run_id, created, model, headers)
 
