@@ -108,3 +108,22 @@ async def test_reader_after_the_run_ended_replays_it_from_any_replica(
     assert replay == live
     assert after_last == []
     assert status["status"] == "completed"
+
+
+async def test_runs_mode_client_with_session_and_history(cluster: Cluster, client_for: Any) -> None:
+    """hermes-webui's runs mode: POST /v1/runs with session_id and history, then its events."""
+    url = await cluster.start_api()
+    await cluster.start_worker()
+    history = [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "Echo: first question"},
+    ]
+    async with client_for(url) as client:
+        run_id = await client.create_run(
+            "second question", session_id="webui-runs-1", conversation_history=history
+        )
+        events = [p async for _, p in client.iter_events(run_id)]
+        status = await client.get_run(run_id)
+    assert events[-1]["event"] == "run.completed"
+    assert events[-1]["output"] == "Echo: second question (turn 2)"
+    assert status["session_id"] == "webui-runs-1"
