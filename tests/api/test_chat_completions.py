@@ -160,37 +160,27 @@ async def test_session_header_without_api_key_is_403(settings: Settings) -> None
         assert response.status == 403
 
 
+async def drop_after_three_frames(api: TestClient, **extra: Any) -> list[str]:
+    """Stream a slow completion, leave after three frames, then read how its run ended."""
+    content = "w " * 20 + "[slow:0.05]"
+    body = {"stream": True, "messages": [{"role": "user", "content": content}], **extra}
+    response = await api.post("/v1/chat/completions", json=body)
+    run_id = response.headers["X-Hermes-Run-Id"]
+    seen = 0
+    async for frame in iter_sse(response):
+        seen += bool(frame.data)
+        if seen == 3:
+            break
+    response.close()
+    rest = await api.get(f"/v1/runs/{run_id}/events")
+    return [f.json()["event"] for f in await stream_frames(rest)]
+
+
 async def test_dropped_stream_is_finished_on_the_runs_endpoint(
     api: TestClient, worker: Any
 ) -> None:
-    body = {"stream": True, "messages": [{"role": "user", "content": "w " * 20 + "[slow:0.02]"}]}
-    response = await api.post("/v1/chat/completions", json=body)
-    run_id = response.headers["X-Hermes-Run-Id"]
-    seen = 0
-    async for frame in iter_sse(response):
-        seen += bool(frame.data)
-        if seen == 3:
-            break
-    response.close()
-    rest = await api.get(f"/v1/runs/{run_id}/events")
-    events = [f.json()["event"] for f in await stream_frames(rest)]
-    assert events[-1] == "run.completed"
+    assert (await drop_after_three_frames(api))[-1] == "run.completed"
 
 
 async def test_dropped_stream_stops_the_turn_when_asked(api: TestClient, worker: Any) -> None:
-    body = {
-        "stream": True,
-        "cancel_on_disconnect": True,
-        "messages": [{"role": "user", "content": "w " * 20 + "[slow:0.05]"}],
-    }
-    response = await api.post("/v1/chat/completions", json=body)
-    run_id = response.headers["X-Hermes-Run-Id"]
-    seen = 0
-    async for frame in iter_sse(response):
-        seen += bool(frame.data)
-        if seen == 3:
-            break
-    response.close()
-    rest = await api.get(f"/v1/runs/{run_id}/events")
-    events = [f.json()["event"] for f in await stream_frames(rest)]
-    assert events[-1] == "run.cancelled"
+    assert (await drop_after_three_frames(api, cancel_on_disconnect=True))[-1] == "run.cancelled"
