@@ -67,6 +67,16 @@ class Approvals:
     def _run_keys(self, run_id: str) -> list[str]:
         return [self.keys.run(run_id), self.keys.events(run_id)]
 
+    def _fenced_args(self, attempt: int, request_id: str) -> list[Any]:
+        """The arguments every worker-side (attempt-fenced) approval script starts with."""
+        return [
+            attempt,
+            self.settings.stream_maxlen,
+            self.settings.retention_seconds,
+            repr(time.time()),
+            request_id,
+        ]
+
     # -- worker side -----------------------------------------------------------------------
     async def request(
         self, run_id: str, attempt: int, request_id: str, data: dict[str, Any]
@@ -75,14 +85,7 @@ class Approvals:
         Retrying with the same ``request_id`` after a lost reply never asks twice."""
         result = await self._scripts["request_approval"](
             keys=self._run_keys(run_id),
-            args=[
-                attempt,
-                self.settings.stream_maxlen,
-                self.settings.retention_seconds,
-                repr(time.time()),
-                request_id,
-                encode_data(data),
-            ],
+            args=[*self._fenced_args(attempt, request_id), encode_data(data)],
         )
         return None if result is None else _decode(result[0])
 
@@ -96,13 +99,7 @@ class Approvals:
         answer won the race; None when this attempt no longer owns the run."""
         result = await self._scripts["settle_approval"](
             keys=self._run_keys(run_id),
-            args=[
-                attempt,
-                self.settings.stream_maxlen,
-                self.settings.retention_seconds,
-                repr(time.time()),
-                request_id,
-            ],
+            args=self._fenced_args(attempt, request_id),
         )
         if result is None:
             return None

@@ -98,13 +98,38 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
+async def on_shutdown(ctx: dict[str, Any]) -> None:
+    """Stop the side tasks, the lease keeper, the backend, the store and the clients."""
+    metrics: WorkerMetrics | None = ctx.get("hq_metrics")
+    if metrics is not None:
+        await asyncio.to_thread(metrics.close)
+    await cancel_and_wait(*ctx.get("hq_background", []))
+    runtime: WorkerRuntime | None = ctx.get("hq")
+    if runtime is not None:
+        if runtime.keeper is not None:
+            await asyncio.to_thread(runtime.keeper.stop)
+        await runtime.backend.aclose()
+        if runtime.store is not None:
+            await runtime.store.close()
+    for client in ctx.get("hq_redis", []):
+        await client.aclose()
+
+
+async def after_job_end(ctx: dict[str, Any]) -> None:
+    """arq deletes the job of every delivery that ends: give a requeued run its job back."""
+    runtime: WorkerRuntime = ctx["hq"]
+    try:
+        await runtime.repository.ensure_job(ctx["job_id"])
+    except Exception:
+        log.exception("could not check the queue entry of %s", ctx["job_id"])
+
+
 def build_worker(
     settings: Settings, *, handle_signals: bool = True, burst: bool = False
 ) -> WakeableWorker:
     """An arq worker wired to hermes-queue: msgpack jobs, our run job, our lifecycle hooks."""
     keys = Keys(settings.namespace)
     worker_id = new_worker_id()
-    background: list[asyncio.Task[None]] = []
     metrics = WorkerMetrics()
 
     async def on_startup(ctx: dict[str, Any]) -> None:
@@ -130,36 +155,17 @@ def build_worker(
         runtime.keeper.start()
         ctx["hq"] = runtime
         ctx["hq_redis"] = [redis, listener]
-        background.append(asyncio.create_task(_listen(listener, keys, worker, runtime)))
-        background.append(
-            asyncio.create_task(reap_forever(repository, settings.reaper_interval_seconds))
-        )
+        ctx["hq_metrics"] = metrics
+        ctx["hq_background"] = [
+            asyncio.create_task(_listen(listener, keys, worker, runtime)),
+            asyncio.create_task(reap_forever(repository, settings.reaper_interval_seconds)),
+        ]
         log.info(
             "worker %s ready (%d slots, backend %s)",
             worker_id,
             settings.worker_concurrency,
             backend.name,
         )
-
-    async def on_shutdown(ctx: dict[str, Any]) -> None:
-        await asyncio.to_thread(metrics.close)
-        await cancel_and_wait(*background)
-        runtime: WorkerRuntime | None = ctx.get("hq")
-        if runtime is not None:
-            if runtime.keeper is not None:
-                await asyncio.to_thread(runtime.keeper.stop)
-            await runtime.backend.aclose()
-            if runtime.store is not None:
-                await runtime.store.close()
-        for client in ctx.get("hq_redis", []):
-            await client.aclose()
-
-    async def after_job_end(ctx: dict[str, Any]) -> None:
-        runtime: WorkerRuntime = ctx["hq"]
-        try:
-            await runtime.repository.ensure_job(ctx["job_id"])
-        except Exception:
-            log.exception("could not check the queue entry of %s", ctx["job_id"])
 
     worker = WakeableWorker(
         functions=[func(run_turn, name=RUN_TURN, max_tries=1000)],
