@@ -89,6 +89,15 @@ class Settings:
     default_model: str = ""
     fallback_model: str = ""
     direct_model_requests: bool = False
+    # The ``hermes`` backend (the real Hermes AIAgent, extra ``hermes-queue[hermes]``).
+    # hermes_home: the HERMES_HOME its config, skills and state live in (empty: Hermes' own
+    # default, ~/.hermes). hermes_toolsets: the toolsets its agent may use (empty: what Hermes
+    # enables for its api_server platform). A worker keeps up to hermes_agent_cache_size agents
+    # warm, one per recent session, so a session's next turn skips agent construction (0: off).
+    hermes_home: str = ""
+    hermes_toolsets: tuple[str, ...] = ()
+    hermes_max_iterations: int = 90
+    hermes_agent_cache_size: int = 64
     # Sessions (SQL store)
     store_url: str = "sqlite:///.hermes-queue/hermes-queue.db"
     # PostgreSQL only: keep the tables in this schema (several deployments, or tests, per DB).
@@ -137,7 +146,9 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
-        for name in ("max_ready_depth", "max_ready_age_seconds"):
+        if self.hermes_max_iterations < 1:
+            raise ConfigError("hermes_max_iterations must be at least 1")
+        for name in ("max_ready_depth", "max_ready_age_seconds", "hermes_agent_cache_size"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 (off) or positive")
         if not 0 <= self.metrics_port <= 65535:

@@ -91,6 +91,11 @@ def backend_options(settings: Settings) -> dict[str, Any]:
         "providers": providers,
         "default_provider": settings.default_provider or next(iter(providers), ""),
         "credentials": credentials,
+        "default_model": settings.default_model,
+        "hermes_home": settings.hermes_home,
+        "toolsets": settings.hermes_toolsets,
+        "max_iterations": settings.hermes_max_iterations,
+        "agent_cache_size": settings.hermes_agent_cache_size,
     }
 
 
