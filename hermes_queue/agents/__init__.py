@@ -28,12 +28,16 @@ def _echo(options: dict[str, Any]) -> AgentBackend:
     return backend
 
 
-# Name -> factory taking the options dict. Add "openai", "hermes"... here as they land.
+# Name -> factory taking the options dict.
 _BACKENDS: dict[str, Callable[[dict[str, Any]], AgentBackend]] = {
     "echo": _echo,
     "openai": lambda options: importlib.import_module(
         "hermes_queue.agents.openai_compat"
     ).OpenAICompatBackend.from_options(options),
+    # Needs the optional extra: pip install 'hermes-queue[hermes]'.
+    "hermes": lambda options: importlib.import_module(
+        "hermes_queue.agents.hermes.backend"
+    ).HermesBackend.from_options(options),
 }
 
 

@@ -8,6 +8,9 @@ tests that cannot choose the message text):
 - plain text → ``"You said: <text>"`` streamed word by word, ``token_delay`` seconds apart;
 - ``[reasoning]`` → ``reasoning_content`` deltas before the text;
 - ``[toolcall:NAME]`` → after the text, a streamed call of tool NAME (``finish_reason`` tool_calls);
+- ``[terminal:COMMAND]`` → the same, a call of the ``terminal`` tool with ``{"command": COMMAND}``;
+- a conversation whose LAST message is a tool result (an agent's tool loop coming back) →
+  ``"Tool said: <the result, first 12 words>"``, with no further tool call;
 - ``[error:STATUS]`` → that HTTP status with an OpenAI error body;
 - ``[flaky:N]`` → the first N such requests answer 503, later ones succeed;
 - ``[stall]`` → one content chunk, then silence until the fake shuts down;
@@ -36,11 +39,12 @@ from aiohttp import web
 
 _REASONING = re.compile(r"\[reasoning\]")
 _TOOLCALL = re.compile(r"\[toolcall:([A-Za-z0-9_.-]+)\]")
+_TERMINAL = re.compile(r"\[terminal:([^\]]+)\]")
 _ERROR = re.compile(r"\[error:(\d{3})\]")
 _FLAKY = re.compile(r"\[flaky:(\d+)\]")
 _STALL = re.compile(r"\[stall\]")
 _MIDFAIL = re.compile(r"\[midfail\]")
-_MARKERS = (_REASONING, _TOOLCALL, _ERROR, _FLAKY, _STALL, _MIDFAIL)
+_MARKERS = (_REASONING, _TOOLCALL, _TERMINAL, _ERROR, _FLAKY, _STALL, _MIDFAIL)
 _TOKEN = re.compile(r"\S+\s*")
 
 
@@ -177,11 +181,17 @@ class FakeLLM:
             return _error(503, "The server is overloaded, try again.", headers=headers)
 
         model = self.actual_model or str(body.get("model") or "fake-model")
-        tokens = _TOKEN.findall(self.reply_for(text))
+        last = body["messages"][-1] if body["messages"] else {}
+        tool_came_back = isinstance(last, dict) and last.get("role") == "tool"
+        if tool_came_back:
+            words = text_of(last.get("content")).split()[:12]
+            tokens = _TOKEN.findall(f"Tool said: {' '.join(words)}")
+        else:
+            tokens = _TOKEN.findall(self.reply_for(text))
         reasoning = (
             _TOKEN.findall(f"Thinking about: {_clean(text)}") if _REASONING.search(scan) else []
         )
-        tool = _TOOLCALL.search(scan)
+        tool = None if tool_came_back else _tool_call(scan, text)
         prompt = sum(len(text_of(m.get("content")).split()) for m in body["messages"])
         usage = {
             "prompt_tokens": prompt,
@@ -189,7 +199,6 @@ class FakeLLM:
             "total_tokens": prompt + len(tokens) + len(reasoning),
         }
         self.usages.append(usage)
-        arguments = json.dumps({"query": _clean(text)})
         if not body.get("stream"):
             if _STALL.search(scan):
                 await self._closing.wait()
@@ -199,7 +208,7 @@ class FakeLLM:
             if reasoning:
                 message["reasoning_content"] = "".join(reasoning)
             if tool:
-                message["tool_calls"] = [_call(tool.group(1), arguments)]
+                message["tool_calls"] = [_call(*tool)]
             return web.json_response(
                 {
                     "id": "chatcmpl-fake",
@@ -216,9 +225,7 @@ class FakeLLM:
                     "usage": usage,
                 }
             )
-        return await self._stream(
-            request, body, scan, model, tokens, reasoning, tool, arguments, usage
-        )
+        return await self._stream(request, body, scan, model, tokens, reasoning, tool, usage)
 
     async def _stream(
         self,
@@ -228,8 +235,7 @@ class FakeLLM:
         model: str,
         tokens: list[str],
         reasoning: list[str],
-        tool: re.Match[str] | None,
-        arguments: str,
+        tool: tuple[str, str] | None,
         usage: dict[str, int],
     ) -> web.StreamResponse:
         response = web.StreamResponse(
@@ -267,7 +273,8 @@ class FakeLLM:
                     request.transport.close()  # no terminating chunk: the client sees a cut
                 return response
         if tool:
-            call = _call(tool.group(1), "")
+            name, arguments = tool
+            call = _call(name, "")
             await send({"tool_calls": [{"index": 0, **call}]})
             half = len(arguments) // 2
             for part in (arguments[:half], arguments[half:]):
@@ -286,6 +293,15 @@ class FakeLLM:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _tool_call(scan: str, text: str) -> tuple[str, str] | None:
+    """The (name, JSON arguments) of the tool call a marker asks for, if any."""
+    if command := _TERMINAL.search(scan):
+        return "terminal", json.dumps({"command": command.group(1)})
+    if tool := _TOOLCALL.search(scan):
+        return tool.group(1), json.dumps({"query": _clean(text)})
+    return None
 
 
 def _client_port(request: web.Request) -> int:

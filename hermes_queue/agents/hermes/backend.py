@@ -1,0 +1,366 @@
+"""The ``hermes`` backend: the real Hermes ``AIAgent`` (package ``hermes-agent``) runs each turn.
+
+- The agent is built from the turn's resolved route: provider endpoint and key (resolved here,
+  in the worker, for that provider only), model, api mode, the toolsets from settings, the
+  turn's instructions as its ephemeral system prompt, and no fallback model under a confirmed
+  lock. A warm agent of the same session and construction is reused (see ``warm``).
+- It runs synchronously in a thread of the backend's own pool; its callbacks reach the sink
+  through ``TurnBridge`` without blocking the event loop. A stop request calls its
+  ``interrupt``; approvals go through Redis (``sink.approval``) from any API replica.
+- Hermes reports a provider rejection as a failed result ("HTTP 401: ..."); that becomes the
+  controlled provider-authentication reply, other failures an ``AgentError`` with the key
+  scrubbed out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import logging
+import re
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from hermes_queue.agents.base import (
+    AgentError,
+    AgentRequest,
+    AgentResult,
+    CancelToken,
+    EventSink,
+    ProviderAuthError,
+    TurnCancelled,
+    Usage,
+)
+from hermes_queue.agents.hermes import process
+from hermes_queue.agents.hermes.bridge import TurnBridge
+from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
+from hermes_queue.agents.hermes.warm import WarmAgents, signature
+from hermes_queue.agents.openai_compat import ProviderConfig
+from hermes_queue.providers import CredentialsUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PLATFORM = "api_server"  # Hermes' name for this surface: its toolset defaults and approvals
+_AUTH_FAILURE = re.compile(r"\bHTTP (401|403)\b")
+_FAST_TIER = "priority"
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """Where one turn's agent talks to, with the key (never logged: see ProviderConfig)."""
+
+    provider: ProviderConfig
+    model: str
+    fallback: dict[str, Any] | None
+
+    def construction(self, toolsets: list[str] | None, instructions: str | None) -> dict[str, Any]:
+        """What the agent is built from, minus secrets (the warm-agent signature's input)."""
+        fallback = dict(self.fallback or {})
+        fallback.pop("api_key", None)
+        return {
+            "provider": self.provider.name,
+            "base_url": self.provider.base_url,
+            "api_mode": self.provider.api_mode,
+            "model": self.model,
+            "toolsets": toolsets,
+            "instructions": instructions or "",
+            "fallback": fallback,
+        }
+
+
+class HermesBackend:
+    name = "hermes"
+
+    def __init__(
+        self,
+        providers: Mapping[str, ProviderConfig],
+        default_provider: str,
+        *,
+        default_model: str = "",
+        credentials: Callable[[str], str] | None = None,
+        toolsets: tuple[str, ...] = (),
+        max_iterations: int = 90,
+        agent_cache_size: int = 64,
+        hermes_home: str = "",
+        max_threads: int = 64,
+    ) -> None:
+        if default_provider not in providers:
+            raise ValueError(f"default provider {default_provider!r} is not configured")
+        process.prepare(hermes_home)
+        self.providers = dict(providers)
+        self.default_provider = default_provider
+        self.default_model = default_model
+        self.credentials = credentials
+        self.toolsets = list(toolsets) or _platform_toolsets()
+        self.max_iterations = max_iterations
+        self.warm = WarmAgents(agent_cache_size)
+        self._threads = ThreadPoolExecutor(max_threads, thread_name_prefix="hermes-turn")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> HermesBackend:
+        providers = {
+            name: p if isinstance(p, ProviderConfig) else ProviderConfig(**{"name": name, **p})
+            for name, p in dict(options.get("providers") or {}).items()
+        }
+        default = options.get("default_provider") or next(iter(providers), "")
+        return cls(
+            providers,
+            default,
+            default_model=str(options.get("default_model") or ""),
+            credentials=options.get("credentials"),
+            toolsets=tuple(options.get("toolsets") or ()),
+            max_iterations=int(options.get("max_iterations") or 90),
+            agent_cache_size=int(options.get("agent_cache_size", 64)),
+            hermes_home=str(options.get("hermes_home") or ""),
+        )
+
+    # -- one turn --------------------------------------------------------------------------------
+
+    async def run_turn(
+        self, request: AgentRequest, sink: EventSink, cancel: CancelToken
+    ) -> AgentResult:
+        runtime = self._runtime(request)
+        construction = runtime.construction(self.toolsets, request.instructions)
+        sig = signature(construction, runtime.provider.api_key)
+        agent, stale = self.warm.take(request.session_id, sig)
+        self._release(stale)
+        if cancel.cancelled:
+            raise TurnCancelled(cancel.reason)
+        if agent is None:
+            agent = await self._in_thread(self._build, runtime, request)
+        loop = asyncio.get_running_loop()
+        bridge = TurnBridge(
+            loop, sink, request.run_id, agent.interrupt, scrub=runtime.provider.scrub
+        )
+        self._prepare_turn(agent, bridge, request.options.get("model_options"))
+        before = (agent.session_prompt_tokens, agent.session_completion_tokens)
+        history = to_hermes_history(request.history)
+        pump = asyncio.ensure_future(bridge.pump())
+        stopper = asyncio.ensure_future(_interrupt_when_cancelled(cancel, agent))
+        reusable = False
+        try:
+            try:
+                result = await self._in_thread(
+                    _converse,
+                    agent,
+                    bridge,
+                    request.run_id,
+                    request.session_id,
+                    request.message,
+                    history,
+                )
+            except asyncio.CancelledError:
+                agent.interrupt("worker stopping")  # the thread winds down on its own
+                pump.cancel()
+                raise
+            finally:
+                stopper.cancel()
+                bridge.close()
+            await pump  # everything the agent emitted goes out before the turn ends
+            if bridge.failure is not None:
+                raise bridge.failure
+            if cancel.cancelled or result.get("interrupted"):
+                raise TurnCancelled(cancel.reason or "interrupted")
+            if result.get("failed"):
+                raise _failure(runtime.provider, result)
+            usage = Usage(
+                input_tokens=max(0, agent.session_prompt_tokens - before[0]),
+                output_tokens=max(0, agent.session_completion_tokens - before[1]),
+            )
+            reusable = True
+            return AgentResult(
+                output=str(result.get("final_response") or ""),
+                usage=usage,
+                messages=turn_messages(result.get("messages") or [], len(history)),
+                runtime=self._actual_runtime(agent, runtime),
+            )
+        finally:
+            self._detach(agent)
+            if reusable:
+                self._release(self.warm.put(request.session_id, sig, agent))
+            else:
+                self._release([agent])
+
+    def _runtime(self, request: AgentRequest) -> _Runtime:
+        name = str(request.route.get("provider") or self.default_provider)
+        model = str(request.route.get("model") or self.default_model)
+        if not model:
+            raise AgentError("no model was resolved for this turn")
+        provider = self._provider(name, fail_closed=True)
+        fallback = request.route.get("fallback_model")
+        return _Runtime(provider, model, self._fallback(str(fallback)) if fallback else None)
+
+    def _provider(self, name: str, *, fail_closed: bool) -> ProviderConfig:
+        provider = self.providers.get(name)
+        if provider is None:
+            raise AgentError(f"unknown provider {name!r}")
+        if self.credentials is None:
+            return provider
+        try:
+            return dataclasses.replace(provider, api_key=self.credentials(name))
+        except CredentialsUnavailable as exc:
+            if fail_closed:
+                raise ProviderAuthError(str(exc)) from None
+            raise
+
+    def _fallback(self, spec: str) -> dict[str, Any] | None:
+        """``provider::model`` or a bare model on the default provider; None when the fallback
+        provider's key is unavailable (the turn then runs without a fallback)."""
+        name, _, model = spec.rpartition("::")
+        try:
+            provider = self._provider(name or self.default_provider, fail_closed=False)
+        except (AgentError, CredentialsUnavailable) as exc:
+            log.warning("hermes: fallback model %r unusable: %s", spec, exc)
+            return None
+        return {
+            "provider": "custom",
+            "model": model,
+            "base_url": provider.base_url,
+            "api_key": provider.api_key,
+        }
+
+    def _build(self, runtime: _Runtime, request: AgentRequest) -> Any:
+        from run_agent import AIAgent
+
+        provider = runtime.provider
+        return AIAgent(
+            model=runtime.model,
+            base_url=provider.base_url,
+            api_key=provider.api_key,
+            # Hermes' generic OpenAI-compatible provider: endpoint and key are given.
+            provider="custom",
+            api_mode=provider.api_mode,
+            max_iterations=self.max_iterations,
+            quiet_mode=True,
+            verbose_logging=False,
+            enabled_toolsets=self.toolsets,
+            ephemeral_system_prompt=request.instructions or None,
+            session_id=request.session_id,
+            platform=PLATFORM,
+            fallback_model=runtime.fallback,
+        )
+
+    def _prepare_turn(self, agent: Any, bridge: TurnBridge, options: Any) -> None:
+        """Per-turn settings on a new or warm agent (Hermes' gateway does the same)."""
+        agent.stream_delta_callback = bridge.on_delta
+        agent.reasoning_callback = bridge.on_reasoning
+        agent.tool_progress_callback = bridge.on_progress
+        agent.tool_start_callback = bridge.on_tool_start
+        agent.tool_complete_callback = bridge.on_tool_complete
+        agent.reasoning_config, agent.service_tier = _model_options(options)
+        agent._api_call_count = 0
+
+    @staticmethod
+    def _detach(agent: Any) -> None:
+        """A kept agent must not hold the last turn's bridge (and through it, its sink)."""
+        for name in (
+            "stream_delta_callback",
+            "reasoning_callback",
+            "tool_progress_callback",
+            "tool_start_callback",
+            "tool_complete_callback",
+        ):
+            setattr(agent, name, None)
+
+    def _actual_runtime(self, agent: Any, runtime: _Runtime) -> dict[str, Any]:
+        """The provider and model the turn ended on (a fallback may have taken over)."""
+        base_url = str(getattr(agent, "base_url", "") or "").rstrip("/")
+        name = runtime.provider.name
+        if base_url != runtime.provider.base_url:
+            name = next(
+                (p.name for p in self.providers.values() if p.base_url == base_url), base_url
+            )
+        return {"provider": name, "model": str(getattr(agent, "model", "") or runtime.model)}
+
+    def _release(self, agents: list[Any]) -> None:
+        for agent in agents:
+            self._threads.submit(_release_clients, agent)
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+
+    async def aclose(self) -> None:
+        self._release(self.warm.drain())
+        await asyncio.to_thread(self._threads.shutdown, wait=True, cancel_futures=False)
+
+
+def _converse(
+    agent: Any, bridge: TurnBridge, run_id: str, session_id: str, message: Any, history: list
+) -> dict[str, Any]:
+    """Runs on the turn's thread: bind Hermes' per-turn context, run, always unbind."""
+    from gateway.session_context import clear_session_vars, set_session_vars
+    from tools.approval import (
+        register_gateway_notify,
+        reset_current_session_key,
+        set_current_session_key,
+        unregister_gateway_notify,
+    )
+
+    # Approvals are keyed by run, as upstream does: consent for one run never frees another.
+    key_token = set_current_session_key(run_id)
+    session_tokens = set_session_vars(
+        platform=PLATFORM, session_key=run_id, session_id=session_id, async_delivery=False
+    )
+    register_gateway_notify(run_id, bridge.on_approval)
+    try:
+        result = agent.run_conversation(
+            user_message=message, conversation_history=history, task_id=session_id
+        )
+    finally:
+        unregister_gateway_notify(run_id)
+        clear_session_vars(session_tokens)
+        reset_current_session_key(key_token)
+    return result if isinstance(result, dict) else {"final_response": str(result or "")}
+
+
+async def _interrupt_when_cancelled(cancel: CancelToken, agent: Any) -> None:
+    await cancel.wait()
+    agent.interrupt(cancel.reason or "Stop requested via API")
+
+
+def _failure(provider: ProviderConfig, result: Mapping[str, Any]) -> AgentError:
+    message = provider.scrub(str(result.get("error") or result.get("final_response") or ""))
+    message = message or "the agent failed without a message"
+    if _AUTH_FAILURE.search(message):
+        return ProviderAuthError(message)
+    return AgentError(message)
+
+
+def _model_options(options: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """``model_options`` → Hermes' ``reasoning_config`` and ``service_tier``."""
+    if not isinstance(options, Mapping):
+        return None, None
+    from hermes_constants import parse_reasoning_effort
+
+    reasoning = options.get("reasoning")
+    config: dict[str, Any] | None = None
+    if isinstance(reasoning, Mapping):
+        config = parse_reasoning_effort(reasoning.get("effort")) or (
+            {"enabled": bool(reasoning["enabled"])} if "enabled" in reasoning else None
+        )
+        if config is not None and reasoning.get("enabled") is False:
+            config = {"enabled": False}
+    if options.get("reasoning_effort"):
+        config = parse_reasoning_effort(options["reasoning_effort"]) or config
+    tier = options.get("service_tier") or (_FAST_TIER if options.get("fast") else None)
+    return config, str(tier) if tier else None
+
+
+def _platform_toolsets() -> list[str]:
+    """What Hermes enables for its API server when settings name no toolsets."""
+    from hermes_cli.config import load_config
+    from hermes_cli.tools_config import _get_platform_tools
+
+    return sorted(_get_platform_tools(load_config(), PLATFORM, include_default_mcp_servers=False))
+
+
+def _release_clients(agent: Any) -> None:
+    with contextlib.suppress(Exception):
+        agent.release_clients()

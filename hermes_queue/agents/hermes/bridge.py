@@ -1,0 +1,178 @@
+"""Hermes' callbacks, called on the agent's thread, become in-order sink calls on the loop.
+
+The agent runs synchronously in a worker thread and reports progress through plain callbacks.
+Each callback only posts a small closure to an asyncio queue (``call_soon_threadsafe``), so the
+agent never waits on Redis and the event loop never waits on the agent; one pump coroutine
+drains the queue and awaits the sink in emit order. The queue is unbounded on purpose: the
+agent thread must not block inside a callback (Hermes holds locks around some of them), and a
+turn's events are bounded by what one model stream produces.
+
+Approvals use Hermes' gateway mechanism (``tools.approval``): under the turn's approval key the
+agent thread parks on its own event after calling our notify callback; the pump asks
+``sink.approval`` (Redis, any API replica answers) and hands the choice back with
+``resolve_gateway_approval``.
+
+The first failure of a sink call (a lost lease, Redis gone, a stop while waiting for consent)
+is kept, the agent is interrupted, and the backend re-raises it once the thread has returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hermes_queue.agents.base import ApprovalRequest, EventSink
+
+log = logging.getLogger(__name__)
+
+Call = Callable[[], Awaitable[None]]
+_RESULT_LIMIT = 2_000  # characters of a tool result carried in its tool.completed event
+
+
+class TurnBridge:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sink: EventSink,
+        approval_key: str,
+        interrupt: Callable[[str], None],
+        scrub: Callable[[str], str] = lambda text: text,
+    ) -> None:
+        self._loop = loop
+        self._sink = sink
+        self._approval_key = approval_key
+        self._interrupt = interrupt
+        self._scrub = scrub
+        self._queue: asyncio.Queue[Call | None] = asyncio.Queue()
+        self.failure: BaseException | None = None
+        # Tool progress arrives in two halves (a preview keyed by name, then the call id), so
+        # the first half waits here; FIFO per name keeps parallel calls of one tool apart.
+        self._previews: defaultdict[str, deque[str | None]] = defaultdict(deque)
+        self._outcomes: defaultdict[str, deque[tuple[float, bool]]] = defaultdict(deque)
+        self._open_calls: dict[str, str] = {}  # call id -> tool name, started but not completed
+
+    # -- the agent thread's side ---------------------------------------------------------------
+
+    def _post(self, call: Call | None) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, call)
+        except RuntimeError:  # the loop is closing (worker shutdown): nothing left to report to
+            pass
+
+    def on_delta(self, text: str | None) -> None:
+        # None marks the end of one streamed segment; the events carry only text.
+        if text:
+            self._post(lambda: self._sink.delta(text))
+
+    def on_reasoning(self, text: str | None) -> None:
+        if text:
+            self._post(lambda: self._sink.reasoning(text))
+
+    def on_progress(
+        self,
+        event_type: str,
+        name: str | None = None,
+        preview: str | None = None,
+        args: Any = None,
+        **details: Any,
+    ) -> None:
+        """Hermes' ``tool_progress_callback``: the preview and timing halves of tool events,
+        reasoning previews, and a subagent's ``_thinking`` line (two positional arguments)."""
+        if event_type == "tool.started" and name:
+            self._post(lambda: self._remember_preview(name, preview))
+        elif event_type == "tool.completed" and name:
+            outcome = (float(details.get("duration") or 0.0), bool(details.get("is_error")))
+            self._post(lambda: self._remember_outcome(name, outcome))
+        elif event_type == "reasoning.available":
+            self.on_reasoning(preview)
+        elif event_type == "_thinking":
+            self.on_reasoning(name)  # the subagent's first line comes in the name position
+
+    def on_tool_start(self, call_id: str, name: str, args: Any) -> None:
+        self._post(lambda: self._tool_started(call_id, name, args))
+
+    def on_tool_complete(self, call_id: str, name: str, args: Any, result: Any) -> None:
+        self._post(lambda: self._tool_completed(call_id, name, result))
+
+    def on_approval(self, data: dict[str, Any]) -> None:
+        """Hermes' gateway notify callback; the thread then parks until the choice arrives."""
+        keys = data.get("pattern_keys") or []
+        request = ApprovalRequest(
+            command=self._scrub(str(data.get("command") or "")),
+            description=self._scrub(str(data.get("description") or "")),
+            pattern_key=str(data.get("pattern_key") or ""),
+            pattern_keys=tuple(str(key) for key in keys if key),
+            allow_permanent=data.get("allow_permanent") is not False,
+        )
+        self._post(lambda: self._approve(request))
+
+    def close(self) -> None:
+        """The agent returned: the pump ends once everything posted before is through."""
+        self._post(None)
+
+    # -- the loop's side -------------------------------------------------------------------------
+
+    async def pump(self) -> None:
+        """Drain posted calls in order until ``close``; after a failure, drop the rest."""
+        while (call := await self._queue.get()) is not None:
+            if self.failure is not None:
+                continue
+            try:
+                await call()
+            except Exception as exc:  # kept, re-raised by the backend after the thread ends
+                self.failure = exc
+                self._interrupt(f"event publishing stopped: {type(exc).__name__}")
+                self._answer("deny", everything=True)
+        await self._close_open_calls()
+
+    async def _remember_preview(self, name: str, preview: str | None) -> None:
+        self._previews[name].append(preview)
+
+    async def _remember_outcome(self, name: str, outcome: tuple[float, bool]) -> None:
+        self._outcomes[name].append(outcome)
+
+    async def _tool_started(self, call_id: str, name: str, args: Any) -> None:
+        previews = self._previews[name]
+        preview = previews.popleft() if previews else None
+        self._open_calls[call_id] = name
+        await self._sink.tool_started(name, call_id, preview=preview, args=args)
+
+    async def _tool_completed(self, call_id: str, name: str, result: Any) -> None:
+        outcomes = self._outcomes[name]
+        duration, error = outcomes.popleft() if outcomes else (0.0, False)
+        self._open_calls.pop(call_id, None)
+        text = result if isinstance(result, str) else str(result)
+        await self._sink.tool_completed(
+            name, call_id, duration=duration, error=error, result=text[:_RESULT_LIMIT]
+        )
+
+    async def _close_open_calls(self) -> None:
+        """A call Hermes blocked (guardrail) or abandoned (interrupt) never completes on its
+        own; clients waiting for its ``tool.completed`` get one marked as an error."""
+        if self.failure is not None:
+            return
+        for call_id, name in list(self._open_calls.items()):
+            try:
+                await self._sink.tool_completed(name, call_id, error=True, result="not completed")
+            except Exception as exc:
+                self.failure = exc
+                return
+        self._open_calls.clear()
+
+    async def _approve(self, request: ApprovalRequest) -> None:
+        try:
+            choice = await self._sink.approval(request)
+        except BaseException:
+            self._answer("deny", everything=True)  # never leave the agent thread parked
+            raise
+        self._answer(choice)
+
+    def _answer(self, choice: str, *, everything: bool = False) -> None:
+        """Hand a choice to the oldest parked request (Hermes queues them FIFO, and the pump
+        asks in the same order), or to all of them."""
+        from tools.approval import resolve_gateway_approval
+
+        resolve_gateway_approval(self._approval_key, choice, resolve_all=everything)

@@ -1,0 +1,300 @@
+"""The ``hermes`` backend: Hermes' real ``AIAgent`` against the fake LLM over real sockets.
+
+No Redis here (the backend never touches it): a recording sink stands in for the worker's, and
+answers approvals itself. Hermes' state lives in a private ``HERMES_HOME`` for the session.
+These tests need the ``hermes`` extra, which CI installs (they fail there without it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_queue.agents import load_backend
+from hermes_queue.agents.base import (
+    AgentError,
+    AgentRequest,
+    ApprovalRequest,
+    CancelToken,
+    ProviderAuthError,
+    TurnCancelled,
+)
+from hermes_queue.providers import CredentialsUnavailable
+from tests.agents.test_echo import RecordingSink
+from tests.fakes import FakeLLM
+
+KEY = "sk-hermes-SECRET-0123456789abcdef"
+
+
+def require_hermes() -> None:
+    try:
+        import run_agent  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("hermes-agent is not installed, but CI is: install '.[hermes]'")
+        pytest.skip("hermes-agent is not installed (pip install -e '.[hermes]')")
+
+
+@pytest.fixture(scope="session")
+def hermes_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One HERMES_HOME for every in-process Hermes test: Hermes reads it once per process."""
+    require_hermes()
+    yield str(tmp_path_factory.mktemp("hermes-home"))
+
+
+class ApprovingSink(RecordingSink):
+    """Answers every approval request with ``choice`` after noting it."""
+
+    def __init__(self, choice: str = "deny") -> None:
+        super().__init__()
+        self.choice = choice
+        self.requests: list[ApprovalRequest] = []
+
+    async def approval(self, request: ApprovalRequest) -> str:
+        self.requests.append(request)
+        self.events.append(("approval", request.command))
+        return self.choice
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeLLM]:
+    async with FakeLLM(expected_key=KEY) as server:
+        yield server
+
+
+def make_backend(fake: FakeLLM, hermes_home: str, **options: Any) -> Any:
+    keys = {"fake": KEY, "spare": KEY}
+
+    def credentials(name: str) -> str:
+        if name not in keys:
+            raise CredentialsUnavailable(f"no key for provider {name!r}")
+        return keys[name]
+
+    providers = {
+        name: {"base_url": fake.base_url, "timeout": 5.0, "max_retries": 0}
+        for name in ("fake", "spare", "keyless")
+    }
+    return load_backend(
+        "hermes",
+        providers=providers,
+        default_provider="fake",
+        credentials=credentials,
+        hermes_home=hermes_home,
+        toolsets=options.pop("toolsets", ("todo",)),
+        max_iterations=options.pop("max_iterations", 4),
+        **options,
+    )
+
+
+@pytest.fixture
+async def backend(fake: FakeLLM, hermes_home: str) -> AsyncIterator[Any]:
+    instance = make_backend(fake, hermes_home)
+    try:
+        yield instance
+    finally:
+        await instance.aclose()
+
+
+def request(message: Any, **fields: Any) -> AgentRequest:
+    route = fields.pop("route", {"provider": "fake", "model": "fake-model"})
+    fields.setdefault("session_id", f"s-{uuid.uuid4().hex[:8]}")
+    return AgentRequest(run_id=f"run_{uuid.uuid4().hex}", message=message, route=route, **fields)
+
+
+async def run(backend: Any, message: Any, sink: RecordingSink | None = None, **fields: Any) -> Any:
+    sink = sink or ApprovingSink()
+    result = await backend.run_turn(request(message, **fields), sink, CancelToken())
+    return result, sink
+
+
+async def test_streams_deltas_and_reports_usage_and_runtime(backend: Any, fake: FakeLLM) -> None:
+    result, sink = await run(backend, "hello there world")
+    assert result.output == "You said: hello there world" == sink.text
+    assert sink.kinds.count("delta") == 5  # streamed word by word
+    assert result.usage.input_tokens == fake.usages[-1]["prompt_tokens"] > 0
+    assert result.usage.output_tokens == fake.usages[-1]["completion_tokens"]
+    assert result.runtime == {"provider": "fake", "model": "fake-model"}
+    assert result.messages[-1]["role"] == "assistant"
+    assert result.messages[-1]["content"] == result.output
+    assert fake.last_request.authorization == f"Bearer {KEY}"
+
+
+async def test_reasoning_streams_before_the_text(backend: Any) -> None:
+    result, sink = await run(backend, "think first [reasoning]")
+    reasoning = [event[1] for event in sink.events if event[0] == "reasoning"]
+    assert "".join(reasoning).startswith("Thinking about: think first")
+    assert sink.kinds.index("reasoning") < sink.kinds.index("delta")
+    assert result.messages[-1]["reasoning"] == "Thinking about: think first"
+
+
+async def test_tool_progress_reaches_the_sink_and_the_loop_finishes(backend: Any) -> None:
+    result, sink = await run(backend, "plan my day [toolcall:todo]")
+    started = [e for e in sink.events if e[0] == "tool_started"]
+    completed = [e for e in sink.events if e[0] == "tool_completed"]
+    assert [e[1:3] for e in started] == [("todo", "call_fake_1")]
+    assert [e[1:3] for e in completed] == [("todo", "call_fake_1")]
+    assert completed[0][4] is False and '"todos"' in completed[0][5]  # no error, real result
+    assert sink.kinds.index("tool_started") < sink.kinds.index("tool_completed")
+    assert result.output.startswith("Tool said:")
+    roles = [m["role"] for m in result.messages]
+    assert roles == ["assistant", "tool", "assistant"]
+    assert result.messages[0]["tool_calls"][0]["function"]["name"] == "todo"
+    assert result.messages[1]["tool_call_id"] == "call_fake_1"
+
+
+async def test_history_and_instructions_reach_the_provider(backend: Any, fake: FakeLLM) -> None:
+    history = [
+        {"role": "user", "content": "earlier question", "timestamp": 1.0},
+        {"role": "assistant", "content": "earlier answer", "timestamp": 2.0},
+    ]
+    await run(backend, "and now?", history=history, instructions="Answer like a pirate.")
+    messages = fake.last_request.body["messages"]
+    assert [m["content"] for m in messages[1:]] == [
+        "earlier question",
+        "earlier answer",
+        "and now?",
+    ]
+    assert "Answer like a pirate." in messages[0]["content"]  # Hermes' system prompt + ours
+    assert all("timestamp" not in m for m in messages)
+
+
+async def test_a_sessions_next_turn_reuses_its_warm_agent(fake: FakeLLM, hermes_home: str) -> None:
+    backend = make_backend(fake, hermes_home)
+    built: list[Any] = []
+    original = backend._build
+
+    def counting_build(*args: Any) -> Any:
+        built.append(original(*args))
+        return built[-1]
+
+    backend._build = counting_build
+    try:
+        first, _ = await run(backend, "one", session_id="warm-1")
+        history = [{"role": "user", "content": "one"}, *first.messages]
+        second, sink = await run(backend, "two", session_id="warm-1", history=history)
+        assert second.output == "You said: two" == sink.text
+        assert len(built) == 1  # the second turn ran on the first turn's agent
+        assert second.usage.input_tokens == fake.usages[-1]["prompt_tokens"]  # per turn
+        await run(backend, "three", session_id="warm-2")
+        assert len(built) == 2  # another session gets its own agent
+        await run(backend, "four", session_id="warm-1", instructions="new instructions")
+        assert len(built) == 3  # built differently: not reused
+    finally:
+        await backend.aclose()
+
+
+async def test_stop_interrupts_the_agent_promptly(hermes_home: str) -> None:
+    async with FakeLLM(expected_key=KEY, token_delay=0.2) as fake:
+        backend = make_backend(fake, hermes_home)
+        sink, token = ApprovingSink(), CancelToken()
+        words = " ".join(f"w{i}" for i in range(60))
+        turn = asyncio.ensure_future(backend.run_turn(request(words), sink, token))
+        try:
+            await asyncio.wait_for(sink.first_delta.wait(), 10)
+            token.cancel("Stop requested via API")
+            with pytest.raises(TurnCancelled):
+                await asyncio.wait_for(turn, 5)  # 60 tokens at 0.2 s would take 12 s
+            assert len(sink.text.split()) < 20
+        finally:
+            await backend.aclose()
+
+
+async def test_a_denied_command_is_blocked_and_the_agent_is_told(
+    fake: FakeLLM, hermes_home: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "keep-me"
+    target.mkdir()
+    backend = make_backend(fake, hermes_home, toolsets=("terminal",))
+    try:
+        sink = ApprovingSink("deny")
+        result, _ = await run(backend, f"clean up [terminal:rm -rf {target}]", sink=sink)
+    finally:
+        await backend.aclose()
+    assert target.exists()  # the command never ran
+    assert [r.command for r in sink.requests] == [f"rm -rf {target}"]
+    request = sink.requests[0]
+    assert request.description and "deny" in request.choices
+    completed = [e for e in sink.events if e[0] == "tool_completed"]
+    assert completed and "BLOCKED" in completed[0][5]
+    assert sink.kinds.index("approval") < sink.kinds.index("tool_completed")
+    assert result.output.startswith("Tool said: ")
+
+
+async def test_an_approved_command_runs(fake: FakeLLM, hermes_home: str, tmp_path: Path) -> None:
+    target = tmp_path / "shared.txt"
+    target.write_text("x")
+    target.chmod(0o600)
+    backend = make_backend(fake, hermes_home, toolsets=("terminal",))
+    try:
+        sink = ApprovingSink("once")
+        await run(backend, f"open it up [terminal:chmod 777 {target}]", sink=sink)
+    finally:
+        await backend.aclose()
+    assert len(sink.requests) == 1
+    assert stat.S_IMODE(target.stat().st_mode) == 0o777
+
+
+async def test_unresolvable_credentials_fail_closed(backend: Any, fake: FakeLLM) -> None:
+    with pytest.raises(ProviderAuthError, match="Provider authentication failed"):
+        await run(backend, "hi", route={"provider": "keyless", "model": "m"})
+    assert fake.chat_requests == []  # nothing was sent anywhere
+
+
+async def test_a_rejected_key_is_an_auth_failure_without_the_key(
+    fake: FakeLLM, hermes_home: str
+) -> None:
+    fake.expected_key = "some-other-key"
+    backend = make_backend(fake, hermes_home)
+    try:
+        with pytest.raises(ProviderAuthError) as caught:
+            await run(backend, "hi")
+    finally:
+        await backend.aclose()
+    assert "401" in str(caught.value) and KEY not in str(caught.value)
+
+
+async def test_provider_errors_fail_the_turn_with_their_message(backend: Any) -> None:
+    with pytest.raises(AgentError, match="fake provider error 400") as caught:
+        await run(backend, "bad [error:400]")
+    assert not isinstance(caught.value, ProviderAuthError)
+
+
+async def test_no_fallback_model_under_a_confirmed_lock(backend: Any) -> None:
+    """The route carries the fallback only without a lock; the agent is built with it or
+    without it accordingly (Hermes keeps it as its fallback chain)."""
+    free = {"provider": "fake", "model": "fake-model", "fallback_model": "spare::other"}
+    locked = {"provider": "fake", "model": "fake-model", "confirmed_lock": True}
+    chains = []
+    for route in (free, locked):
+        req = request("hi", route=route)
+        runtime = backend._runtime(req)
+        agent = await backend._in_thread(backend._build, runtime, req)
+        chains.append([(fb["model"], fb["base_url"]) for fb in agent._fallback_chain])
+    assert chains[0] == [("other", backend.providers["spare"].base_url)]
+    assert chains[1] == []
+
+
+async def test_model_options_set_reasoning_and_service_tier(backend: Any, fake: FakeLLM) -> None:
+    """Reasoning effort reaches the provider; the service tier is set on the agent, and Hermes
+    sends it only to providers that take one (not to a generic endpoint like the fake)."""
+    options = {"model_options": {"reasoning": {"enabled": True, "effort": "high"}, "fast": True}}
+    await run(backend, "hi", options=options, session_id="opts")
+    assert fake.last_request.body["reasoning_effort"] == "high"
+    agent, _ = backend.warm.take("opts", next(iter(backend.warm._agents.values()))[0])
+    assert agent.service_tier == "priority"
+    assert agent.reasoning_config == {"enabled": True, "effort": "high"}
+    await run(backend, "hi", options={"model_options": {"reasoning_effort": "none"}})
+    assert fake.last_request.body["reasoning_effort"] == "none"  # reasoning switched off
+
+
+async def test_the_key_appears_in_no_event_result_or_message(backend: Any) -> None:
+    result, sink = await run(backend, "plan [toolcall:todo] [reasoning]")
+    assert KEY not in repr(sink.events)
+    assert KEY not in repr(result)
