@@ -89,6 +89,13 @@ class Keys:
         return f"{self.namespace}:worker:{worker_id}"
 
     @property
+    def catalog(self) -> str:
+        """String (JSON): the skills and toolsets the workers' backend offers, written by each
+        worker at startup and then periodically with a TTL, so it lapses when no worker whose
+        backend has a catalog is left. Read by the API for ``/v1/skills`` and ``/v1/toolsets``."""
+        return f"{self.namespace}:catalog"
+
+    @property
     def health_check(self) -> str:
         return f"{self.namespace}:queue:health-check"
 

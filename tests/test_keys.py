@@ -14,6 +14,7 @@ def test_every_key_is_namespaced() -> None:
         keys.control_channel,
         keys.workers,
         keys.worker("w"),
+        keys.catalog,
         keys.health_check,
     ]
     assert all(name.startswith("ns1:") for name in names)

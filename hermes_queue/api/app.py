@@ -11,6 +11,7 @@ from hermes_queue import __version__
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api import (
     approvals,
+    catalog,
     chat_completions,
     dashboard,
     discovery,
@@ -68,6 +69,7 @@ def create_app(settings: Settings) -> web.Application:
     sessions.add_routes(app)
     session_chat.add_routes(app)
     discovery.add_routes(app)
+    catalog.add_routes(app)
     chat_completions.add_routes(app)
     responses.add_routes(app)
     operations.setup(app)

@@ -4,7 +4,8 @@ Clients (hermes-webui, desktop apps) read ``/v1/capabilities`` to decide which U
 claim this server cannot honour breaks them. Upstream keeps its endpoint list and feature flags
 by hand and they drift from the routes it really serves. Here both are derived from the app's
 router at request time: an endpoint is listed only if a route for it is registered, and a
-feature tied to a route flips to true the moment that route is added.
+feature tied to a route flips to true the moment that route is added. ``skills_api`` also
+needs a worker to have published its backend's catalog (``api/catalog.py``), read per request.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from aiohttp import web
 
 from hermes_queue import __version__
 from hermes_queue.api.appkeys import REDIS, SETTINGS, STORE
+from hermes_queue.api.catalog import published
 from hermes_queue.api.unsupported import is_not_implemented
 from hermes_queue.keys import Keys
 from hermes_queue.store.migrations import LATEST_VERSION
@@ -99,10 +101,7 @@ ROUTE_FEATURES: dict[str, tuple[str, ...]] = {
 }
 
 # Upstream also reports these as false; nothing here implements them and no route implies them.
-# ``skills_api`` is here although ``/v1/skills`` is routed: it answers upstream's shape with an
-# empty list (no backend has skills), and a client should not offer a skills UI on that.
 UNSUPPORTED_FEATURES = (
-    "skills_api",
     "admin_config_rw",
     "jobs_admin",
     "memory_write_api",
@@ -133,11 +132,14 @@ def routed_endpoints(app: web.Application) -> dict[str, dict[str, str]]:
     return found
 
 
-def features(endpoints: dict[str, Any]) -> dict[str, Any]:
-    """Feature flags that follow from ``endpoints`` plus the few facts no route expresses."""
+def features(endpoints: dict[str, Any], *, catalog: bool = False) -> dict[str, Any]:
+    """Feature flags that follow from ``endpoints`` plus the few facts no route expresses;
+    ``catalog``: whether a worker published its backend's skills and toolsets."""
     flags: dict[str, Any] = {
         name: all(e in endpoints for e in needs) for name, needs in ROUTE_FEATURES.items()
     }
+    # /v1/skills always answers, but only a published catalog makes a skills UI worth offering.
+    flags["skills_api"] = catalog and "skills" in endpoints
     streams = {"run_events", "session_chat_stream", "session_chat_resume"} & endpoints.keys()
     # Tool progress rides on every event stream we serve (tool.started / tool.completed).
     flags["tool_progress_events"] = bool(streams & {"run_events", "session_chat_stream"})
@@ -153,9 +155,21 @@ def features(endpoints: dict[str, Any]) -> dict[str, Any]:
     return flags
 
 
+async def _catalog_published(app: web.Application) -> bool:
+    """Whether a worker's catalog is in Redis. Capabilities must answer even when Redis cannot
+    (clients read it before anything else), so a failed or slow read counts as no catalog."""
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+            return await published(app) is not None
+    except Exception as exc:
+        log.warning("capabilities: backend catalog unavailable (%r); skills_api false", exc)
+        return False
+
+
 async def capabilities(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     endpoints = routed_endpoints(request.app)
+    catalog = "skills" in endpoints and await _catalog_published(request.app)
     return web.json_response(
         {
             "object": "hermes.api_server.capabilities",
@@ -169,7 +183,10 @@ async def capabilities(request: web.Request) -> web.Response:
                 "description": RUNTIME_DESCRIPTION,
             },
             # Upstream's ``cors``: whether any browser origin is allowed (cors_middleware).
-            "features": {**features(endpoints), "cors": bool(settings.cors_origins)},
+            "features": {
+                **features(endpoints, catalog=catalog),
+                "cors": bool(settings.cors_origins),
+            },
             "endpoints": endpoints,
         }
     )

@@ -1,4 +1,4 @@
-"""Upstream endpoints hermes-queue does not provide, and the two it provides empty.
+"""Upstream endpoints hermes-queue does not provide.
 
 A client written for upstream Hermes that calls one of these must get a clear, machine-readable
 answer instead of the generic 404 ``not_found``, which reads like a typo in the URL or a wrong
@@ -9,11 +9,6 @@ first, as on every other route: an unauthenticated caller learns nothing about t
 These routes must never make ``/v1/capabilities`` claim the feature: discovery derives its
 endpoint list and feature flags from the router, so every 501 handler here is marked
 (:func:`is_not_implemented`) and discovery skips marked routes.
-
-``GET /v1/skills`` and ``GET /v1/toolsets`` are real: they answer upstream's list shapes with an
-empty ``data``, because the echo and OpenAI-compatible backends have neither skills nor
-toolsets; a client that lists them gets a truthful empty list rather than an error. The
-``skills_api`` feature stays false for the same reason (see ``discovery.py``).
 """
 
 from __future__ import annotations
@@ -89,16 +84,6 @@ def not_implemented_handler(endpoint: Unsupported) -> Handler:
     return handler
 
 
-async def skills(request: web.Request) -> web.Response:
-    """Upstream's skills list, empty: no agent backend here has installed skills."""
-    return web.json_response({"object": "list", "data": []})
-
-
-async def toolsets(request: web.Request) -> web.Response:
-    """Upstream's api_server toolsets list, empty: backends here expose no toolsets."""
-    return web.json_response({"object": "list", "platform": "api_server", "data": []})
-
-
 def _routed(app: web.Application) -> set[tuple[str, str]]:
     return {
         (route.method, route.resource.canonical)
@@ -108,19 +93,13 @@ def _routed(app: web.Application) -> set[tuple[str, str]]:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the empty lists and the 501 placeholders.
+    """Register the 501 placeholders.
 
     Call it last in ``create_app``: a method and path some other module already routes is
     skipped, so implementing one of these endpoints for real never collides with its
     placeholder (aiohttp refuses a second route for the same method and path).
     """
     taken = _routed(app)
-    for method, path, real in (
-        ("GET", "/v1/skills", skills),
-        ("GET", "/v1/toolsets", toolsets),
-    ):
-        if (method, path) not in taken:
-            app.router.add_route(method, path, real)
     for endpoint in UNSUPPORTED:
         if (endpoint.method, endpoint.path) not in taken:
             app.router.add_route(endpoint.method, endpoint.path, not_implemented_handler(endpoint))

@@ -15,7 +15,8 @@ from hermes_queue.api.unsupported import UNSUPPORTED, Unsupported, is_not_implem
 from hermes_queue.api.unsupported import add_routes as add_unsupported_routes
 from hermes_queue.config import Settings
 
-# Upstream features that must stay false whatever placeholder routes exist.
+# Upstream features that must stay false whatever placeholder routes exist (skills_api: while
+# no worker published a catalog).
 FALSE_FEATURES = ("jobs_admin", "skills_api")
 NOT_LISTED = {
     "model_options",
@@ -60,18 +61,6 @@ async def test_needs_the_key(api: TestClient, endpoint: Unsupported) -> None:
     assert (await response.json())["error"]["code"] == "gateway_auth_failed"
 
 
-async def test_skills_and_toolsets_are_empty_lists(api: TestClient) -> None:
-    skills = await api.get("/v1/skills")
-    assert skills.status == 200
-    assert await skills.json() == {"object": "list", "data": []}
-    toolsets = await api.get("/v1/toolsets")
-    assert toolsets.status == 200
-    assert await toolsets.json() == {"object": "list", "platform": "api_server", "data": []}
-    del api.session.headers["Authorization"]
-    assert (await api.get("/v1/skills")).status == 401
-    assert (await api.get("/v1/toolsets")).status == 401
-
-
 async def test_capabilities_ignore_the_placeholders(api: TestClient) -> None:
     body = await (await api.get("/v1/capabilities")).json()
     endpoints, features = body["endpoints"], body["features"]
@@ -79,7 +68,8 @@ async def test_capabilities_ignore_the_placeholders(api: TestClient) -> None:
     listed_paths = {(e["method"], e["path"]) for e in endpoints.values()}
     assert listed_paths.isdisjoint({(e.method, e.path) for e in UNSUPPORTED})
     assert all(features[name] is False for name in FALSE_FEATURES)
-    # The real, empty lists are routed and listed, yet skills_api stays false.
+    # The real lists (tests/api/test_catalog.py) are listed; with no published catalog
+    # skills_api is false.
     assert endpoints["skills"] == {"method": "GET", "path": "/v1/skills"}
     assert endpoints["toolsets"] == {"method": "GET", "path": "/v1/toolsets"}
 
