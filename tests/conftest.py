@@ -32,6 +32,23 @@ def postgres_url() -> str:
     pytest.skip(f"{POSTGRES_URL_VAR} is not set; PostgreSQL tests skipped")
 
 
+def require_hermes() -> None:
+    """Skip without the ``hermes`` extra; fail under CI, which installs it."""
+    try:
+        import run_agent  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("hermes-agent is not installed, but CI is: install '.[hermes]'")
+        pytest.skip("hermes-agent is not installed (pip install -e '.[hermes]')")
+
+
+@pytest.fixture(scope="session")
+def hermes_home(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One HERMES_HOME for every in-process Hermes agent: Hermes reads it once per process."""
+    require_hermes()
+    return str(tmp_path_factory.mktemp("hermes-home"))
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     url = os.environ.get("HERMES_QUEUE_TEST_REDIS_URL")

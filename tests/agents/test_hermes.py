@@ -8,10 +8,9 @@ These tests need the ``hermes`` extra, which CI installs (they fail there withou
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +30,6 @@ from tests.agents.test_echo import RecordingSink
 from tests.fakes import FakeLLM
 
 KEY = "sk-hermes-SECRET-0123456789abcdef"
-
-
-def require_hermes() -> None:
-    try:
-        import run_agent  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("hermes-agent is not installed, but CI is: install '.[hermes]'")
-        pytest.skip("hermes-agent is not installed (pip install -e '.[hermes]')")
-
-
-@pytest.fixture(scope="session")
-def hermes_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One HERMES_HOME for every in-process Hermes test: Hermes reads it once per process."""
-    require_hermes()
-    yield str(tmp_path_factory.mktemp("hermes-home"))
 
 
 class ApprovingSink(RecordingSink):
