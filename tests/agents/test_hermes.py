@@ -281,3 +281,20 @@ async def test_the_key_appears_in_no_event_result_or_message(backend: Any) -> No
     result, sink = await run(backend, "plan [toolcall:todo] [reasoning]")
     assert KEY not in repr(sink.events)
     assert KEY not in repr(result)
+
+
+async def test_catalog_lists_skills_and_toolsets_with_the_enabled_ones_marked(
+    backend: Any, hermes_home: str
+) -> None:
+    skill = Path(hermes_home) / "skills" / "testing" / "hq-demo-skill" / "SKILL.md"
+    skill.parent.mkdir(parents=True, exist_ok=True)
+    skill.write_text(
+        "---\nname: hq-demo-skill\ndescription: Says hello the hermes-queue way.\n---\n\nBody.\n"
+    )
+    catalog = await backend.catalog()
+    toolsets = {item["name"]: item for item in catalog.toolsets}
+    assert toolsets["todo"]["enabled"] is True and toolsets["todo"]["tools"] == ["todo"]
+    assert toolsets["terminal"]["enabled"] is False  # not in this backend's toolsets
+    assert {"label", "description", "configured"} <= set(toolsets["terminal"])
+    skills = {item["name"]: item for item in catalog.skills}
+    assert skills["hq-demo-skill"]["description"] == "Says hello the hermes-queue way."

@@ -36,8 +36,10 @@ from hermes_queue.agents.base import (
     TurnCancelled,
     Usage,
 )
+from hermes_queue.agents.catalog import BackendCatalog
 from hermes_queue.agents.hermes import process
 from hermes_queue.agents.hermes.bridge import TurnBridge
+from hermes_queue.agents.hermes.catalog import hermes_catalog
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature
 from hermes_queue.agents.openai_compat import ProviderConfig
@@ -285,6 +287,11 @@ class HermesBackend:
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         call = functools.partial(contextvars.copy_context().run, fn, *args)
         return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+
+    async def catalog(self) -> BackendCatalog:
+        """Skills and toolsets for ``/v1/skills`` and ``/v1/toolsets`` (published by the
+        worker through Redis)."""
+        return await self._in_thread(hermes_catalog, self.toolsets)
 
     async def aclose(self) -> None:
         self._release(self.warm.drain())
