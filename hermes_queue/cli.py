@@ -103,6 +103,14 @@ def config_check() -> None:
             click.echo(f"  provider {name}: credentials found ({source}) at {provider.base_url}")
     for alias, route in sorted(settings.model_routes.items()):
         click.echo(f"  route {alias} -> {route.provider or '(default)'}:{route.model}")
+    if settings.agent_backend == "hermes":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            click.echo(f"  hermes-agent {version('hermes-agent')} installed")
+        except PackageNotFoundError:
+            unusable += 1
+            click.echo("  hermes-agent NOT INSTALLED (pip install 'hermes-queue[hermes]')")
     if unusable:
         sys.exit(1)
 

@@ -171,6 +171,9 @@ class Settings:
                 raise ConfigError(
                     f"model route {alias!r} names unknown provider {route.provider!r}"
                 )
+        fallback_provider, separator, _ = self.fallback_model.rpartition("::")
+        if separator and fallback_provider not in self.providers:
+            raise ConfigError(f"fallback_model names unknown provider {fallback_provider!r}")
         if self.default_provider and self.default_provider not in self.providers:
             raise ConfigError(f"default_provider {self.default_provider!r} is not configured")
         return self

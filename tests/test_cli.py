@@ -6,6 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from hermes_queue.cli import main
+from tests.conftest import require_hermes
 
 
 def test_migrate_applies_then_reports_up_to_date(
@@ -49,3 +50,15 @@ def test_config_check_names_providers_without_printing_keys(
     assert "provider good: credentials found (GOOD_KEY)" in result.output
     assert "provider bad: NO CREDENTIALS" in result.output
     assert "sk-very-secret-value" not in result.output
+
+
+def test_config_check_says_whether_the_hermes_backend_can_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from importlib.metadata import version
+
+    require_hermes()
+    monkeypatch.setenv("HERMES_QUEUE_AGENT_BACKEND", "hermes")
+    result = CliRunner().invoke(main, ["config", "check"])
+    assert result.exit_code == 0, result.output
+    assert f"hermes-agent {version('hermes-agent')} installed" in result.output

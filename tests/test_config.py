@@ -85,6 +85,9 @@ def test_providers_and_routes_from_a_file_and_back_through_env(tmp_path: Path) -
         ({"HERMES_QUEUE_PROVIDERS": '{"p": {"base_url": "http://x", "key": "s"}}'}, "unknown"),
         ({"HERMES_QUEUE_MODEL_ROUTES": '{"a": {"provider": "nope", "model": "m"}}'}, "unknown"),
         ({"HERMES_QUEUE_DEFAULT_PROVIDER": "ghost"}, "ghost"),
+        ({"HERMES_QUEUE_FALLBACK_MODEL": "phantom::m"}, "fallback_model names unknown provider"),
+        ({"HERMES_QUEUE_HERMES_MAX_ITERATIONS": "0"}, "hermes_max_iterations"),
+        ({"HERMES_QUEUE_HERMES_AGENT_CACHE_SIZE": "-1"}, "hermes_agent_cache_size"),
     ],
 )
 def test_bad_provider_settings_are_rejected(env: dict[str, str], message: str) -> None:
