@@ -7,6 +7,7 @@ port. Nothing ever flushes a database: each test's keys live under a unique name
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -102,12 +103,10 @@ async def redis(redis_url: str, namespace: str) -> AsyncIterator[aioredis.Redis]
         await client.aclose()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store_settings(
-    request: pytest.FixtureRequest, settings: Settings
-) -> AsyncIterator[Settings]:
-    """The test settings with a fresh session store: SQLite file, or a PostgreSQL schema."""
-    if request.param == "sqlite":
+@contextlib.asynccontextmanager
+async def store_variant(settings: Settings, kind: str) -> AsyncIterator[Settings]:
+    """``settings`` with a fresh session store: the SQLite file, or a new PostgreSQL schema."""
+    if kind == "sqlite":
         yield settings
         return
     url = postgres_url()
@@ -125,3 +124,12 @@ async def store_settings(
             await admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         finally:
             await admin.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_settings(
+    request: pytest.FixtureRequest, settings: Settings
+) -> AsyncIterator[Settings]:
+    """The test settings with a fresh session store: SQLite file, or a PostgreSQL schema."""
+    async with store_variant(settings, request.param) as varied:
+        yield varied

@@ -135,3 +135,25 @@ async def _wait_http(url: str, proc: Proc, within: float = 20) -> None:
                 pass
             await asyncio.sleep(0.05)
     raise AssertionError(f"API never answered {url}:\n{proc.log()[-3000:]}")
+
+
+class ProcessApi:
+    """The calls tests make on aiohttp's ``TestClient`` (``await api.post(path, json=...)``),
+    against an API process's URL. Bodies other than SSE are read at once, so every response
+    gives its connection back without the test having to release it."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str) -> None:
+        self.session = session
+        self.base_url = base_url
+
+    async def post(self, path: str, **kwargs: object) -> aiohttp.ClientResponse:
+        return await self._send("POST", path, **kwargs)
+
+    async def get(self, path: str, **kwargs: object) -> aiohttp.ClientResponse:
+        return await self._send("GET", path, **kwargs)
+
+    async def _send(self, method: str, path: str, **kwargs: object) -> aiohttp.ClientResponse:
+        response = await self.session.request(method, self.base_url + path, **kwargs)  # type: ignore[arg-type]
+        if response.content_type != "text/event-stream":
+            await response.read()
+        return response

@@ -20,8 +20,8 @@ import redis.asyncio as aioredis
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.providers import ProviderSettings
-from tests.api.test_model_lock import values_of
 from tests.conftest import require_hermes
+from tests.e2e.test_model_lock_e2e import values_of
 from tests.fakes.fake_llm import FakeLLM
 from tests.processes import Cluster
 

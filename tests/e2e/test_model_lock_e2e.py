@@ -1,5 +1,6 @@
-"""The session model lock over HTTP, with the openai and the hermes backends talking to fake
-LLM providers (every test runs on both, except where a backend cannot express the case)."""
+"""The session model lock over HTTP: an API process and a worker process (the openai or the
+hermes backend) talking to fake LLM providers in the test process. Every test runs on both
+backends, except where a backend cannot express the case."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import pytest
 import redis.asyncio as aioredis
-from aiohttp.test_utils import TestClient
 
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.providers import ProviderSettings, RouteSettings
-from tests.api.conftest import running_api, running_worker
+from tests.conftest import store_variant
 from tests.fakes.fake_llm import FakeLLM
+from tests.processes import Cluster, ProcessApi
 
 ALPHA_KEY = "sk-alpha-0123456789abcdef-secret"
 BETA_KEY = "sk-beta-0123456789abcdef-secret"
@@ -24,24 +26,27 @@ BETA_KEY = "sk-beta-0123456789abcdef-secret"
 
 @dataclass
 class Setup:
-    api: TestClient
+    api: ProcessApi
     alpha: FakeLLM
     beta: FakeLLM
     settings: Settings
 
 
-@pytest.fixture(params=["openai", "hermes"])
-def backend_name(request: pytest.FixtureRequest) -> str:
+# The lock is kept by the store and enforced by the worker: openai runs on both stores, hermes
+# on PostgreSQL (the scale-out store), which keeps the matrix's process start-ups in check.
+@pytest.fixture(params=["openai-sqlite", "openai-postgres", "hermes-postgres"])
+def variant(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 async def locked(
-    store_settings: Settings,
+    settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
-    backend_name: str,
+    variant: str,
     request: pytest.FixtureRequest,
 ) -> AsyncIterator[Setup]:
+    backend_name, store = variant.split("-")
     backend: dict[str, Any] = {"agent_backend": backend_name}
     if backend_name == "hermes":
         hermes_home = request.getfixturevalue("hermes_home")
@@ -52,6 +57,7 @@ async def locked(
     async with contextlib.AsyncExitStack() as stack:
         alpha = await stack.enter_async_context(FakeLLM(expected_key=ALPHA_KEY))
         beta = await stack.enter_async_context(FakeLLM(expected_key=BETA_KEY))
+        store_settings = await stack.enter_async_context(store_variant(settings, store))
         settings = store_settings.replace(
             **backend,
             providers={
@@ -64,12 +70,16 @@ async def locked(
             default_model="alpha-default",
             metrics_port=0,
         ).validate()
-        api = await stack.enter_async_context(running_api(settings))
-        await stack.enter_async_context(running_worker(settings))
-        yield Setup(api, alpha, beta, settings)
+        cluster = Cluster(settings)
+        stack.callback(cluster.stop_all)
+        url = await cluster.start_api()
+        await cluster.start_worker()
+        headers = {"Authorization": f"Bearer {settings.api_key}"}
+        session = await stack.enter_async_context(aiohttp.ClientSession(headers=headers))
+        yield Setup(ProcessApi(session, url), alpha, beta, settings)
 
 
-async def chat(api: TestClient, session_id: str, **body: Any) -> Any:
+async def chat(api: ProcessApi, session_id: str, **body: Any) -> Any:
     response = await api.post(f"/api/sessions/{session_id}/chat", json=body)
     return response.status, await response.json()
 
@@ -167,7 +177,7 @@ async def test_credentials_fail_closed_with_the_controlled_reply(locked: Setup) 
 
 # The hermes backend reports the runtime its agent ran on (its model changes only through a
 # fallback, which a confirmed lock turns off), not the model name a provider echoes back.
-@pytest.mark.parametrize("backend_name", ["openai"])
+@pytest.mark.parametrize("variant", ["openai-sqlite", "openai-postgres"])
 async def test_runtime_mismatch_under_a_lock_fails_the_turn(locked: Setup) -> None:
     api = locked.api
     await api.post("/api/sessions", json={"id": "s5"})
