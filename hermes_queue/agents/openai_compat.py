@@ -73,6 +73,27 @@ class ProviderConfig:
         return text.replace(self.api_key, "***") if self.api_key else text
 
 
+def provider_configs(options: Mapping[str, Any]) -> dict[str, ProviderConfig]:
+    """The ``providers`` backend option (name -> settings dict or config) as configs."""
+    return {
+        name: p if isinstance(p, ProviderConfig) else ProviderConfig(**{"name": name, **p})
+        for name, p in dict(options.get("providers") or {}).items()
+    }
+
+
+def with_credentials(
+    provider: ProviderConfig, credentials: Callable[[str], str] | None
+) -> ProviderConfig:
+    """The provider with its key resolved now (by the worker's settings); credentials that
+    cannot be resolved are the turn's ``ProviderAuthError``: it fails closed."""
+    if credentials is None:
+        return provider
+    try:
+        return dataclasses.replace(provider, api_key=credentials(provider.name))
+    except CredentialsUnavailable as exc:
+        raise ProviderAuthError(str(exc)) from None
+
+
 class _Transient(Exception):
     """A failure worth retrying, provided nothing has been streamed yet."""
 
@@ -111,10 +132,7 @@ class OpenAICompatBackend:
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> OpenAICompatBackend:
         """Build from ``load_backend("openai", providers=..., default_provider=...)`` options."""
-        providers = {
-            name: p if isinstance(p, ProviderConfig) else ProviderConfig(**{"name": name, **p})
-            for name, p in dict(options.get("providers") or {}).items()
-        }
+        providers = provider_configs(options)
         default = options.get("default_provider") or next(iter(providers), "")
         extra = {k: float(options[k]) for k in ("backoff", "max_retry_after") if k in options}
         return cls(providers, default, credentials=options.get("credentials"), **extra)
@@ -126,11 +144,7 @@ class OpenAICompatBackend:
         provider = self.providers.get(provider_name)
         if provider is None:
             raise AgentError(f"unknown provider {provider_name!r}")
-        if self.credentials is not None:
-            try:
-                provider = dataclasses.replace(provider, api_key=self.credentials(provider_name))
-            except CredentialsUnavailable as exc:
-                raise ProviderAuthError(str(exc)) from None
+        provider = with_credentials(provider, self.credentials)
         model = str(request.route.get("model") or "")
         if not model:
             raise AgentError("no model was resolved for this turn")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import logging
 import re
@@ -42,8 +41,7 @@ from hermes_queue.agents.hermes.bridge import TurnBridge
 from hermes_queue.agents.hermes.catalog import hermes_catalog
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature
-from hermes_queue.agents.openai_compat import ProviderConfig
-from hermes_queue.providers import CredentialsUnavailable
+from hermes_queue.agents.openai_compat import ProviderConfig, provider_configs, with_credentials
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,10 +104,7 @@ class HermesBackend:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> HermesBackend:
-        providers = {
-            name: p if isinstance(p, ProviderConfig) else ProviderConfig(**{"name": name, **p})
-            for name, p in dict(options.get("providers") or {}).items()
-        }
+        providers = provider_configs(options)
         default = options.get("default_provider") or next(iter(providers), "")
         return cls(
             providers,
@@ -194,30 +189,23 @@ class HermesBackend:
         model = str(request.route.get("model") or self.default_model)
         if not model:
             raise AgentError("no model was resolved for this turn")
-        provider = self._provider(name, fail_closed=True)
+        provider = self._provider(name)
         fallback = request.route.get("fallback_model")
         return _Runtime(provider, model, self._fallback(str(fallback)) if fallback else None)
 
-    def _provider(self, name: str, *, fail_closed: bool) -> ProviderConfig:
+    def _provider(self, name: str) -> ProviderConfig:
         provider = self.providers.get(name)
         if provider is None:
             raise AgentError(f"unknown provider {name!r}")
-        if self.credentials is None:
-            return provider
-        try:
-            return dataclasses.replace(provider, api_key=self.credentials(name))
-        except CredentialsUnavailable as exc:
-            if fail_closed:
-                raise ProviderAuthError(str(exc)) from None
-            raise
+        return with_credentials(provider, self.credentials)
 
     def _fallback(self, spec: str) -> dict[str, Any] | None:
         """``provider::model`` or a bare model on the default provider; None when the fallback
         provider's key is unavailable (the turn then runs without a fallback)."""
         name, _, model = spec.rpartition("::")
         try:
-            provider = self._provider(name or self.default_provider, fail_closed=False)
-        except (AgentError, CredentialsUnavailable) as exc:
+            provider = self._provider(name or self.default_provider)
+        except AgentError as exc:  # unknown provider, or its key unavailable
             log.warning("hermes: fallback model %r unusable: %s", spec, exc)
             return None
         return {
