@@ -112,13 +112,15 @@ async def test_streams_deltas_and_reports_usage_and_runtime(backend: Any, fake: 
 async def test_reasoning_streams_before_the_text(backend: Any) -> None:
     result, sink = await run(backend, "think first [reasoning]")
     reasoning = [event[1] for event in sink.events if event[0] == "reasoning"]
-    assert "".join(reasoning).startswith("Thinking about: think first")
+    # Only the model's reasoning: Hermes' preview of the answer is not repeated as reasoning.
+    assert "".join(reasoning) == "Thinking about: think first"
     assert sink.kinds.index("reasoning") < sink.kinds.index("delta")
     assert result.messages[-1]["reasoning"] == "Thinking about: think first"
 
 
 async def test_tool_progress_reaches_the_sink_and_the_loop_finishes(backend: Any) -> None:
     result, sink = await run(backend, "plan my day [toolcall:todo]")
+    assert "reasoning" not in sink.kinds  # no reasoning asked for: none reported
     started = [e for e in sink.events if e[0] == "tool_started"]
     completed = [e for e in sink.events if e[0] == "tool_completed"]
     assert [e[1:3] for e in started] == [("todo", "call_fake_1")]

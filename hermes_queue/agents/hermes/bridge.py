@@ -80,14 +80,16 @@ class TurnBridge:
         **details: Any,
     ) -> None:
         """Hermes' ``tool_progress_callback``: the preview and timing halves of tool events,
-        reasoning previews, and a subagent's ``_thinking`` line (two positional arguments)."""
+        and a subagent's ``_thinking`` line (two positional arguments).
+
+        Hermes' ``reasoning.available`` is not forwarded: its text is the assistant message's
+        content, already streamed as deltas, so clients would show the answer twice, once as
+        "reasoning". Real reasoning arrives through ``reasoning_callback`` as it streams."""
         if event_type == "tool.started" and name:
             self._post(lambda: self._remember_preview(name, preview))
         elif event_type == "tool.completed" and name:
             outcome = (float(details.get("duration") or 0.0), bool(details.get("is_error")))
             self._post(lambda: self._remember_outcome(name, outcome))
-        elif event_type == "reasoning.available":
-            self.on_reasoning(preview)
         elif event_type == "_thinking":
             self.on_reasoning(name)  # the subagent's first line comes in the name position
 
