@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import stat
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from hermes_queue.agents.base import (
 )
 from hermes_queue.providers import CredentialsUnavailable
 from tests.agents.test_echo import RecordingSink
+from tests.conftest import require_hermes
 from tests.fakes import FakeLLM
 
 KEY = "sk-hermes-SECRET-0123456789abcdef"
@@ -300,3 +303,30 @@ async def test_catalog_lists_skills_and_toolsets_with_the_enabled_ones_marked(
     assert {"label", "description", "configured"} <= set(toolsets["terminal"])
     skills = {item["name"]: item for item in catalog.skills}
     assert skills["hq-demo-skill"]["description"] == "Says hello the hermes-queue way."
+
+
+def test_hermes_info_lines_go_to_its_log_file_not_to_a_warning_level_worker(
+    tmp_path: Path,
+) -> None:
+    """Hermes lowers the root logger to INFO for its own files; the worker's output keeps the
+    configured level. Run in a fresh interpreter: logging and Hermes are set up once each."""
+    require_hermes()
+    home = tmp_path / "home"
+    script = f"""
+import logging
+from hermes_queue.logs import configure_logging
+from hermes_queue.agents.hermes import process
+configure_logging("WARNING", "text")
+process.prepare({str(home)!r})
+import hermes_logging
+hermes_logging.setup_logging()  # what Hermes' first agent does
+logging.getLogger("run_agent").info("hermes-info-line")
+logging.getLogger("run_agent").warning("hermes-warning-line")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    output = done.stdout + done.stderr
+    assert "hermes-warning-line" in output
+    assert "hermes-info-line" not in output
+    assert "hermes-info-line" in (home / "logs" / "agent.log").read_text()

@@ -7,6 +7,11 @@ then hands the answer to the parked agent thread. Hermes' own wait (``approvals.
 its config, 60 s by default) must therefore never end first, or the agent would move on while
 clients still see ``waiting_for_approval``; it is lifted to a day. The agent thread is still
 released at the end of every turn (``unregister_gateway_notify``).
+
+Hermes' logging setup (run by its first agent) adds its own files under ``HERMES_HOME/logs`` and
+lowers the root logger to INFO for them. It runs here instead, and the handlers the worker
+already had keep the level the worker was configured with (``log_level``), so Hermes' INFO
+lines go to its ``agent.log``, not to the worker's output.
 """
 
 from __future__ import annotations
@@ -49,8 +54,21 @@ def prepare(hermes_home: str = "") -> None:
                 "pip install 'hermes-queue[hermes]'"
             ) from exc
         tls.install()
+        _set_up_hermes_logging()
         if hasattr(approval, "_get_approval_timeout"):
             approval._get_approval_timeout = lambda: _HERMES_WAIT_SECONDS
         else:  # a Hermes release that moved it: its own timeout may then end waits early
             log.warning("hermes: cannot lift Hermes' own approval timeout in this version")
         _prepared_home = os.environ.get("HERMES_HOME", "")
+
+
+def _set_up_hermes_logging() -> None:
+    import hermes_logging
+
+    root = logging.getLogger()
+    configured = root.level
+    ours = [handler for handler in root.handlers if handler.level == logging.NOTSET]
+    hermes_logging.setup_logging()
+    if root.level < configured:
+        for handler in ours:
+            handler.setLevel(configured)
