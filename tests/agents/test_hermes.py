@@ -330,3 +330,40 @@ logging.getLogger("run_agent").warning("hermes-warning-line")
     assert "hermes-warning-line" in output
     assert "hermes-info-line" not in output
     assert "hermes-info-line" in (home / "logs" / "agent.log").read_text()
+
+
+async def test_a_stop_while_the_agent_is_built_never_reaches_the_provider(
+    backend: Any, fake: FakeLLM
+) -> None:
+    token = CancelToken()
+    original = backend._build
+
+    def build_then_stop(*args: Any) -> Any:
+        agent = original(*args)
+        token.cancel("Stop requested via API")  # lands while the turn is still starting
+        return agent
+
+    backend._build = build_then_stop
+    with pytest.raises(TurnCancelled):
+        await backend.run_turn(request("hi"), ApprovingSink(), token)
+    assert fake.chat_requests == []
+
+
+async def test_an_exception_inside_hermes_fails_the_turn_with_the_key_scrubbed(
+    backend: Any,
+) -> None:
+    original = backend._build
+
+    def build_broken(*args: Any) -> Any:
+        agent = original(*args)
+
+        def explode(**kwargs: Any) -> Any:
+            raise RuntimeError(f"kaput while using {KEY}")
+
+        agent.run_conversation = explode
+        return agent
+
+    backend._build = build_broken
+    with pytest.raises(AgentError) as caught:
+        await run(backend, "hi")
+    assert "RuntimeError: kaput" in str(caught.value) and KEY not in str(caught.value)

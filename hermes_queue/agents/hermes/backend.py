@@ -130,7 +130,13 @@ class HermesBackend:
         if cancel.cancelled:
             raise TurnCancelled(cancel.reason)
         if agent is None:
-            agent = await self._in_thread(self._build, runtime, request)
+            try:
+                agent = await self._in_thread(self._build, runtime, request)
+            except Exception as exc:
+                raise _crashed(runtime.provider, "could not be built", exc) from None
+        if cancel.cancelled:  # stopped while the agent was being built
+            self._release([agent])
+            raise TurnCancelled(cancel.reason)
         loop = asyncio.get_running_loop()
         bridge = TurnBridge(
             loop, sink, request.run_id, agent.interrupt, scrub=runtime.provider.scrub
@@ -156,6 +162,8 @@ class HermesBackend:
                 agent.interrupt("worker stopping")  # the thread winds down on its own
                 pump.cancel()
                 raise
+            except Exception as exc:
+                raise _crashed(runtime.provider, "failed", exc) from None
             finally:
                 stopper.cancel()
                 bridge.close()
@@ -326,6 +334,12 @@ def _failure(provider: ProviderConfig, result: Mapping[str, Any]) -> AgentError:
     if _AUTH_FAILURE.search(message):
         return ProviderAuthError(message)
     return AgentError(message)
+
+
+def _crashed(provider: ProviderConfig, what: str, exc: Exception) -> AgentError:
+    """An exception out of Hermes itself (not a failed result): logged in full, shown short."""
+    log.exception("hermes: the agent %s", what, exc_info=exc)
+    return AgentError(provider.scrub(f"the Hermes agent {what}: {type(exc).__name__}: {exc}"))
 
 
 def _model_options(options: Any) -> tuple[dict[str, Any] | None, str | None]:
