@@ -367,3 +367,35 @@ async def test_an_exception_inside_hermes_fails_the_turn_with_the_key_scrubbed(
     with pytest.raises(AgentError) as caught:
         await run(backend, "hi")
     assert "RuntimeError: kaput" in str(caught.value) and KEY not in str(caught.value)
+
+
+class StoppedWhileAskingSink(ApprovingSink):
+    """Stops the run while an approval is pending, as a stop request from any replica does."""
+
+    def __init__(self, token: CancelToken) -> None:
+        super().__init__()
+        self.token = token
+
+    async def approval(self, request: ApprovalRequest) -> str:
+        self.requests.append(request)
+        self.token.cancel("Stop requested via API")
+        raise TurnCancelled(self.token.reason)
+
+
+async def test_a_stop_while_waiting_for_consent_cancels_and_the_command_never_runs(
+    fake: FakeLLM, hermes_home: str, tmp_path: Path
+) -> None:
+    target = tmp_path / "keep-me"
+    target.mkdir()
+    backend = make_backend(fake, hermes_home, toolsets=("terminal",))
+    token = CancelToken()
+    sink = StoppedWhileAskingSink(token)
+    try:
+        turn = backend.run_turn(request(f"go [terminal:rm -rf {target}]"), sink, token)
+        with pytest.raises(TurnCancelled):
+            await asyncio.wait_for(turn, 30)
+    finally:
+        await backend.aclose()
+    assert len(sink.requests) == 1 and target.exists()
+    # The agent did not go back to the model with a tool result after the stop.
+    assert not any(r.body["messages"][-1].get("role") == "tool" for r in fake.chat_requests)
