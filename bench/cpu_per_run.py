@@ -162,9 +162,10 @@ def redis_info_cpu(client: redis.Redis) -> Callable[[], float]:
 class Upstream:
     """hermes-agent's gateway with only the api_server platform, in a private HERMES_HOME."""
 
-    def __init__(self, llm_base_url: str) -> None:
+    def __init__(self, llm_base_url: str, extra_config: dict[str, Any] | None = None) -> None:
         self.port = free_port()
-        self.home = write_hermes_home("hq-bench-upstream-", hermes_config(llm_base_url, self.port))
+        config = {**hermes_config(llm_base_url, self.port), **(extra_config or {})}
+        self.home = write_hermes_home("hq-bench-upstream-", config)
         self.command = [sys.executable, "-m", "hermes_cli.main", "gateway", "run"]
         self.log = self.home / "gateway-stdout.log"
         self._log_file = self.log.open("wb")
@@ -221,7 +222,11 @@ def pick_backend(requested: str) -> str:
 
 
 def queue_overrides(
-    backend: str, llm_base_url: str, hermes_home: Path, args: argparse.Namespace
+    backend: str,
+    llm_base_url: str,
+    hermes_home: Path,
+    worker_concurrency: int,
+    agent_cache_size: int | None = None,
 ) -> dict[str, Any]:
     """Settings of our deployment; the same as this TOML (see docs/deploy.md)::
 
@@ -243,11 +248,11 @@ def queue_overrides(
         "default_model": fake_llm.MODEL,
         "hermes_home": str(hermes_home),
         "hermes_toolsets": (),
-        "worker_concurrency": args.worker_concurrency,
+        "worker_concurrency": worker_concurrency,
         "metrics_port": 0,
     }
-    if args.agent_cache_size is not None:
-        overrides["hermes_agent_cache_size"] = args.agent_cache_size
+    if agent_cache_size is not None:
+        overrides["hermes_agent_cache_size"] = agent_cache_size
     return overrides
 
 
@@ -280,21 +285,37 @@ async def start_queue(dep: harness.Deployment, workers: int) -> Side:
 
 
 # -- the client ------------------------------------------------------------------------------------
-async def read_stream(response: aiohttp.ClientResponse) -> str:
+@dataclass
+class StreamReply:
+    """What a streaming chat completion delivered."""
+
+    text: str
+    first_content_at: float | None  # time.monotonic() when the first non-empty content arrived
+    done: bool  # ``data: [DONE]`` was received
+
+
+async def read_stream_reply(response: aiohttp.ClientResponse) -> StreamReply:
     text: list[str] = []
+    first: float | None = None
     async for raw in response.content:
         line = raw.strip()
         if not line.startswith(b"data: "):
             continue
         data = line[6:]
         if data == b"[DONE]":
-            break
+            return StreamReply("".join(text), first, True)
         chunk = json.loads(data)
         for choice in chunk.get("choices") or []:
             content = (choice.get("delta") or {}).get("content")
             if isinstance(content, str):
+                if first is None and content:
+                    first = time.monotonic()
                 text.append(content)
-    return "".join(text)
+    return StreamReply("".join(text), first, False)
+
+
+async def read_stream(response: aiohttp.ClientResponse) -> str:
+    return (await read_stream_reply(response)).text
 
 
 async def one_turn(
@@ -517,7 +538,10 @@ async def main() -> None:
             backend = pick_backend(args.backend)
             home = write_hermes_home("hq-bench-queue-home-", hermes_config(llm.base_url, None))
             dep = harness.Deployment(
-                "cpu", overrides=queue_overrides(backend, llm.base_url, home, args)
+                "cpu",
+                overrides=queue_overrides(
+                    backend, llm.base_url, home, args.worker_concurrency, args.agent_cache_size
+                ),
             )
             sides.append(await start_queue(dep, args.workers))
         for side in sides:
