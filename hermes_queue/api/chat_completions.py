@@ -180,7 +180,7 @@ async def _start(
     selection = select_for_body(request, body)
     turn = {"message": conversation[-1]["content"], "instructions": system_prompt or None}
     run_id, runs = new_run_id(), request.app[RUNS]
-    common = {"route": selection.as_dict(), "model": selection.model or model}
+    common: dict[str, Any] = {"route": selection.as_dict(), "model": selection.model or model}
     if continued is not None:
         await runs.create_session_run(
             run_id=run_id,

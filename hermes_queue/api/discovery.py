@@ -255,7 +255,7 @@ async def health_detailed(request: web.Request) -> web.Response:
         if ids:
             async with redis.pipeline(transaction=False) as pipe:
                 for worker_id in ids:
-                    pipe.hmget(keys.worker(worker_id.decode()), "slots", "busy")
+                    pipe.hmget(keys.worker(worker_id.decode()), ["slots", "busy"])
                 for worker_slots, worker_busy in await pipe.execute():
                     slots += int(worker_slots or 0)
                     busy += int(worker_busy or 0)

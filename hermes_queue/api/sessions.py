@@ -166,7 +166,9 @@ async def list_messages(request: web.Request) -> web.Response:
     order = request.query.get("order", "latest")
     if order not in ("oldest", "latest"):
         raise ApiError(400, "invalid_pagination", "'order' must be oldest or latest", param="order")
-    messages = await store.get_messages(resolved, limit=limit, offset=offset, order=order)
+    messages = await store.get_messages(
+        resolved, limit=limit, offset=offset, order="oldest" if order == "oldest" else "latest"
+    )
     return web.json_response(
         {
             "object": "list",

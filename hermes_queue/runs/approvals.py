@@ -16,9 +16,10 @@ The worker never depends on the pub/sub message alone: it re-reads the answer ev
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -91,7 +92,11 @@ class Approvals:
 
     async def choice(self, run_id: str, request_id: str) -> str | None:
         """The recorded answer, if any (the worker's poll; one HGET)."""
-        value = await self.redis.hget(self.keys.run(run_id), f"choice:{request_id}")
+        # redis-py types asyncio commands as "awaitable or value"; these are awaitables.
+        value = await cast(
+            "Awaitable[bytes | None]",
+            self.redis.hget(self.keys.run(run_id), f"choice:{request_id}"),
+        )
         return None if value is None else _decode(value)
 
     async def settle(self, run_id: str, attempt: int, request_id: str) -> tuple[str, str] | None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -195,10 +195,13 @@ class RunRepository:
     async def session_runs(self, session_id: str) -> tuple[str | None, list[str]]:
         """The session's active run id and the run ids waiting behind it, in order."""
         active_key = await self.redis.get(self.keys.session_active(session_id))
-        pending = await self.redis.lrange(self.keys.session_pending(session_id), 0, -1)
+        # redis-py types asyncio commands as "awaitable or value"; these are awaitables.
+        pending_key = self.keys.session_pending(session_id)
+        pending = await cast("Awaitable[list[bytes]]", self.redis.lrange(pending_key, 0, -1))
 
         async def live(record_key: bytes) -> str | None:
-            run_id, status = await self.redis.hmget(_decode(record_key), "run_id", "status")
+            fields = self.redis.hmget(_decode(record_key), ["run_id", "status"])
+            run_id, status = await cast("Awaitable[list[bytes | None]]", fields)
             if run_id is None or status is None or _decode(status) in TERMINAL_STATUSES:
                 return None
             return _decode(run_id)
@@ -208,7 +211,7 @@ class RunRepository:
         return active, waiting
 
     async def get(self, run_id: str) -> RunRecord | None:
-        raw = await self.redis.hgetall(self.keys.run(run_id))
+        raw = await cast("Awaitable[dict[bytes, bytes]]", self.redis.hgetall(self.keys.run(run_id)))
         return RunRecord.from_hash(raw) if raw else None
 
     async def request_stop(self, run_id: str) -> StopOutcome:

@@ -69,7 +69,7 @@ async def _listen(
             delay = min(delay * 2, 2.0)
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 def backend_options(settings: Settings) -> dict[str, Any]:

@@ -125,10 +125,11 @@ class HermesBackend:
         runtime = self._runtime(request)
         construction = runtime.construction(self.toolsets, request.instructions)
         sig = signature(construction, runtime.provider.api_key)
-        agent, stale = self.warm.take(request.session_id, sig)
+        warm, stale = self.warm.take(request.session_id, sig)
         self._release(stale)
         if cancel.cancelled:
             raise TurnCancelled(cancel.reason)
+        agent: Any = warm
         if agent is None:
             try:
                 agent = await self._in_thread(self._build, runtime, request)
@@ -295,7 +296,12 @@ class HermesBackend:
 
 
 def _converse(
-    agent: Any, bridge: TurnBridge, run_id: str, session_id: str, message: Any, history: list
+    agent: Any,
+    bridge: TurnBridge,
+    run_id: str,
+    session_id: str,
+    message: Any,
+    history: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Runs on the turn's thread: bind Hermes' per-turn context, run, always unbind."""
     from gateway.session_context import clear_session_vars, set_session_vars
