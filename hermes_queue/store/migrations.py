@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from hermes_queue.store.common import Conn
+    from hermes_queue.store.backend import Conn
 
 Dialect = Literal["sqlite", "postgres"]
 Migration = tuple[int, list[str]]

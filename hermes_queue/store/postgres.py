@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 
 import asyncpg
 
+from hermes_queue.store.backend import Conn, UniqueViolation
 from hermes_queue.store.base import StoreError, StoreUnavailable
-from hermes_queue.store.common import Conn, SqlSessionStore, UniqueViolation
+from hermes_queue.store.common import SqlSessionStore
 from hermes_queue.store.migrations import Dialect
 
 # Lower-case identifiers only, so the name needs no quoting anywhere (search_path included).

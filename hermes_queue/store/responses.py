@@ -2,8 +2,9 @@
 
 Upstream keeps these in a per-host SQLite file, so ``previous_response_id`` only works on the
 replica that answered the first turn. Here they live in the shared session database: a chained
-request may reach any replica. Kept out of ``common.py`` (sessions) as a mixin because the two
-have nothing in common but the connection plumbing.
+request may reach any replica. A mixin of its own, apart from the session operations
+(``sessions.py``, ``messages.py``, ``lineage.py``), because the two have nothing in common but
+the connection plumbing.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hermes_queue.store.common import Conn
+    from hermes_queue.store.backend import Conn
 
 
 @dataclass(frozen=True)

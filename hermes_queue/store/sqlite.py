@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 
 import aiosqlite
 
+from hermes_queue.store.backend import Conn, UniqueViolation
 from hermes_queue.store.base import StoreError, StoreUnavailable
-from hermes_queue.store.common import Conn, SqlSessionStore, UniqueViolation
+from hermes_queue.store.common import SqlSessionStore
 from hermes_queue.store.migrations import Dialect
 
 MEMORY = ":memory:"

@@ -1,0 +1,121 @@
+"""Transcripts: idempotent appends, chronological pages, and the agent-shaped history.
+
+Appends bump the owning session's counters in the same transaction and claim a per-turn key so
+a retried worker attempt never writes a turn twice; reads page from either end of the
+transcript but always return it oldest first. Separate from session rows because messages have
+their own table, idempotency rule and pagination.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hermes_queue.store.base import MessageOrder, MessageRow
+from hermes_queue.store.codec import (
+    MESSAGE_COLUMNS,
+    encode_message,
+    message_from_row,
+    tool_call_count,
+)
+from hermes_queue.store.sessions import SessionRowsMixin
+
+# Portable "no LIMIT": SQLite wants -1 and PostgreSQL ALL; a huge bound works on both.
+_UNBOUNDED = 2**62
+
+
+class MessagesMixin(SessionRowsMixin):
+    """``append_messages``, ``get_messages`` and ``get_conversation``."""
+
+    async def append_messages(
+        self, session_id: str, messages: list[dict[str, Any]], *, turn_key: str | None = None
+    ) -> int:
+        """Insert ``messages`` in one transaction and bump the session's counters.
+
+        With ``turn_key``, the first call for (session, turn_key) claims the key and later calls
+        are no-ops returning 0, so a retried worker attempt never duplicates a turn. Use one key
+        per append call. Returns the number of messages inserted.
+        """
+        rows = [encode_message(session_id, m, turn_key) for m in messages]
+        tool_calls = sum(tool_call_count(m.get("tool_calls")) for m in messages)
+        async with self._write() as conn:
+            await self._fetch_session(conn, session_id, lock=True)
+            if turn_key is not None:
+                claimed = await conn.fetchrow(
+                    "INSERT INTO message_turns (session_id, turn_key, created_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT DO NOTHING RETURNING turn_key",
+                    session_id,
+                    turn_key,
+                    time.time(),
+                )
+                if claimed is None:
+                    return 0
+            if not rows:
+                return 0
+            await conn.executemany(
+                f"INSERT INTO messages ({MESSAGE_COLUMNS}, turn_key)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            await conn.execute(
+                "UPDATE sessions SET message_count = message_count + ?,"
+                " tool_call_count = tool_call_count + ? WHERE id = ?",
+                len(rows),
+                tool_calls,
+                session_id,
+            )
+        return len(rows)
+
+    async def get_messages(
+        self,
+        session_id: str,
+        limit: int | None = None,
+        offset: int = 0,
+        order: MessageOrder = "oldest",
+    ) -> list[MessageRow]:
+        """A page of the transcript, always in chronological order.
+
+        ``order="latest"`` pages from the end (offset 0 = the newest ``limit`` messages), which is
+        what VN's default "latest 500" needs; the page itself is still oldest first.
+        """
+        if order not in ("oldest", "latest"):
+            raise ValueError("order must be 'oldest' or 'latest'")
+        if (limit is not None and limit < 0) or offset < 0:
+            raise ValueError("limit and offset must not be negative")
+        direction = "ASC" if order == "oldest" else "DESC"
+        async with self._read() as conn:
+            rows = await conn.fetch(
+                f"SELECT * FROM messages WHERE session_id = ? ORDER BY id {direction}"
+                " LIMIT ? OFFSET ?",
+                session_id,
+                _UNBOUNDED if limit is None else limit,
+                offset,
+            )
+        if order == "latest":
+            rows.reverse()
+        return [message_from_row(r) for r in rows]
+
+    async def get_conversation(
+        self, session_id: str, *, exclude_turn_prefix: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The whole transcript in the shape an agent takes as history (content parts decoded,
+        tool messages whole, optional keys only when set).
+
+        ``exclude_turn_prefix`` leaves out the messages a turn wrote itself, so a retried
+        attempt of that turn sees the history its first attempt saw.
+        """
+        out: list[dict[str, Any]] = []
+        for msg in await self.get_messages(session_id):
+            if exclude_turn_prefix and (msg.turn_key or "").startswith(exclude_turn_prefix):
+                continue
+            item: dict[str, Any] = {
+                "role": msg.role,
+                "content": msg.content,
+                "timestamp": msg.timestamp,
+            }
+            for key in ("tool_calls", "tool_call_id", "tool_name"):
+                value = getattr(msg, key)
+                if value is not None:
+                    item[key] = value
+            out.append(item)
+        return out
