@@ -31,3 +31,15 @@ def run_job_payload(run_id: str) -> bytes:
     return serialize_job(
         RUN_TURN, (), {"run_id": run_id}, None, int(time.time() * 1000), serializer=serialize
     )
+
+
+def arq_job_timeout(job_timeout_seconds: int) -> int:
+    """arq's own timeout for a turn job: a minute beyond the turn's, so ours acts first."""
+    return job_timeout_seconds + 60
+
+
+def arq_in_progress_seconds(job_timeout_seconds: int) -> int:
+    """How long arq keeps a picked-up job's in-progress key: its largest job timeout + 10 s
+    (arq's rule). The reaper reads a key's age from it to spot pickups that were never
+    claimed."""
+    return arq_job_timeout(job_timeout_seconds) + 10

@@ -21,7 +21,7 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
-from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
+from hermes_queue.jobs import JOB_TTL_MS, arq_in_progress_seconds, run_job_payload
 from hermes_queue.keys import Keys
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
@@ -94,6 +94,7 @@ class RunRepository:
                 "release",
                 "ensure_job",
                 "expired",
+                "orphaned",
             )
         }
         # Approval requests and answers (their own module: runs/approvals.py).
@@ -394,6 +395,22 @@ class RunRepository:
         if verdict in (RunStatus.FAILED, RunStatus.CANCELLED):
             self._on_finished(verdict)
         return verdict
+
+    async def release_orphaned_pickups(self, limit: int = 100) -> list[str]:
+        """Let any worker run the jobs whose worker died between arq's pickup and our claim;
+        their ids. A pickup older than a lease without a claim is a dead one."""
+        older_than_ms = int(self.settings.lease_seconds * 1000)
+        ids = await self._scripts["orphaned"](
+            keys=[self.keys.queue],
+            args=[
+                older_than_ms,
+                arq_in_progress_seconds(self.settings.job_timeout_seconds) * 1000,
+                self.keys.arq_in_progress(""),
+                limit,
+                self.keys.wake_channel,
+            ],
+        )
+        return [_decode(run_id) for run_id in ids]
 
     async def reap_expired(self) -> dict[str, str]:
         return {run_id: await self.reap(run_id) for run_id in await self.expired_leases()}

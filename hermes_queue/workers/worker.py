@@ -22,7 +22,7 @@ from arq.worker import func
 from hermes_queue.agents import load_backend
 from hermes_queue.aio import cancel_and_wait, cancel_requested
 from hermes_queue.config import Settings
-from hermes_queue.jobs import RUN_TURN, deserialize, serialize
+from hermes_queue.jobs import RUN_TURN, arq_job_timeout, deserialize, serialize
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
@@ -187,7 +187,7 @@ def build_worker(
         job_completion_wait=int(settings.drain_seconds),
         max_jobs=settings.worker_concurrency,
         # Our own turn timeout fails the run cleanly; arq's is only a backstop behind it.
-        job_timeout=settings.job_timeout_seconds + 60,
+        job_timeout=arq_job_timeout(settings.job_timeout_seconds),
         keep_result=0,
         poll_delay=settings.poll_seconds,
         max_tries=1000,

@@ -1,0 +1,69 @@
+"""Jobs whose worker died between arq's pickup and the claim are freed for another worker."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hermes_queue.config import Settings
+from hermes_queue.jobs import arq_in_progress_seconds
+from hermes_queue.keys import Keys
+from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.repository import RunRepository, new_run_id
+from tests.api.conftest import running_worker
+
+
+async def picked_up_long_ago(redis: Any, keys: Keys, settings: Settings, run_id: str) -> None:
+    """What a worker SIGKILLed right after arq's pickup leaves: the job still queued (enqueued
+    two leases ago) under an in-progress key set two leases ago."""
+    lease_ms = int(settings.lease_seconds * 1000)
+    now_ms = int((await redis.time())[0] * 1000)
+    await redis.zadd(keys.queue, {run_id: now_ms - 2 * lease_ms})
+    full_ms = arq_in_progress_seconds(settings.job_timeout_seconds) * 1000
+    await redis.psetex(keys.arq_in_progress(run_id), full_ms - 2 * lease_ms, b"1")
+
+
+async def create(repo: RunRepository) -> str:
+    run_id = new_run_id()
+    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hello"})
+    return run_id
+
+
+async def test_only_old_unclaimed_pickups_are_released(
+    redis: Any, keys: Keys, settings: Settings
+) -> None:
+    repo = RunRepository(redis, settings)
+    orphan, fresh, waiting = await create(repo), await create(repo), await create(repo)
+    await picked_up_long_ago(redis, keys, settings, orphan)
+    # Picked up just now (its claim is milliseconds away), though enqueued long ago.
+    await picked_up_long_ago(redis, keys, settings, fresh)
+    full_ms = arq_in_progress_seconds(settings.job_timeout_seconds) * 1000
+    await redis.psetex(keys.arq_in_progress(fresh), full_ms, b"1")
+    # Waiting in a backlog: old, but never picked up.
+    lease_ms = int(settings.lease_seconds * 1000)
+    await redis.zadd(keys.queue, {waiting: int((await redis.time())[0] * 1000) - 2 * lease_ms})
+    try:
+        assert await repo.release_orphaned_pickups() == [orphan]
+        assert not await redis.exists(keys.arq_in_progress(orphan))
+        assert await redis.exists(keys.arq_in_progress(fresh))
+        assert await repo.release_orphaned_pickups() == []
+    finally:
+        await redis.delete(*(keys.arq_in_progress(r) for r in (orphan, fresh, waiting)))
+
+
+async def test_a_run_whose_worker_died_before_claiming_it_runs_on_another(
+    redis: Any, keys: Keys, settings: Settings
+) -> None:
+    repo = RunRepository(redis, settings)
+    run_id = await create(repo)
+    await picked_up_long_ago(redis, keys, settings, run_id)
+    try:
+        async with running_worker(settings):
+            for _ in range(200):  # arq alone would skip the job for job_timeout + 70 s
+                record = await repo.get(run_id)
+                if record is not None and record.status == RunStatus.COMPLETED:
+                    break
+                await asyncio.sleep(0.05)
+        assert record is not None and record.status == RunStatus.COMPLETED
+    finally:
+        await redis.delete(keys.arq_in_progress(run_id))
