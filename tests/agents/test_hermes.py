@@ -399,3 +399,17 @@ async def test_a_stop_while_waiting_for_consent_cancels_and_the_command_never_ru
     assert len(sink.requests) == 1 and target.exists()
     # The agent did not go back to the model with a tool result after the stop.
     assert not any(r.body["messages"][-1].get("role") == "tool" for r in fake.chat_requests)
+
+
+async def test_shutdown_interrupts_a_running_agent_instead_of_waiting_for_it(
+    hermes_home: str,
+) -> None:
+    async with FakeLLM(expected_key=KEY, token_delay=0.2) as fake:
+        backend = make_backend(fake, hermes_home)
+        sink = ApprovingSink()
+        words = " ".join(f"w{i}" for i in range(60))  # 12 s of tokens
+        turn = asyncio.ensure_future(backend.run_turn(request(words), sink, CancelToken()))
+        await asyncio.wait_for(sink.first_delta.wait(), 10)
+        await asyncio.wait_for(backend.aclose(), 5)
+        with pytest.raises(TurnCancelled):
+            await asyncio.wait_for(turn, 5)

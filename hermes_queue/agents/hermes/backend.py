@@ -101,6 +101,7 @@ class HermesBackend:
         self.max_iterations = max_iterations
         self.warm = WarmAgents(agent_cache_size)
         self._threads = ThreadPoolExecutor(max_threads, thread_name_prefix="hermes-turn")
+        self._running: set[Any] = set()  # agents inside run_conversation, for shutdown
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> HermesBackend:
@@ -148,6 +149,7 @@ class HermesBackend:
         pump = asyncio.ensure_future(bridge.pump())
         stopper = asyncio.ensure_future(_interrupt_when_cancelled(cancel, agent))
         reusable = False
+        self._running.add(agent)
         try:
             try:
                 result = await self._in_thread(
@@ -187,6 +189,7 @@ class HermesBackend:
                 runtime=self._actual_runtime(agent, runtime),
             )
         finally:
+            self._running.discard(agent)
             self._detach(agent)
             if reusable:
                 self._release(self.warm.put(request.session_id, sig, agent))
@@ -279,7 +282,10 @@ class HermesBackend:
 
     def _release(self, agents: list[Any]) -> None:
         for agent in agents:
-            self._threads.submit(_release_clients, agent)
+            try:
+                self._threads.submit(_release_clients, agent)
+            except RuntimeError:  # shutting down: no new threads, release here
+                _release_clients(agent)
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         call = functools.partial(contextvars.copy_context().run, fn, *args)
@@ -290,9 +296,18 @@ class HermesBackend:
         worker through Redis)."""
         return await self._in_thread(hermes_catalog, self.toolsets)
 
-    async def aclose(self) -> None:
+    async def aclose(self, grace: float = 10.0) -> None:
+        """Interrupt agents still running (a cancelled turn leaves its thread to wind down),
+        release the warm ones, and wait a bounded time for the threads: a tool that ignores
+        the interrupt must not hold the worker's shutdown forever."""
+        for agent in list(self._running):
+            agent.interrupt("worker stopping")
         self._release(self.warm.drain())
-        await asyncio.to_thread(self._threads.shutdown, wait=True, cancel_futures=False)
+        try:
+            async with asyncio.timeout(grace):
+                await asyncio.to_thread(self._threads.shutdown, wait=True, cancel_futures=True)
+        except TimeoutError:
+            log.warning("hermes: agent threads still running after %.0fs of shutdown", grace)
 
 
 def _converse(
