@@ -1,0 +1,536 @@
+"""Time to first token and throughput: upstream Hermes (0.19.0) API server against hermes-queue's
+``hermes`` backend with 1 and with 2 workers, on identical streaming chat completions.
+
+Targets (TARGETS.md): time to first token, 1 client, fake LLM at 10 ms/token, Hermes backend ≤
+upstream + 5 ms; throughput with 128 concurrent clients ≥ 1.5 × upstream with 2 worker
+processes, in the same run.
+
+How:
+- the servers are started exactly as ``cpu_per_run.py`` starts them (imported from there): the
+  fake LLM (``fake_llm.py``, its own process, ``--token-delay`` s before each of its 20 tokens),
+  upstream's ``python -m hermes_cli.main gateway run`` in a private ``HERMES_HOME`` whose
+  ``config.yaml`` points at the fake, and hermes-queue deployments (private Redis, one API, N
+  workers, ``agent_backend = "hermes"``, the same ``config.yaml`` in their ``hermes_home``).
+  Upstream's ``gateway.api_server.max_concurrent_runs`` is set to 0 (uncapped, as in
+  TARGETS.md's upstream figures): its default of 10 would answer 128 clients with 429s.
+- every side runs at once (idle when not measured); phases are interleaved side by side in every
+  round, so drift on the shared machine hits all of them;
+- every turn, on every side, is the same request: ``POST /v1/chat/completions`` with
+  ``"stream": true``, one user message and a new ``X-Hermes-Session-Id`` (a new conversation:
+  upstream builds an agent for each request anyway, hermes-queue has no warm agent for it). It
+  counts only with HTTP 200, exactly the fake's 20-token reply as the streamed content, and
+  ``data: [DONE]``; anything else is a failure, reported, and the script exits non-zero;
+- **time to first token** = request sent → first non-empty content delta read by the client;
+  one client, ``--ttft-turns`` sequential turns per round after ``--ttft-warmup`` turns
+  (nearest-rank percentiles: with 60 turns, p99 is the slowest one);
+- **throughput**: ``--clients`` closed-loop clients (each starts its next turn as soon as the
+  last one ends). The window runs from the end of the ``--ramp-turns``-th turn (default: one
+  per client) to the end of the next ``--window-turns`` (default: 2 × clients): whole
+  "generations" of the closed loop, because upstream finishes its 128 turns in waves (all of
+  them within a few seconds, then nothing for 30–40 s), which a window of fixed seconds would
+  cut at a random phase. Runs/s = successful turns in the window / its length. Then clients
+  stop starting turns and every turn in flight must finish. Every wait is bounded
+  (``--ramp-limit``, ``--window-limit``, ``--turn-timeout`` per turn): a side that stalls is
+  reported as a failure instead of hanging. Server CPU (every process of the side), the
+  client's and the fake LLM's CPU over the window are reported per turn for context, with the
+  whole machine's busy cores (``/proc/stat``: anything else running shows there), and a
+  timeline of finished turns per 5 s in the JSON;
+- figures per side: medians of the rounds; ratios are per round (same round) and of the medians.
+
+    python bench/hermes_vs_upstream.py [--quick] [--rounds 3] [--workers 1,2] [--clients 128]
+        [--window-turns 256] [--ttft-turns 60] [--token-delay 0.01] [--sides upstream,queue]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import resource
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import cpu_per_run
+import fake_llm
+import harness
+import psutil
+
+EXPECTED_REPLY = "".join([*fake_llm.TOKENS, f"{fake_llm.MARKER}1"])  # one user message
+PROMPT = "Please answer briefly."
+TTFT_TARGET_MS = 5.0  # hermes backend ≤ upstream + 5 ms
+THROUGHPUT_TARGET = 1.5  # hermes backend, 2 workers ≥ 1.5 × upstream
+BUCKET_S = 5.0  # the throughput timeline's resolution
+
+
+@dataclass
+class Turn:
+    sent: float
+    first: float | None
+    end: float
+    problem: str | None
+
+
+async def stream_turn(session: aiohttp.ClientSession, base: str, tag: str) -> Turn:
+    body = {"messages": [{"role": "user", "content": PROMPT}], "stream": True}
+    headers = {cpu_per_run.SESSION_HEADER: f"{tag}-{uuid.uuid4().hex[:12]}"}
+    first: float | None = None
+    problem: str | None = None
+    sent = time.monotonic()
+    try:
+        async with session.post(base + "/v1/chat/completions", json=body, headers=headers) as r:
+            if r.status != 200:
+                problem = f"HTTP {r.status}: {(await r.text())[:200]}"
+            else:
+                reply = await cpu_per_run.read_stream_reply(r)
+                first = reply.first_content_at
+                if reply.text != EXPECTED_REPLY:
+                    problem = f"reply {reply.text[-60:]!r} is not the fake's {EXPECTED_REPLY!r}"
+                elif not reply.done:
+                    problem = "stream ended without [DONE]"
+    except Exception as exc:  # a failed turn (timeout included), not a crashed benchmark
+        problem = repr(exc)[:200] or type(exc).__name__
+    return Turn(sent, first, time.monotonic(), problem)
+
+
+def client_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def machine_cpu() -> float:
+    """Busy CPU seconds of the whole machine, every core and process (``/proc/stat``): with the
+    sides' own figures it tells how much of the 2 cores anything else took."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return float("nan")
+    ticks = [int(v) for v in first[1:9]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+# -- the two phases --------------------------------------------------------------------------------
+async def ttft_phase(side: cpu_per_run.Side, args: argparse.Namespace, tag: str) -> dict[str, Any]:
+    """One client, sequential turns: time to first token and total time."""
+    warm: list[Turn] = []
+    turns: list[Turn] = []
+    async with harness.client_session(limit=4, timeout=args.turn_timeout) as session:
+        for _ in range(args.ttft_warmup):
+            warm.append(await stream_turn(session, side.base, tag + "-warm"))
+        for _ in range(args.ttft_turns):
+            turns.append(await stream_turn(session, side.base, tag))
+    good = [t for t in turns if t.problem is None and t.first is not None]
+    samples = [t.first - t.sent for t in good if t.first is not None]
+    return {
+        "turns": len(turns),
+        "ok": len(good),
+        "failures": [t.problem for t in warm + turns if t.problem is not None],
+        "ttft_ms": harness.summary_ms(samples),
+        "samples_ms": [round(v * 1000, 1) for v in samples],
+        "total_ms": harness.summary_ms([t.end - t.sent for t in good]),
+    }
+
+
+async def throughput_phase(
+    side: cpu_per_run.Side, args: argparse.Namespace, llm: psutil.Process, tag: str
+) -> dict[str, Any]:
+    """``args.clients`` closed-loop clients. The window runs from the ``ramp_turns``-th finished
+    turn to the ``ramp_turns + window_turns``-th: whole generations of a closed loop, so a side
+    that finishes its turns in waves (upstream does) is measured over whole waves."""
+    turns: list[Turn] = []
+    goals = [args.ramp_turns, args.ramp_turns + args.window_turns]
+    reached = [asyncio.Event(), asyncio.Event()]
+    stop = False
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while not stop:
+            turns.append(await stream_turn(session, side.base, tag))
+            for goal, event in zip(goals, reached, strict=True):
+                if len(turns) >= goal:
+                    event.set()
+
+    async def reach(index: int, limit: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reached[index].wait(), limit)
+        return reached[index].is_set()
+
+    session = harness.client_session(limit=args.clients + 4, timeout=args.turn_timeout)
+    started = time.monotonic()
+    tasks = [asyncio.ensure_future(client(session)) for _ in range(args.clients)]
+    try:
+        ramp_reached = await reach(0, args.ramp_limit)
+        c0 = time.monotonic()
+        cpu0, client0, llm0 = side.cpu(), client_cpu(), cpu_per_run.tree_cpu(llm)
+        machine0 = machine_cpu()
+        window_reached = await reach(1, args.window_limit)
+        c1 = time.monotonic()
+        cpu1, client1, llm1 = side.cpu(), client_cpu(), cpu_per_run.tree_cpu(llm)
+        machine1 = machine_cpu()
+        stop = True
+        _, stuck = await asyncio.wait(tasks, timeout=args.turn_timeout + 10)
+        drain_s = time.monotonic() - c1
+        for task in stuck:  # cannot happen while aiohttp honours the turn timeout
+            task.cancel()
+        if stuck:
+            await asyncio.wait(stuck, timeout=10)
+    finally:
+        stop = True
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await session.close()
+    ends = sorted(t.end for t in turns)
+    # A side that never reached a goal is measured from/to when the wait gave up, and says so.
+    t0 = ends[goals[0] - 1] if ramp_reached else c0
+    t1 = ends[goals[1] - 1] if window_reached else c1
+    in_window = [t for t in turns if t0 < t.end <= t1]
+    ok = [t for t in in_window if t.problem is None]
+    failures = [t.problem for t in turns if t.problem is not None]
+    if stuck:
+        failures.append(f"{len(stuck)} client(s) still in a turn {drain_s:.0f} s after the window")
+    if not ramp_reached or not window_reached:
+        failures.append(
+            f"stalled: {len(turns)} turns done, wanted {goals[0]} within {args.ramp_limit:g} s "
+            f"and {goals[1]} within a further {args.window_limit:g} s"
+        )
+    in_cpu_window = max(sum(1 for t in turns if c0 < t.end <= c1 and t.problem is None), 1)
+    cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
+    timeline = [0] * (int(((ends[-1] if ends else started) - started) // BUCKET_S) + 1)
+    for t in turns:
+        timeline[int((t.end - started) // BUCKET_S)] += 1
+    return {
+        "ramp_s": round(t0 - started, 2),
+        "window_s": round(t1 - t0, 2),
+        "drain_s": round(drain_s, 2),
+        "turns_total": len(turns),
+        "ok_in_window": len(ok),
+        "failures": failures,
+        "runs_per_s": round(len(ok) / (t1 - t0), 2) if t1 > t0 else 0.0,
+        "ttft_ms": harness.summary_ms([t.first - t.sent for t in ok if t.first is not None]),
+        "total_ms": harness.summary_ms([t.end - t.sent for t in ok]),
+        "server_cpu_ms_per_turn": round(sum(cpu.values()) * 1000 / in_cpu_window, 1),
+        "server_cpu_by_process": {k: round(v * 1000 / in_cpu_window, 1) for k, v in cpu.items()},
+        "server_cpu_cores": round(sum(cpu.values()) / (c1 - c0), 2),
+        "client_cpu_ms_per_turn": round((client1 - client0) * 1000 / in_cpu_window, 1),
+        "llm_cpu_ms_per_turn": round((llm1 - llm0) * 1000 / in_cpu_window, 1),
+        # everything on the machine (all sides, client, fake LLM, other users), in cores
+        "machine_cpu_cores": round((machine1 - machine0) / (c1 - c0), 2),
+        # turns finished per BUCKET_S seconds since the clients started (ramp, window, drain)
+        "timeline": timeline,
+        "window_buckets": [int((t0 - started) // BUCKET_S), int((t1 - started) // BUCKET_S)],
+    }
+
+
+# -- sides -----------------------------------------------------------------------------------------
+async def start_sides(
+    args: argparse.Namespace,
+    llm: fake_llm.FakeLLMProcess,
+    upstreams: list[cpu_per_run.Upstream],
+    deployments: list[harness.Deployment],
+) -> list[cpu_per_run.Side]:
+    sides: list[cpu_per_run.Side] = []
+    if "upstream" in args.side_set:
+        uncapped = {"gateway": {"api_server": {"max_concurrent_runs": 0}}}
+        upstream = cpu_per_run.Upstream(llm.base_url, extra_config=uncapped)
+        upstreams.append(upstream)
+        await upstream.wait_healthy()
+        sides.append(upstream.side())
+        sides[-1].describe["max_concurrent_runs"] = 0
+    if "queue" in args.side_set:
+        backend = cpu_per_run.pick_backend(args.backend)
+        for workers in args.worker_counts:
+            home = cpu_per_run.write_hermes_home(
+                "hq-bench-queue-home-", cpu_per_run.hermes_config(llm.base_url, None)
+            )
+            overrides = cpu_per_run.queue_overrides(
+                backend, llm.base_url, home, args.worker_concurrency
+            )
+            dep = harness.Deployment(f"ttft{workers}", overrides=overrides)
+            deployments.append(dep)
+            side = await cpu_per_run.start_queue(dep, workers)
+            side.name = f"queue-{workers}w"
+            sides.append(side)
+    return sides
+
+
+async def warm_up(side: cpu_per_run.Side, args: argparse.Namespace) -> None:
+    """A concurrent burst (so every worker builds its first agent and imports what it needs),
+    then a few sequential turns."""
+    async with harness.client_session(limit=args.warmup_burst + 4, timeout=args.turn_timeout) as s:
+        burst = await asyncio.gather(
+            *(stream_turn(s, side.base, "warm") for _ in range(args.warmup_burst))
+        )
+        for _ in range(3):
+            burst.append(await stream_turn(s, side.base, "warm"))
+    problems = [t.problem for t in burst if t.problem is not None]
+    if problems:
+        raise RuntimeError(f"{side.name} warm-up failed: {problems[:3]}")
+
+
+# -- main ------------------------------------------------------------------------------------------
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="1 round, 20 TTFT turns, window of 1 × clients turns"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sides", default="upstream,queue")
+    parser.add_argument("--workers", default="1,2", help="hermes-queue deployments to measure")
+    parser.add_argument("--worker-concurrency", type=int, default=64, help="slots per worker")
+    parser.add_argument("--backend", choices=("auto", "hermes", "openai"), default="auto")
+    parser.add_argument("--token-delay", type=float, default=0.01, help="fake LLM s/token")
+    parser.add_argument("--ttft-turns", type=int, default=60, help="sequential turns per round")
+    parser.add_argument("--ttft-warmup", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=128)
+    parser.add_argument(
+        "--ramp-turns", type=int, default=None, help="turns before the window (default: clients)"
+    )
+    parser.add_argument(
+        "--window-turns", type=int, default=None, help="turns in the window (default: 2 × clients)"
+    )
+    parser.add_argument("--ramp-limit", type=float, default=240.0, help="longest ramp, s")
+    parser.add_argument("--window-limit", type=float, default=600.0, help="longest window, s")
+    parser.add_argument("--turn-timeout", type=float, default=300.0, help="per turn, s")
+    parser.add_argument("--warmup-burst", type=int, default=16)
+    args = parser.parse_args()
+    args.side_set = {s.strip() for s in args.sides.split(",") if s.strip()}
+    if not args.side_set or not args.side_set <= {"upstream", "queue"}:
+        parser.error("--sides: a comma-separated subset of upstream,queue")
+    try:
+        args.worker_counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    except ValueError:
+        parser.error("--workers: comma-separated worker counts")
+    if args.quick:
+        args.rounds, args.ttft_turns = 1, 20
+        args.window_turns = args.window_turns or args.clients
+    args.ramp_turns = args.ramp_turns or args.clients
+    args.window_turns = args.window_turns or 2 * args.clients
+    return args
+
+
+def med(values: list[float]) -> float:
+    values = [v for v in values if v == v]  # no NaN
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def summarize(results: list[dict[str, Any]], sides: list[str]) -> dict[str, Any]:
+    by_side: dict[str, dict[str, Any]] = {}
+    for name in sides:
+        rs = [r for r in results if r["side"] == name]
+        by_side[name] = {
+            "rounds": len(rs),
+            "ttft_p50_ms": med([r["ttft"]["ttft_ms"]["p50"] for r in rs]),
+            "ttft_p99_ms": med([r["ttft"]["ttft_ms"]["p99"] for r in rs]),
+            "ttft_pooled_ms": harness.summary_ms(
+                [v / 1000 for r in rs for v in r["ttft"]["samples_ms"]]
+            ),
+            "total_p50_ms": med([r["ttft"]["total_ms"]["p50"] for r in rs]),
+            "runs_per_s": med([r["load"]["runs_per_s"] for r in rs]),
+            "load_ttft_p50_ms": med([r["load"]["ttft_ms"]["p50"] for r in rs]),
+            "load_total_p50_ms": med([r["load"]["total_ms"]["p50"] for r in rs]),
+            "server_cpu_ms_per_turn": med([r["load"]["server_cpu_ms_per_turn"] for r in rs]),
+            "server_cpu_cores": med([r["load"]["server_cpu_cores"] for r in rs]),
+            "client_cpu_ms_per_turn": med([r["load"]["client_cpu_ms_per_turn"] for r in rs]),
+            "machine_cpu_cores": med([r["load"]["machine_cpu_cores"] for r in rs]),
+            "llm_cpu_ms_per_turn": med([r["load"]["llm_cpu_ms_per_turn"] for r in rs]),
+            "failures": sum(len(r["ttft"]["failures"]) + len(r["load"]["failures"]) for r in rs),
+        }
+    return by_side
+
+
+def ratios(results: list[dict[str, Any]], by_side: dict[str, Any]) -> dict[str, Any]:
+    """Per queue side: TTFT p50 difference and throughput ratio against upstream, per round
+    (same round) and of the medians."""
+    out: dict[str, Any] = {}
+    if "upstream" not in by_side:
+        return out
+    up = by_side["upstream"]
+    for name, row in by_side.items():
+        if name == "upstream":
+            continue
+        per_round = []
+        for r in results:
+            if r["side"] != name:
+                continue
+            u = next(x for x in results if x["side"] == "upstream" and x["round"] == r["round"])
+            per_round.append(
+                {
+                    "round": r["round"],
+                    "ttft_p50_delta_ms": round(
+                        r["ttft"]["ttft_ms"]["p50"] - u["ttft"]["ttft_ms"]["p50"], 2
+                    ),
+                    "throughput_ratio": round(r["load"]["runs_per_s"] / u["load"]["runs_per_s"], 2)
+                    if u["load"]["runs_per_s"]
+                    else float("inf"),
+                }
+            )
+        delta = round(row["ttft_p50_ms"] - up["ttft_p50_ms"], 2)
+        ratio = round(row["runs_per_s"] / up["runs_per_s"], 2) if up["runs_per_s"] else float("inf")
+        out[name] = {
+            "ttft_p50_delta_ms": delta,
+            "ttft_target_met": delta <= TTFT_TARGET_MS,
+            "throughput_ratio": ratio,
+            "throughput_target_met": ratio >= THROUGHPUT_TARGET if name == "queue-2w" else None,
+            "per_round": per_round,
+        }
+    return out
+
+
+async def main() -> None:
+    args = parse_args()
+    harness.raise_nofile(4 * args.clients + 256)
+    os.environ[cpu_per_run.LLM_KEY_VAR] = fake_llm.API_KEY  # the workers inherit it
+    llm = fake_llm.FakeLLMProcess(token_delay=args.token_delay)
+    llm_proc = psutil.Process(llm.proc.pid)
+    upstreams: list[cpu_per_run.Upstream] = []
+    deployments: list[harness.Deployment] = []
+    results: list[dict[str, Any]] = []
+    idle: dict[str, dict[str, float]] = {}
+    try:
+        sides = await start_sides(args, llm, upstreams, deployments)
+        for side in sides:
+            await warm_up(side, args)
+            idle[side.name] = await cpu_per_run.idle_cpu(side)
+            print(f"{side.name}: warmed up; idle CPU ms/s {idle[side.name]}", flush=True)
+        for index in range(args.rounds):
+            rnd: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
+            for side in sides:  # interleaved: every side's TTFT, then every side's throughput
+                tag = f"{side.name}-ttft-r{index + 1}"
+                ttft = await ttft_phase(side, args, tag)
+                rnd[side.name]["ttft"] = ttft
+                t = ttft["ttft_ms"]
+                print(
+                    f"round {index + 1} TTFT       {side.name:9}: {ttft['ok']}/{ttft['turns']} ok, "
+                    f"p50 {t['p50']} ms, p99 {t['p99']} ms, total p50 "
+                    f"{ttft['total_ms']['p50']} ms",
+                    flush=True,
+                )
+                for problem in ttft["failures"][:3]:
+                    print(f"    failure: {problem}", flush=True)
+            for side in sides:
+                tag = f"{side.name}-load-r{index + 1}"
+                load = await throughput_phase(side, args, llm_proc, tag)
+                rnd[side.name]["load"] = load
+                print(
+                    f"round {index + 1} throughput {side.name:9}: {load['runs_per_s']} runs/s "
+                    f"({load['ok_in_window']} in {load['window_s']} s; ramp {load['ramp_s']} s, "
+                    f"drain {load['drain_s']} s), TTFT p50 {load['ttft_ms']['p50']} ms, "
+                    f"server CPU {load['server_cpu_ms_per_turn']} ms/turn "
+                    f"{load['server_cpu_by_process']} = {load['server_cpu_cores']} cores, "
+                    f"client {load['client_cpu_ms_per_turn']}, LLM {load['llm_cpu_ms_per_turn']}; "
+                    f"machine {load['machine_cpu_cores']} cores busy",
+                    flush=True,
+                )
+                for problem in load["failures"][:3]:
+                    print(f"    failure: {problem}", flush=True)
+            for name, r in rnd.items():
+                results.append({"side": name, "round": index + 1, **r})
+        described = {side.name: side.describe for side in sides}
+        redis_version = deployments[0].redis_version() if deployments else ""
+    finally:
+        for dep in deployments:
+            dep.stop()
+        for upstream in upstreams:
+            upstream.stop()
+        llm.stop()
+
+    by_side = summarize(results, list(described))
+    compared = ratios(results, by_side)
+    header = [
+        "side",
+        "TTFT p50",
+        "TTFT p99",
+        "total p50",
+        "runs/s",
+        "TTFT p50 @load",
+        "total p50 @load",
+        "CPU ms/turn",
+        "cores",
+        "machine cores",
+        "client ms",
+        "LLM ms",
+        "failures",
+    ]
+    rows = [
+        [
+            name,
+            row["ttft_p50_ms"],
+            row["ttft_p99_ms"],
+            row["total_p50_ms"],
+            row["runs_per_s"],
+            row["load_ttft_p50_ms"],
+            row["load_total_p50_ms"],
+            row["server_cpu_ms_per_turn"],
+            row["server_cpu_cores"],
+            row["machine_cpu_cores"],
+            row["client_cpu_ms_per_turn"],
+            row["llm_cpu_ms_per_turn"],
+            row["failures"],
+        ]
+        for name, row in by_side.items()
+    ]
+    harness.print_table(
+        f"streaming chat completions, fake LLM {args.token_delay * 1000:g} ms/token, medians of "
+        f"{args.rounds} round(s); TTFT 1 client × {args.ttft_turns} turns; throughput "
+        f"{args.clients} clients, window of {args.window_turns} turns after {args.ramp_turns} "
+        "(ms; CPU per turn in the window)",
+        header,
+        rows,
+    )
+    for name, c in compared.items():
+        throughput_note = (
+            f" (target ≥ {THROUGHPUT_TARGET}: {'met' if c['throughput_target_met'] else 'NOT met'})"
+            if c["throughput_target_met"] is not None
+            else ""
+        )
+        print(
+            f"{name}: TTFT p50 {c['ttft_p50_delta_ms']:+} ms vs upstream (target ≤ +"
+            f"{TTFT_TARGET_MS:g}: {'met' if c['ttft_target_met'] else 'NOT met'}); throughput "
+            f"{c['throughput_ratio']} × upstream{throughput_note}; per round "
+            + ", ".join(
+                f"{p['ttft_p50_delta_ms']:+} ms / {p['throughput_ratio']}×" for p in c["per_round"]
+            )
+        )
+    harness.emit_json(
+        "hermes_vs_upstream",
+        {
+            "machine": harness.machine_facts(),
+            "load_average": os.getloadavg(),
+            "redis_version": redis_version,
+            "sides": described,
+            "idle_cpu_ms_per_s": idle,
+            "params": {
+                k: getattr(args, k)
+                for k in (
+                    "rounds",
+                    "token_delay",
+                    "ttft_turns",
+                    "ttft_warmup",
+                    "clients",
+                    "window_turns",
+                    "window_limit",
+                    "ramp_turns",
+                    "ramp_limit",
+                    "turn_timeout",
+                    "worker_concurrency",
+                    "worker_counts",
+                )
+            },
+            "summary": by_side,
+            "compared": compared,
+            "rounds": results,
+        },
+    )
+    if any(r["ttft"]["failures"] or r["load"]["failures"] for r in results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
