@@ -98,6 +98,7 @@ def backend_options(settings: Settings) -> dict[str, Any]:
         "toolsets": settings.hermes_toolsets,
         "max_iterations": settings.hermes_max_iterations,
         "agent_cache_size": settings.hermes_agent_cache_size,
+        "max_turns": settings.worker_concurrency,
     }
 
 

@@ -88,7 +88,7 @@ class HermesBackend:
         max_iterations: int = 90,
         agent_cache_size: int = 64,
         hermes_home: str = "",
-        max_threads: int = 64,
+        max_turns: int = 16,
     ) -> None:
         if default_provider not in providers:
             raise ValueError(f"default provider {default_provider!r} is not configured")
@@ -100,7 +100,9 @@ class HermesBackend:
         self.toolsets = list(toolsets) or _platform_toolsets()
         self.max_iterations = max_iterations
         self.warm = WarmAgents(agent_cache_size)
-        self._threads = ThreadPoolExecutor(max_threads, thread_name_prefix="hermes-turn")
+        # A thread per turn the worker may run at once, plus a few for builds, releases and
+        # the catalog, so a turn never waits for a thread while the worker counts it as busy.
+        self._threads = ThreadPoolExecutor(max_turns + 4, thread_name_prefix="hermes-turn")
         self._running: set[Any] = set()  # agents inside run_conversation, for shutdown
 
     @classmethod
@@ -116,6 +118,7 @@ class HermesBackend:
             max_iterations=int(options.get("max_iterations") or 90),
             agent_cache_size=int(options.get("agent_cache_size", 64)),
             hermes_home=str(options.get("hermes_home") or ""),
+            max_turns=int(options.get("max_turns") or 16),
         )
 
     # -- one turn --------------------------------------------------------------------------------
