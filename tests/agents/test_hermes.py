@@ -254,21 +254,6 @@ async def test_provider_errors_fail_the_turn_with_their_message(backend: Any) ->
     assert not isinstance(caught.value, ProviderAuthError)
 
 
-async def test_no_fallback_model_under_a_confirmed_lock(backend: Any) -> None:
-    """The route carries the fallback only without a lock; the agent is built with it or
-    without it accordingly (Hermes keeps it as its fallback chain)."""
-    free = {"provider": "fake", "model": "fake-model", "fallback_model": "spare::other"}
-    locked = {"provider": "fake", "model": "fake-model", "confirmed_lock": True}
-    chains = []
-    for route in (free, locked):
-        req = request("hi", route=route)
-        runtime = backend._runtime(req)
-        agent = await backend._in_thread(backend._build, runtime, req)
-        chains.append([(fb["model"], fb["base_url"]) for fb in agent._fallback_chain])
-    assert chains[0] == [("other", backend.providers["spare"].base_url)]
-    assert chains[1] == []
-
-
 async def test_model_options_set_reasoning_and_service_tier(backend: Any, fake: FakeLLM) -> None:
     """Reasoning effort reaches the provider; the service tier is set on the agent, and Hermes
     sends it only to providers that take one (not to a generic endpoint like the fake)."""

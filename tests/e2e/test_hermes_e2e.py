@@ -60,6 +60,7 @@ async def stack(
                 },
                 default_provider="alpha",
                 default_model="alpha-default",
+                fallback_model="beta::beta-fallback",
                 hermes_home=str(tmp_path / "hermes"),
                 hermes_toolsets=("terminal", "todo"),
                 hermes_max_iterations=4,
@@ -209,3 +210,30 @@ async def test_a_locked_session_uses_only_the_locked_provider_and_keys_stay_out_
     finally:
         await client.aclose()
     assert found == []
+
+
+async def test_the_fallback_model_serves_a_free_turn_but_never_a_locked_one(stack: Stack) -> None:
+    stack.alpha.expected_key = "sk-some-other-key-0123456789"  # alpha now rejects our key
+    run_id = await start_run(stack, "hello there")
+    seen = await events(stack, run_id)
+    assert seen[-1]["event"] == "run.completed", seen[-1]
+    assert seen[-1]["output"] == stack.beta.reply_for("hello there")
+    assert [r.body["model"] for r in stack.beta.chat_requests] == ["beta-fallback"]
+
+    created = await stack.session.post(
+        f"{stack.first}/api/sessions",
+        json={
+            "id": "locked-2",
+            "provider": "alpha",
+            "model": "alpha-x",
+            "require_model_lock": True,
+        },
+    )
+    assert created.status == 201, await created.text()
+    async with stack.session.post(
+        f"{stack.second}/api/sessions/locked-2/chat", json={"message": "hi"}
+    ) as response:
+        assert response.status == 200, await response.text()
+        reply = await response.json()
+    assert reply["message"]["content"].startswith("⚠️ Provider authentication failed:")
+    assert len(stack.beta.chat_requests) == 1  # no fallback under the confirmed lock
