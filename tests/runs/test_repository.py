@@ -133,6 +133,16 @@ async def test_events_carry_seq_attempt_and_session(
     got = await events(redis, keys, run_id)
     assert [e.seq for e in got] == [1, 2]
     assert {e.attempt for e in got} == {1} and {e.session_id for e in got} == {"s1"}
+    # A later batch continues the numbering; the record shows the batch's last event.
+    await repo.append(
+        run_id, 1, [("reasoning.available", {"text": "c"}), ("tool.started", {"tool": "t"})]
+    )
+    got = await events(redis, keys, run_id)
+    assert [e.seq for e in got] == [1, 2, 3, 4]
+    assert [e.type for e in got][2:] == ["reasoning.available", "tool.started"]
+    record = await repo.get(run_id)
+    assert record is not None and record.last_event == "tool.started"
+    assert await redis.ttl(keys.events(run_id)) > 0
 
 
 async def test_released_run_goes_back_to_the_queue_for_another_attempt(

@@ -4,15 +4,27 @@
 -- ids of the first call instead of appending the events twice.
 -- KEYS: record, events
 -- ARGV: attempt, maxlen, ttl_s, ts, batch_token, type1, data1, type2, data2, ...
-if redis.call('HGET', KEYS[1], 'last_batch') == ARGV[5] then
+-- One HMGET reads all the record fields the batch needs (token, fence, session).
+local f = redis.call('HMGET', KEYS[1], 'last_batch', 'last_ids', 'attempt', 'status', 'session_id')
+if f[1] == ARGV[5] then
   local ids = {}
-  for id in string.gmatch(redis.call('HGET', KEYS[1], 'last_ids') or '', '%S+') do ids[#ids + 1] = id end
+  for id in string.gmatch(f[2] or '', '%S+') do ids[#ids + 1] = id end
   return ids
 end
-if not fenced(KEYS[1], ARGV[1]) then return false end
+-- The fence, as fenced() in the prelude, from the fields read above.
+if f[3] ~= ARGV[1] or ACTIVE[f[4] or ''] ~= true then return false end
+local count = (#ARGV - 5) / 2
+if count < 1 then return {} end
+-- Per batch, not per event: the seq block, the stream's TTL and the record's last event, so a
+-- batch of n events costs n XADDs and four other commands.
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', count) - count
+local sid = f[5] or ''
 local ids = {}
 for i = 6, #ARGV, 2 do
-  ids[#ids + 1] = append_event(KEYS[1], KEYS[2], ARGV[i], ARGV[1], ARGV[4], ARGV[i + 1], ARGV[2], ARGV[3])
+  seq = seq + 1
+  ids[#ids + 1] = add_event(KEYS[2], ARGV[i], seq, ARGV[1], ARGV[4], sid, ARGV[i + 1], ARGV[2])
 end
-redis.call('HSET', KEYS[1], 'last_batch', ARGV[5], 'last_ids', table.concat(ids, ' '))
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'last_event', ARGV[#ARGV - 1], 'updated_at', ARGV[4],
+  'last_batch', ARGV[5], 'last_ids', table.concat(ids, ' '))
 return ids

@@ -14,13 +14,18 @@ local function count(stats, field)
   redis.call('EXPIRE', stats, 3900)
 end
 
+-- One stream entry: the canonical event's fields, in one place.
+local function add_event(stream, etype, seq, attempt, ts, sid, data, maxlen)
+  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
+    't', etype, 's', seq, 'a', attempt, 'ts', ts, 'sid', sid, 'd', data)
+end
+
 -- Append one canonical event. XADD and EXPIRE go together: EXPIRE before the stream exists
 -- would do nothing.
 local function append_event(record, stream, etype, attempt, ts, data, maxlen, ttl)
   local seq = redis.call('HINCRBY', record, 'seq', 1)
   local sid = redis.call('HGET', record, 'session_id') or ''
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-    't', etype, 's', seq, 'a', attempt, 'ts', ts, 'sid', sid, 'd', data)
+  local id = add_event(stream, etype, seq, attempt, ts, sid, data, maxlen)
   redis.call('EXPIRE', stream, ttl)
   redis.call('HSET', record, 'last_event', etype, 'updated_at', ts)
   return id
