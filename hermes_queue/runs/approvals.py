@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -27,6 +26,8 @@ from redis.commands.core import AsyncScript
 from hermes_queue.config import Settings
 from hermes_queue.events import encode_data
 from hermes_queue.keys import Keys
+from hermes_queue.runs.scripts import decode as _decode
+from hermes_queue.runs.scripts import load_script
 
 # Control-channel message prefix of an answer; anything without it is a stop request.
 APPROVAL_MESSAGE_PREFIX = "approval:"
@@ -37,13 +38,7 @@ def approval_message(run_id: str) -> str:
 
 
 def _load(name: str) -> str:
-    folder = resources.files("hermes_queue.runs") / "lua"
-    parts = ("prelude.lua", "approval_prelude.lua", f"{name}.lua")
-    return "\n".join((folder / part).read_text(encoding="utf-8") for part in parts)
-
-
-def _decode(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return load_script(name, "approval_prelude")
 
 
 @dataclass(frozen=True)

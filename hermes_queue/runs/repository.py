@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -21,26 +20,17 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
-from hermes_queue.jobs import JOB_TTL_MS, arq_in_progress_seconds, run_job_payload
+from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
 from hermes_queue.keys import Keys
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
-
-WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
+from hermes_queue.runs.reaping import LeaseReaping
+from hermes_queue.runs.scripts import decode as _decode
+from hermes_queue.runs.scripts import load_script as _load_script
 
 
 def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
-
-
-def _load_script(name: str) -> str:
-    folder = resources.files("hermes_queue.runs") / "lua"
-    prelude = (folder / "prelude.lua").read_text(encoding="utf-8")
-    return prelude + "\n" + (folder / f"{name}.lua").read_text(encoding="utf-8")
-
-
-def _decode(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)
@@ -66,7 +56,7 @@ class StopOutcome:
     status: str
 
 
-class RunRepository:
+class RunRepository(LeaseReaping):
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -99,9 +89,6 @@ class RunRepository:
         }
         # Approval requests and answers (their own module: runs/approvals.py).
         self.approvals = Approvals(redis, settings, self.keys)
-
-    def _stats_key(self) -> str:
-        return self.keys.stats(int(time.time() // 60))
 
     @property
     def _record_ttl(self) -> int:
@@ -348,69 +335,3 @@ class RunRepository:
             args=[run_id, run_job_payload(run_id), JOB_TTL_MS, self.keys.wake_channel],
         )
         return bool(result)
-
-    def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
-        """Keys and args of one lease renewal (the lease keeper pipelines many)."""
-        return (
-            [self.keys.run(run_id), self.keys.leases],
-            [run_id, attempt, int(self.settings.lease_seconds * 1000)],
-        )
-
-    @property
-    def renew_script(self) -> str:
-        return _load_script("renew")
-
-    # -- reaper ----------------------------------------------------------------------------
-    async def expired_leases(self, limit: int = 100) -> list[str]:
-        ids = await self._scripts["expired"](keys=[self.keys.leases], args=[limit])
-        return [_decode(run_id) for run_id in ids]
-
-    async def reap(self, run_id: str) -> str:
-        """Settle one run whose lease expired: requeue, fail (worker_lost) or cancel it."""
-        result = await self._scripts["reap"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.events(run_id),
-                self.keys.leases,
-                self.keys.queue,
-                self.keys.arq_job(run_id),
-                self.keys.arq_in_progress(run_id),
-                self._stats_key(),
-            ],
-            args=[
-                run_id,
-                self.settings.max_attempts,
-                repr(time.time()),
-                self.settings.retention_seconds,
-                self.settings.stream_maxlen,
-                run_job_payload(run_id),
-                JOB_TTL_MS,
-                self.keys.wake_channel,
-                encode_data({"error": WORKER_LOST_ERROR, "reason": "worker_lost"}),
-                encode_data({"reason": "worker_lost"}),
-                WORKER_LOST_ERROR,
-            ],
-        )
-        verdict = _decode(result)
-        if verdict in (RunStatus.FAILED, RunStatus.CANCELLED):
-            self._on_finished(verdict)
-        return verdict
-
-    async def release_orphaned_pickups(self, limit: int = 100) -> list[str]:
-        """Let any worker run the jobs whose worker died between arq's pickup and our claim;
-        their ids. A pickup older than a lease without a claim is a dead one."""
-        older_than_ms = int(self.settings.lease_seconds * 1000)
-        ids = await self._scripts["orphaned"](
-            keys=[self.keys.queue],
-            args=[
-                older_than_ms,
-                arq_in_progress_seconds(self.settings.job_timeout_seconds) * 1000,
-                self.keys.arq_in_progress(""),
-                limit,
-                self.keys.wake_channel,
-            ],
-        )
-        return [_decode(run_id) for run_id in ids]
-
-    async def reap_expired(self) -> dict[str, str]:
-        return {run_id: await self.reap(run_id) for run_id in await self.expired_leases()}

@@ -41,7 +41,7 @@ from hermes_queue.agents.hermes.bridge import TurnBridge
 from hermes_queue.agents.hermes.catalog import hermes_catalog
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature
-from hermes_queue.agents.openai_compat import ProviderConfig, provider_configs, with_credentials
+from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
