@@ -15,13 +15,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-import redis.asyncio as aioredis
 
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.providers import ProviderSettings
 from tests.conftest import require_hermes
-from tests.e2e.test_model_lock_e2e import values_of
+from tests.e2e.test_model_lock_e2e import keys_holding
 from tests.fakes.fake_llm import FakeLLM
 from tests.processes import Cluster
 
@@ -98,6 +97,22 @@ async def wait_status(stack: Stack, run_id: str, *wanted: str) -> dict[str, Any]
             return dict(body)
         await asyncio.sleep(0.05)
     raise AssertionError(f"{run_id} never reached {wanted}: {body}")
+
+
+async def locked_chat(
+    stack: Stack, session_id: str, provider: str, model: str, message: str
+) -> Any:
+    """Create a session locked to ``provider``/``model`` on one replica, chat on the other."""
+    created = await stack.session.post(
+        f"{stack.first}/api/sessions",
+        json={"id": session_id, "provider": provider, "model": model, "require_model_lock": True},
+    )
+    assert created.status == 201, await created.text()
+    async with stack.session.post(
+        f"{stack.second}/api/sessions/{session_id}/chat", json={"message": message}
+    ) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
 
 
 async def test_a_turn_streams_reasoning_text_and_tool_progress(stack: Stack) -> None:
@@ -178,38 +193,14 @@ async def test_the_catalog_reaches_every_replica(stack: Stack) -> None:
 async def test_a_locked_session_uses_only_the_locked_provider_and_keys_stay_out_of_redis(
     stack: Stack,
 ) -> None:
-    created = await stack.session.post(
-        f"{stack.first}/api/sessions",
-        json={
-            "id": "locked-1",
-            "provider": "beta",
-            "model": "beta-large",
-            "require_model_lock": True,
-        },
-    )
-    assert created.status == 201, await created.text()
-    async with stack.session.post(
-        f"{stack.second}/api/sessions/locked-1/chat", json={"message": "hello"}
-    ) as response:
-        assert response.status == 200, await response.text()
-        reply = await response.json()
+    reply = await locked_chat(stack, "locked-1", "beta", "beta-large", "hello")
     assert reply["message"]["content"] == stack.beta.reply_for("hello")
     assert reply["runtime"]["route_source"] == "session_model_lock"
     assert reply["runtime"]["provider"] == "beta" and reply["runtime"]["model"] == "beta-large"
     assert stack.beta.chat_requests[-1].body["model"] == "beta-large"
     assert stack.beta.chat_requests[-1].authorization == f"Bearer {BETA_KEY}"
     assert stack.alpha.chat_requests == []
-    client = aioredis.Redis.from_url(stack.cluster.settings.redis_url)
-    found = []
-    try:
-        for pattern in (f"{stack.cluster.settings.namespace}:*", "arq:*"):
-            async for key in client.scan_iter(match=pattern, count=500):
-                blob = b"".join(await values_of(client, key))
-                if ALPHA_KEY.encode() in blob or BETA_KEY.encode() in blob:
-                    found.append(key)
-    finally:
-        await client.aclose()
-    assert found == []
+    assert await keys_holding(stack.cluster.settings, ALPHA_KEY, BETA_KEY) == []
 
 
 async def test_the_fallback_model_serves_a_free_turn_but_never_a_locked_one(stack: Stack) -> None:
@@ -220,20 +211,6 @@ async def test_the_fallback_model_serves_a_free_turn_but_never_a_locked_one(stac
     assert seen[-1]["output"] == stack.beta.reply_for("hello there")
     assert [r.body["model"] for r in stack.beta.chat_requests] == ["beta-fallback"]
 
-    created = await stack.session.post(
-        f"{stack.first}/api/sessions",
-        json={
-            "id": "locked-2",
-            "provider": "alpha",
-            "model": "alpha-x",
-            "require_model_lock": True,
-        },
-    )
-    assert created.status == 201, await created.text()
-    async with stack.session.post(
-        f"{stack.second}/api/sessions/locked-2/chat", json={"message": "hi"}
-    ) as response:
-        assert response.status == 200, await response.text()
-        reply = await response.json()
+    reply = await locked_chat(stack, "locked-2", "alpha", "alpha-x", "hi")
     assert reply["message"]["content"].startswith("⚠️ Provider authentication failed:")
     assert len(stack.beta.chat_requests) == 1  # no fallback under the confirmed lock

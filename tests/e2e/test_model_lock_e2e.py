@@ -207,18 +207,23 @@ async def test_provider_keys_never_reach_redis(locked: Setup) -> None:
     await api.post("/api/sessions", json={"id": "s6"})
     await api.post("/api/sessions/s6/model", json={"provider": "beta", "model": "beta-large"})
     assert (await chat(api, "s6", message="secret check"))[0] == 200
-    client = aioredis.Redis.from_url(locked.settings.redis_url)
-    secrets = (ALPHA_KEY.encode(), BETA_KEY.encode())
+    assert await keys_holding(locked.settings, ALPHA_KEY, BETA_KEY) == []
+
+
+async def keys_holding(settings: Settings, *secrets: str) -> list[bytes]:
+    """Every Redis key of the deployment (its namespace and arq's keys) whose stored bytes
+    contain one of ``secrets``."""
+    client = aioredis.Redis.from_url(settings.redis_url)
     found = []
     try:
-        for pattern in (f"{locked.settings.namespace}:*", "arq:*"):
+        for pattern in (f"{settings.namespace}:*", "arq:*"):
             async for key in client.scan_iter(match=pattern, count=500):
                 blob = b"".join(await values_of(client, key))
-                if any(secret in blob for secret in secrets):
+                if any(secret.encode() in blob for secret in secrets):
                     found.append(key)
     finally:
         await client.aclose()
-    assert found == []
+    return found
 
 
 async def values_of(client: aioredis.Redis, key: bytes) -> list[bytes]:
