@@ -1,6 +1,6 @@
 """The ``hermes`` backend: Hermes' own ``AIAgent`` in a worker (extra ``hermes-queue[hermes]``).
 
 Modules: ``backend`` (the turn), ``bridge`` (agent-thread callbacks onto the event sink),
-``warm`` (agents kept between a session's turns), ``transcript`` (message shapes), ``process``
-and ``tls`` (one-time process preparation). Nothing here imports Hermes at import time.
+``warm`` (agents kept between a session's turns), ``transcript`` (message shapes), ``catalog``
+(skills and toolsets for the API), ``process`` and ``tls`` (one-time process preparation). Nothing here imports Hermes at import time.
 """
