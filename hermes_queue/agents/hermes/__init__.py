@@ -2,5 +2,6 @@
 
 Modules: ``backend`` (the turn), ``bridge`` (agent-thread callbacks onto the event sink),
 ``warm`` (agents kept between a session's turns), ``transcript`` (message shapes), ``catalog``
-(skills and toolsets for the API), ``process`` and ``tls`` (one-time process preparation). Nothing here imports Hermes at import time.
+(skills and toolsets for the API), ``process`` and ``tls`` (one-time process preparation).
+Nothing here imports Hermes at import time.
 """
