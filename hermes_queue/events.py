@@ -26,6 +26,9 @@ class EventType(StrEnum):
     TOOL_COMPLETED = "tool.completed"
     APPROVAL_REQUEST = "approval.request"
     APPROVAL_RESPONDED = "approval.responded"
+    # A delegated child agent started / finished (Hermes' ``delegate_task``).
+    SUBAGENT_START = "subagent.start"
+    SUBAGENT_COMPLETE = "subagent.complete"
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"
@@ -36,6 +39,35 @@ class EventType(StrEnum):
 TERMINAL_EVENTS = frozenset(
     {EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED}
 )
+
+# What a subagent event may carry (HERMES_API §3.3), in upstream's order. Producers keep only
+# these and readers render only these, so a new field of Hermes' never reaches clients
+# unreviewed. The free-text ones are redacted by their producer before they are stored.
+SUBAGENT_FIELDS = (
+    "preview",
+    "goal",
+    "task_count",
+    "task_index",
+    "subagent_id",
+    "child_session_id",
+    "delegation_id",
+    "parent_id",
+    "depth",
+    "model",
+    "tool_count",
+    "status",
+    "summary",
+    "duration_seconds",
+    "input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "api_calls",
+    "cost_usd",
+    "files_read",
+    "files_written",
+    "output_tail",
+)
+SUBAGENT_FREE_TEXT = frozenset({"preview", "goal", "summary", "output_tail"})
 
 _STREAM_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,10 @@ class ApprovalRequest:
         }
 
 
+# A delegated child agent's lifecycle: ``subagent.start`` / ``subagent.complete`` events.
+SubagentPhase = Literal["start", "complete"]
+
+
 class TurnCancelled(Exception):
     """Raised by a backend that stopped because its cancel token fired."""
 
@@ -160,6 +164,12 @@ class EventSink(Protocol):
         error: bool = False,
         result: str | None = None,
     ) -> None: ...
+
+    async def subagent(self, phase: SubagentPhase, details: dict[str, Any]) -> None:
+        """A child agent the turn delegated to started or finished. ``details`` holds only
+        fields of ``events.SUBAGENT_FIELDS`` with JSON values and free text already redacted:
+        the sink stores them as given, and every reader of the run sees them."""
+        ...
 
     async def approval(self, request: ApprovalRequest) -> str:
         """Ask for consent and wait for it; returns ``once``, ``session``, ``always`` or

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hermes_queue.api.sse import Frame
-from hermes_queue.events import EventType, RunEvent, message_id_for
+from hermes_queue.events import SUBAGENT_FIELDS, EventType, RunEvent, message_id_for
 
 
 def render_runs(event: RunEvent) -> Iterable[Frame]:
@@ -36,6 +36,8 @@ def render_runs(event: RunEvent) -> Iterable[Frame]:
             }
         case EventType.APPROVAL_REQUEST | EventType.APPROVAL_RESPONDED:
             fields = dict(data)
+        case EventType.SUBAGENT_START | EventType.SUBAGENT_COMPLETE:
+            fields = {name: data[name] for name in SUBAGENT_FIELDS if name in data}
         case EventType.RUN_COMPLETED:
             fields = {"output": data.get("output", ""), "usage": data.get("usage", {})}
         case EventType.RUN_FAILED:
@@ -56,7 +58,9 @@ def render_runs(event: RunEvent) -> Iterable[Frame]:
 
 def render_session(event: RunEvent) -> Iterable[Frame]:
     """Upstream's session chat stream (HERMES_API §3.1): named frames, each payload carrying
-    ``session_id``, ``run_id``, ``seq`` and ``ts``; a terminal event closes with ``done``."""
+    ``session_id``, ``run_id``, ``seq`` and ``ts``; a terminal event closes with ``done``.
+
+    Subagent events are not rendered: upstream forwards them on the runs stream only."""
     data, message_id = event.data, message_id_for(event.run_id)
     frames: list[tuple[str, dict[str, Any]]]
     match event.type:

@@ -4,6 +4,8 @@ Stateless per event (the completion id, creation time and model are fixed per ru
 resumed stream renders exactly what the first connection would have. Tool progress goes out as
 named ``hermes.tool.progress`` frames, as upstream sends them and hermes-webui reads them;
 reasoning as ``delta.reasoning_content`` chunks, which OpenAI-style clients understand.
+Subagent events are not rendered: upstream forwards them on the runs stream only, and an
+OpenAI client has no frame for them.
 """
 
 from __future__ import annotations

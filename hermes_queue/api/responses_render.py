@@ -8,7 +8,8 @@ canonical events *from the first one*, and every stream (first connection, or a 
 drops the frames numbered ``<= N``. The same events always give the same numbers, ids and
 objects, so nothing about a response stream is kept in any process. The non-stream object,
 the stored object and the ``response.completed`` envelope come from the same fold, so they
-cannot disagree.
+cannot disagree. Events the Responses API has no item for (reasoning, approvals, subagents)
+are skipped.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.agents.base import ApprovalRequest, CancelToken, TurnCancelled
+from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
 from hermes_queue.events import EventType, message_id_for
 from hermes_queue.runs.repository import RunRepository
 
@@ -188,6 +188,11 @@ class RunEventSink:
                 "result": result,
             },
         )
+
+    async def subagent(self, phase: SubagentPhase, details: dict[str, Any]) -> None:
+        event = EventType.SUBAGENT_START if phase == "start" else EventType.SUBAGENT_COMPLETE
+        await self._ensure_message()
+        await self.emit(event, dict(details))
 
     async def approval(self, request: ApprovalRequest) -> str:
         """Ask for consent, park the turn until an answer, a stop or the timeout (then deny)."""

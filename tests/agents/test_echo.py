@@ -15,6 +15,7 @@ from hermes_queue.agents.base import (
     AgentRequest,
     AgentResult,
     CancelToken,
+    SubagentPhase,
     TurnCancelled,
 )
 from hermes_queue.agents.echo import EchoBackend
@@ -48,6 +49,9 @@ class RecordingSink:
         result: str | None = None,
     ) -> None:
         self.events.append(("tool_completed", name, call_id, duration, error, result))
+
+    async def subagent(self, phase: SubagentPhase, details: dict[str, Any]) -> None:
+        self.events.append(("subagent", phase, details))
 
     @property
     def kinds(self) -> list[str]:

@@ -9,6 +9,8 @@ tests that cannot choose the message text):
 - ``[reasoning]`` → ``reasoning_content`` deltas before the text;
 - ``[toolcall:NAME]`` → after the text, a streamed call of tool NAME (``finish_reason`` tool_calls);
 - ``[terminal:COMMAND]`` → the same, a call of the ``terminal`` tool with ``{"command": COMMAND}``;
+- ``[delegate:GOAL]`` → the same, a call of Hermes' ``delegate_task`` tool with ``{"goal": GOAL}``
+  (the child agent's own request then carries GOAL as its user message, so it simply answers);
 - a conversation whose LAST message is a tool result (an agent's tool loop coming back) →
   ``"Tool said: <the result, first 12 words>"``, with no further tool call;
 - ``[error:STATUS]`` → that HTTP status with an OpenAI error body;
@@ -40,11 +42,12 @@ from aiohttp import web
 _REASONING = re.compile(r"\[reasoning\]")
 _TOOLCALL = re.compile(r"\[toolcall:([A-Za-z0-9_.-]+)\]")
 _TERMINAL = re.compile(r"\[terminal:([^\]]+)\]")
+_DELEGATE = re.compile(r"\[delegate:([^\]]+)\]")
 _ERROR = re.compile(r"\[error:(\d{3})\]")
 _FLAKY = re.compile(r"\[flaky:(\d+)\]")
 _STALL = re.compile(r"\[stall\]")
 _MIDFAIL = re.compile(r"\[midfail\]")
-_MARKERS = (_REASONING, _TOOLCALL, _TERMINAL, _ERROR, _FLAKY, _STALL, _MIDFAIL)
+_MARKERS = (_REASONING, _TOOLCALL, _TERMINAL, _DELEGATE, _ERROR, _FLAKY, _STALL, _MIDFAIL)
 _TOKEN = re.compile(r"\S+\s*")
 
 
@@ -299,6 +302,8 @@ def _tool_call(scan: str, text: str) -> tuple[str, str] | None:
     """The (name, JSON arguments) of the tool call a marker asks for, if any."""
     if command := _TERMINAL.search(scan):
         return "terminal", json.dumps({"command": command.group(1)})
+    if goal := _DELEGATE.search(scan):
+        return "delegate_task", json.dumps({"goal": goal.group(1).strip()})
     if tool := _TOOLCALL.search(scan):
         return tool.group(1), json.dumps({"query": _clean(text)})
     return None

@@ -12,6 +12,11 @@ agent thread parks on its own event after calling our notify callback; the pump 
 ``sink.approval`` (Redis, any API replica answers) and hands the choice back with
 ``resolve_gateway_approval``.
 
+Delegation (Hermes' ``delegate_task``) relays its child agents' progress through the parent's
+``tool_progress_callback``. Only ``subagent.start`` and ``subagent.complete`` go on, as upstream
+forwards them on its runs stream (HERMES_API §3.3): whitelisted fields, free text redacted. The
+child's thinking, streamed text, tool calls and batched progress are dropped, as upstream does.
+
 The first failure of a sink call (a lost lease, Redis gone, a stop while waiting for consent)
 is kept, the agent is interrupted, and the backend re-raises it once the thread has returned.
 """
@@ -24,12 +29,18 @@ from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hermes_queue.agents.base import ApprovalRequest, EventSink
+from hermes_queue.agents.base import ApprovalRequest, EventSink, SubagentPhase
+from hermes_queue.events import SUBAGENT_FIELDS, SUBAGENT_FREE_TEXT
+from hermes_queue.logs import redact
 
 log = logging.getLogger(__name__)
 
 Call = Callable[[], Awaitable[None]]
 _RESULT_LIMIT = 2_000  # characters of a tool result carried in its tool.completed event
+_SUBAGENT_PHASES: dict[str, SubagentPhase] = {
+    "subagent.start": "start",
+    "subagent.complete": "complete",
+}
 
 
 class TurnBridge:
@@ -80,18 +91,38 @@ class TurnBridge:
         **details: Any,
     ) -> None:
         """Hermes' ``tool_progress_callback``: the preview and timing halves of tool events,
-        and a subagent's ``_thinking`` line (two positional arguments).
+        and the start and end of delegated child agents.
 
         Hermes' ``reasoning.available`` is not forwarded: its text is the assistant message's
         content, already streamed as deltas, so clients would show the answer twice, once as
-        "reasoning". Real reasoning arrives through ``reasoning_callback`` as it streams."""
+        "reasoning". Real reasoning arrives through ``reasoning_callback`` as it streams.
+        Neither are ``_thinking`` (a child's first line of content; Hermes relays it to the
+        parent as ``subagent.thinking``), ``subagent.text``, ``subagent.tool`` and the batched
+        ``subagent.progress`` / ``subagent_progress``: upstream's runs stream drops them too,
+        and they would put a child's unredacted text in the parent's events."""
         if event_type == "tool.started" and name:
             self._post(lambda: self._remember_preview(name, preview))
         elif event_type == "tool.completed" and name:
             outcome = (float(details.get("duration") or 0.0), bool(details.get("is_error")))
             self._post(lambda: self._remember_outcome(name, outcome))
-        elif event_type == "_thinking":
-            self.on_reasoning(name)  # the subagent's first line comes in the name position
+        elif (phase := _SUBAGENT_PHASES.get(event_type)) is not None:
+            # Filtered and redacted here, on the agent's thread: the loop only appends.
+            kept = self._subagent_details({**details, "preview": preview})
+            self._post(lambda: self._sink.subagent(phase, kept))
+
+    def _subagent_details(self, details: dict[str, Any]) -> dict[str, Any]:
+        """The whitelisted fields Hermes sent (a new one of its, e.g. ``toolsets``, is dropped
+        until reviewed), as JSON values, with the free text redacted: the provider's key and
+        anything secret-shaped (``logs.redact``), since a goal or a child's summary can quote
+        whatever the conversation held."""
+        kept: dict[str, Any] = {}
+        for name in SUBAGENT_FIELDS:
+            value = details.get(name)
+            if value is None:
+                continue
+            free = name in SUBAGENT_FREE_TEXT
+            kept[name] = _json_value(value, (lambda t: redact(self._scrub(t))) if free else None)
+        return kept
 
     def on_tool_start(self, call_id: str, name: str, args: Any) -> None:
         self._post(lambda: self._tool_started(call_id, name, args))
@@ -178,3 +209,17 @@ class TurnBridge:
         from tools.approval import resolve_gateway_approval
 
         resolve_gateway_approval(self._approval_key, choice, resolve_all=everything)
+
+
+def _json_value(value: Any, redact_text: Callable[[str], str] | None) -> Any:
+    """``value`` as plain JSON (the sink must never fail to encode an event), every string in
+    it passed through ``redact_text`` when given."""
+    if isinstance(value, str):
+        return redact_text(value) if redact_text else value
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, dict):
+        return {str(key): _json_value(item, redact_text) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_json_value(item, redact_text) for item in value]
+    return _json_value(str(value), redact_text)
