@@ -22,6 +22,7 @@ from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
 from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
 from hermes_queue.keys import Keys
+from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
 from hermes_queue.runs.reaping import LeaseReaping
@@ -89,6 +90,13 @@ class RunRepository(LeaseReaping):
         }
         # Approval requests and answers (their own module: runs/approvals.py).
         self.approvals = Approvals(redis, settings, self.keys)
+        # Appends are the hot path of a turn: pipelined on one connection of their own
+        # (connected on first use, so API processes never open it).
+        self._appends = PipelinedConnection(redis, "hermes-queue:appends")
+
+    async def aclose(self) -> None:
+        """Close the append connection (the shared client is its owner's to close)."""
+        await self._appends.aclose()
 
     @property
     def _record_ttl(self) -> int:
@@ -267,8 +275,8 @@ class RunRepository(LeaseReaping):
         ]
         for event_type, data in events:
             args += [event_type, encode_data(data)]
-        result = await self._scripts["append"](
-            keys=[self.keys.run(run_id), self.keys.events(run_id)], args=args
+        result = await self._appends.evalsha(
+            self._scripts["append"], [self.keys.run(run_id), self.keys.events(run_id)], args
         )
         if result is None:
             return None

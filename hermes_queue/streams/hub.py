@@ -26,6 +26,7 @@ from redis.asyncio.connection import AbstractConnection
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
+from hermes_queue.redis_pipeline import dedicated_connection
 from hermes_queue.streams.reader import (
     Page,
     decode_flat,
@@ -217,20 +218,9 @@ class StreamHub:
 
     async def _connect(self) -> AbstractConnection:
         if self._conn is None:
-            pool = self.redis.connection_pool
-            kwargs = dict(pool.connection_kwargs)
-            kwargs.update(
-                decode_responses=False,
-                client_name=self.client_name,
-                # No per-send timeout (redis-py wraps every send in wait_for, a task per XREAD);
-                # reads pass _read_timeout instead.
-                socket_timeout=None,
-                retry_on_timeout=False,
-                retry_on_error=[],
-                retry=None,
-                health_check_interval=0,
-            )
-            self._conn = pool.connection_class(**kwargs)
+            # No per-send timeout (redis-py wraps every send in wait_for, a task per XREAD);
+            # reads pass _read_timeout instead.
+            self._conn = dedicated_connection(self.redis, self.client_name, decode_responses=False)
         if self.reader_client_id is None or not self._conn.is_connected:
             await self._conn.connect()  # type: ignore[no-untyped-call]
             await self._conn.send_command("CLIENT", "ID")

@@ -117,6 +117,7 @@ async def on_shutdown(ctx: dict[str, Any]) -> None:
         if runtime.keeper is not None:
             await asyncio.to_thread(runtime.keeper.stop)
         await runtime.backend.aclose()
+        await runtime.repository.aclose()
         if runtime.store is not None:
             await runtime.store.close()
     for client in ctx.get("hq_redis", []):

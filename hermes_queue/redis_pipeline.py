@@ -1,0 +1,153 @@
+"""One Redis connection that many coroutines pipeline their calls on: the worker's append path.
+
+Written by hand for latency: through redis-py's pool every call pays extra event-loop turns
+before its bytes leave (the pool's ``can_read_destructive`` check is a read under a zero timeout,
+and each send runs in a ``wait_for`` task). In a busy worker each turn waits behind every
+other ready callback, so at ~1,000 events/s those turns were most of the worker → Redis leg of
+event latency (~1–1.5 ms of a ~3.5 ms p50, see docs/performance.md). Here a call writes its
+command at once and awaits a future; one reader task resolves the futures in reply order
+(Redis answers a connection's commands in the order it got them), so calls from many runs
+share a connection without taking turns.
+
+Failure handling stays simple because every caller's command is idempotent on retry (the
+append script dedupes by batch token): a lost connection, or a reply not back within
+``timeout``, fails every call in flight with redis-py's ``ConnectionError``/``TimeoutError``
+and the next call reconnects. An error reply fails only its own call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger(__name__)
+
+
+def dedicated_connection(redis: Redis, client_name: str, **overrides: Any) -> AbstractConnection:
+    """A connection outside ``redis``'s pool, with its settings but no per-send timeout task,
+    no retries and no health checks: its owner times its reads itself."""
+    pool = redis.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    kwargs.update(
+        overrides,
+        client_name=client_name,
+        socket_timeout=None,
+        retry_on_timeout=False,
+        retry_on_error=[],
+        retry=None,
+        health_check_interval=0,
+    )
+    connection: AbstractConnection = pool.connection_class(**kwargs)
+    return connection
+
+
+class PipelinedConnection:
+    """``await call(*args)`` from any number of coroutines; ``aclose()`` when done."""
+
+    def __init__(self, redis: Redis, client_name: str, *, timeout: float = 5.0) -> None:
+        self.redis = redis
+        self.client_name = client_name
+        self.timeout = timeout
+        self._conn: AbstractConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._connecting = asyncio.Lock()
+        self._closing: set[asyncio.Future[None]] = set()  # disconnects under way
+        self.closed = False
+
+    async def call(self, *args: Any) -> Any:
+        """Send one command and return its reply; an error reply raises as redis-py would."""
+        conn = self._conn
+        if conn is None or self._reader is None:
+            conn = await self._connected()
+        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # Queue the future and write the bytes with no await in between, so the futures are in
+        # the order the commands reach the socket whatever other callers do.
+        self._pending.append(reply)
+        try:
+            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+        except Exception as exc:
+            self._fail_all(exc)
+            raise RedisConnectionError(f"send failed: {exc!r}") from exc
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await reply  # a cancelled caller's reply is skipped by the reader
+        except TimeoutError:
+            # The replies on this connection can no longer be matched to their calls.
+            self._fail_all(RedisTimeoutError(f"no reply within {self.timeout}s"))
+            raise RedisTimeoutError(f"no reply within {self.timeout}s") from None
+
+    async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        """Run a registered script; one that Redis no longer has (a restart, ``SCRIPT
+        FLUSH``) runs through redis-py, which loads it (nothing ran on ``NOSCRIPT``)."""
+        try:
+            return await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await script(keys=keys, args=args)
+
+    async def aclose(self) -> None:
+        self.closed = True
+        self._fail_all(RedisConnectionError("connection closed"))
+        if self._closing:
+            await asyncio.wait(self._closing, timeout=self.timeout)
+
+    # -- internals ---------------------------------------------------------------------------
+    async def _connected(self) -> AbstractConnection:
+        async with self._connecting:
+            if self.closed:
+                raise RedisConnectionError("connection closed")
+            if self._conn is None or self._reader is None:
+                conn = dedicated_connection(self.redis, self.client_name)
+                async with asyncio.timeout(self.timeout):
+                    await conn.connect()  # type: ignore[no-untyped-call]
+                self._conn = conn
+                self._reader = asyncio.create_task(self._read(conn), name=self.client_name)
+            return self._conn
+
+    async def _read(self, conn: AbstractConnection) -> None:
+        try:
+            while True:
+                try:
+                    value: Any = await conn.read_response(disconnect_on_error=False)
+                except ResponseError as exc:  # an error reply: that call's alone
+                    value = exc
+                if not self._pending:
+                    raise RedisConnectionError("reply with no call waiting for it")
+                waiter = self._pending.popleft()
+                if waiter.done():  # its caller was cancelled
+                    continue
+                if isinstance(value, Exception):
+                    waiter.set_exception(value)
+                else:
+                    waiter.set_result(value)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s: connection lost: %r", self.client_name, exc)
+            self._fail_all(exc, reading=True)
+
+    def _fail_all(self, exc: BaseException, *, reading: bool = False) -> None:
+        """Drop the connection and fail every call in flight (their replies are lost)."""
+        conn, reader = self._conn, self._reader
+        self._conn = self._reader = None
+        if reader is not None and not reading:
+            reader.cancel()
+        if conn is not None:
+            self._closing.add(asyncio.ensure_future(conn.disconnect(nowait=True)))
+            for task in list(self._closing):
+                if task.done():
+                    self._closing.discard(task)
+        error = exc if isinstance(exc, RedisConnectionError | RedisTimeoutError) else None
+        while self._pending:
+            waiter = self._pending.popleft()
+            if not waiter.done():
+                waiter.set_exception(error or RedisConnectionError(f"connection lost: {exc!r}"))
