@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import psutil
@@ -52,6 +52,16 @@ def summary_ms(values_s: Sequence[float]) -> dict[str, float]:
             for name, q in (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))
         },
     }
+
+
+async def wait_until(predicate: Callable[[], bool], limit_s: float, step: float = 0.1) -> bool:
+    """Poll ``predicate`` every ``step`` s until it holds (True) or ``limit_s`` passed (False)."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(step)
+    return True
 
 
 def raise_nofile(wanted: int) -> int:
@@ -160,13 +170,12 @@ class Deployment:
         return started
 
     def wake_listeners(self) -> int:
-        return int(
-            dict(self.redis.pubsub_numsub(self.keys.wake_channel))[self.keys.wake_channel.encode()]
-        )
+        counts = cast(list[tuple[bytes, int]], self.redis.pubsub_numsub(self.keys.wake_channel))
+        return int(dict(counts)[self.keys.wake_channel.encode()])
 
     def _check_alive(self, proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is not None:
-            raise RuntimeError(f"process {proc.args} exited; logs in {self.logdir}")
+            raise RuntimeError(f"process {proc.args!r} exited; logs in {self.logdir}")
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -183,8 +192,11 @@ class Deployment:
             self.redis_server.stop()
 
     # -- Redis-side figures ------------------------------------------------------------------
+    def info(self, section: str) -> dict[str, Any]:
+        return cast(dict[str, Any], self.redis.info(section))
+
     def total_commands(self) -> int:
-        return int(self.redis.info("stats")["total_commands_processed"])
+        return int(self.info("stats")["total_commands_processed"])
 
     def redis_connections_of(self, pid: int) -> int:
         """TCP connections from process ``pid`` to this deployment's Redis port."""
@@ -192,8 +204,12 @@ class Deployment:
         conns = psutil.Process(pid).net_connections(kind="tcp")
         return sum(1 for c in conns if c.raddr and c.raddr.port == port)
 
+    def redis_used_memory_mib(self) -> float:
+        """Redis's ``used_memory`` (its allocator's view of the whole dataset), MiB."""
+        return round(int(self.info("memory")["used_memory"]) / 2**20, 2)
+
     def redis_version(self) -> str:
-        return str(self.redis.info("server")["redis_version"])
+        return str(self.info("server")["redis_version"])
 
     def __enter__(self) -> Deployment:
         return self
@@ -252,39 +268,108 @@ async def read_events(
     return events, closed
 
 
-_PINGER = """
+_PROBER = """
 import json, sys, threading, time, urllib.request
-url, until = sys.argv[1], time.monotonic() + float(sys.argv[2])
+spec = json.loads(sys.argv[1])
+until = time.monotonic() + spec["max_seconds"]
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 done = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
-out = []
-while not done.is_set() and time.monotonic() < until:
-    t = time.monotonic()
-    try:
-        urllib.request.urlopen(url, timeout=10).read()
-        out.append(time.monotonic() - t)
-    except Exception:
-        out.append(10.0)
-    done.wait(0.1)
+out = {name: {"ok": [], "errors": 0, "samples": []} for name in spec["urls"]}
+
+def poll(name, url):
+    record = out[name]
+    while not done.is_set() and time.monotonic() < until:
+        t = time.monotonic()
+        try:
+            request = urllib.request.Request(url, headers=spec["headers"])
+            with opener.open(request, timeout=spec["timeout"]) as response:
+                response.read()
+            record["ok"].append(time.monotonic() - t)
+        except Exception as exc:
+            record["errors"] += 1
+            if len(record["samples"]) < 3:
+                record["samples"].append(repr(exc)[:200])
+        done.wait(spec["interval"])
+
+threads = [threading.Thread(target=poll, args=item) for item in spec["urls"].items()]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
 print(json.dumps(out))
 """
 
 
-class HealthPinger:
-    """``GET /health`` every 100 ms from a separate process, so the benchmark client's own busy
-    event loop does not inflate the figure. ``await stop()`` returns the latencies (s); a failed
-    request counts as 10 s."""
+@dataclass
+class ProbeResult:
+    """One probed URL: latencies (s) of the requests that answered 2xx, and the failures."""
 
-    def __init__(self, base: str, max_seconds: float = 600.0) -> None:
+    latencies: list[float]
+    errors: int
+    error_samples: list[str]
+
+    def summary(self, limit_s: float = 0.1) -> dict[str, Any]:
+        """``summary_ms`` plus failures and how many requests missed ``limit_s`` (failed ones
+        count as missed)."""
+        over = sum(1 for v in self.latencies if v > limit_s) + self.errors
+        return {
+            **summary_ms(self.latencies),
+            "errors": self.errors,
+            f"over_{round(limit_s * 1000)}ms": over,
+            "error_samples": self.error_samples,
+        }
+
+
+class Prober:
+    """Polls each of ``urls`` (name -> URL) from a separate process, one thread per URL: a
+    request, then ``interval`` s of rest, again. Every request opens a new connection (urllib),
+    as a new client would, and the benchmark client's own busy event loop does not inflate the
+    figures. ``await stop()`` returns a :class:`ProbeResult` per name."""
+
+    def __init__(
+        self,
+        urls: dict[str, str],
+        *,
+        interval: float = 0.1,
+        timeout: float = 10.0,
+        max_seconds: float = 600.0,
+        auth: bool = True,
+    ) -> None:
+        spec = {
+            "urls": urls,
+            "headers": {"Authorization": f"Bearer {API_KEY}"} if auth else {},
+            "interval": interval,
+            "timeout": timeout,
+            "max_seconds": max_seconds,
+        }
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _PINGER, base + "/health", str(max_seconds)],
+            [sys.executable, "-c", _PROBER, json.dumps(spec)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
 
-    async def stop(self) -> list[float]:
-        out, _ = await asyncio.to_thread(self.proc.communicate, b"", 30)
-        return [float(v) for v in json.loads(out or b"[]")]
+    async def stop(self) -> dict[str, ProbeResult]:
+        try:
+            out, _ = await asyncio.to_thread(self.proc.communicate, b"", 30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        raw = json.loads(out or b"{}")
+        return {
+            name: ProbeResult([float(v) for v in r["ok"]], int(r["errors"]), r["samples"])
+            for name, r in raw.items()
+        }
+
+
+def rss_mib(proc: psutil.Process) -> float:
+    return round(float(proc.memory_info().rss) / 2**20, 1)
+
+
+def cpu_s(proc: psutil.Process) -> float:
+    """User + system CPU seconds of a process so far."""
+    times = proc.cpu_times()
+    return float(times.user + times.system)
 
 
 def machine_facts() -> dict[str, Any]:

@@ -1,15 +1,39 @@
-"""SSE fan-out: N concurrent SSE clients on one API process.
+"""SSE fan-out: N concurrent SSE clients on one API process, against raw aiohttp SSE.
 
-Per level (a fresh Redis, API and namespace each, so memory figures do not inherit a previous
-level's heap): ``--runs`` runs are enqueued while no worker is up, so they stay queued; N
-clients (spread evenly over the runs) open ``GET /v1/runs/{id}/events`` and sit idle. Then:
-the API process's RSS and its TCP connections to Redis are sampled (idle figures, against a
-baseline taken after one warm-up run with no client connected). Then a worker starts and the
-runs stream (``--words`` + 1 deltas at ``--delay`` s per token); every client must receive
-every delta and ``run.completed`` exactly once, then ``: stream closed``. Meanwhile ``/health``
-is polled every 100 ms from a separate process and the API's Redis connections are sampled.
+Per level and round, two servers get the same client load, hermes-queue first, then the
+reference (each on a fresh process; hermes-queue also on a fresh Redis and namespace, so memory
+figures do not inherit a previous level's heap):
 
-    python bench/sse_fanout.py [--quick] [--clients 1000,5000]
+- **hermes-queue.** ``--runs`` runs are enqueued while no worker is up, so they stay queued; N
+  clients (spread evenly over the runs) open ``GET /v1/runs/{id}/events`` and sit idle. The API
+  process's RSS and its TCP connections to Redis are sampled (idle figures, against a baseline
+  taken after one warm-up run with no client connected). Then a worker starts and the runs
+  stream (``--words`` + 1 deltas at ``--delay`` s per token, then ``run.completed``).
+- **raw aiohttp SSE** (``sse_raw.py``, its own process, no Redis): the same N clients spread
+  over the same number of runs, the same frames (the warm-up run's payloads: same sizes, same
+  ``id:``/``data:`` framing, same count), the same pacing, played by one in-process ticker that
+  fans each frame out to every subscriber of its run.
+
+Every client must receive every frame exactly once, in order (``id:`` strictly increasing),
+ending with the terminal frame and ``: stream closed``; clients count frames without decoding
+JSON (``sse_count.py``), identically for both servers. Meanwhile ``/health`` is polled every
+100 ms from a separate process, and for hermes-queue the API's Redis connections are sampled.
+
+**Throughput** = data frames delivered to all clients ÷ the delivery window, the window running
+from the first frame any client receives to the last client's ``: stream closed`` (client clock),
+at a fixed client count, every client reading every frame. The producers are not the bottleneck:
+both servers are offered the same load, ``runs`` runs of ``words + 2`` frames paced at
+``delay`` s per delta, i.e. ``runs / delay`` events/s in and ``N / delay`` frames/s out. A
+server that keeps up finishes in the nominal ``words × delay`` s and its throughput is the
+offered ``N × (words + 2) / (words × delay)`` (the table's "offered f/s"); one that cannot keep
+up falls behind, its window grows and its throughput is what it can deliver. So the ratio
+ours/raw says something only when at least the raw server is near saturation (5,000 clients at
+the defaults: 50,000 frames/s offered); when both keep up it is ~1 and CPU per frame is what
+separates them. Server CPU = the serving process only (API vs reference, psutil) over the
+stream phase; hermes-queue's worker and Redis CPU are reported next to it. Everything shares the
+machine, clients included, so the raw server (no worker, no Redis) has more of the two cores.
+
+    python bench/sse_fanout.py [--quick] [--clients 1000,5000] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -17,20 +41,106 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import harness
+import psutil
+from sse_count import SseTally, tally_sse
+from sse_raw import RawSseServer
+
+from hermes_queue.redis_server import free_port
 
 
-async def one_level(clients: int, runs: int, words: int, delay: float) -> dict[str, Any]:
+class Clients:
+    """N SSE clients, one task each, counting what they receive."""
+
+    def __init__(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
+        self.connected = 0
+        self.errors: list[str] = []
+        self.started = time.monotonic()
+        self.tasks = [asyncio.create_task(self._follow(session, url)) for url in urls]
+
+    def _opened(self) -> None:
+        self.connected += 1
+
+    async def _follow(self, session: aiohttp.ClientSession, url: str) -> SseTally:
+        try:
+            return await tally_sse(session, url, self._opened)
+        except Exception as exc:
+            self.errors.append(repr(exc)[:200])
+            return SseTally()
+
+    async def wait_connected(self, limit_s: float = 120.0) -> float:
+        deadline = time.monotonic() + limit_s
+        while self.connected + len(self.errors) < len(self.tasks):
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        return time.monotonic() - self.started
+
+    async def finish(
+        self, limit_s: float, sample: Callable[[], object] | None = None
+    ) -> list[SseTally]:
+        gather = asyncio.gather(*self.tasks)
+        deadline = time.monotonic() + limit_s
+        while not gather.done() and time.monotonic() < deadline:
+            if sample is not None:
+                sample()
+            await asyncio.sleep(0.1)
+        if not gather.done():
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            self.errors.append(f"not finished within {limit_s:g} s")
+            return [
+                t.result() if t.done() and not t.cancelled() else SseTally() for t in self.tasks
+            ]
+        return list(await gather)
+
+
+def delivery(
+    tallies: list[SseTally], frames: int, deltas: int, cpu_s: float, ended: float
+) -> dict[str, Any]:
+    """Throughput over the delivery window (see the module docstring) and completeness."""
+    firsts = [t.first_at for t in tallies if t.first_at is not None]
+    lasts = [t.closed_at if t.closed_at is not None else ended for t in tallies if t.first_at]
+    window = max(lasts) - min(firsts) if firsts else float("nan")
+    delivered = sum(t.frames for t in tallies)
+    return {
+        "clients_complete": sum(t.complete(frames, deltas) for t in tallies),
+        "clients_closed_ok": sum(t.closed for t in tallies),
+        "out_of_order": sum(not t.in_order for t in tallies),
+        "frames_delivered": delivered,
+        "window_s": round(window, 3),
+        "frames_per_s": round(delivered / window, 1) if firsts else 0.0,
+        "server_cpu_s": round(cpu_s, 3),
+        "server_cpu_ms_per_1k_frames": round(cpu_s * 1e6 / max(delivered, 1), 2),
+    }
+
+
+def parse_frames(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
+
+
+async def hermes_level(
+    clients: int, runs: int, words: int, delay: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """hermes-queue's figures, and the warm-up run's payloads (the reference's frames)."""
     with harness.Deployment("fanout", {"worker_concurrency": max(runs, 16)}) as dep:
         base = await dep.start_api()
         api = dep.api_procs[0]
+        text = harness.words(words)
         async with harness.client_session(limit=clients + 64) as session:
-            # Warm-up (pool connections, script load, hub reader) with a temporary worker.
+            # Warm-up (pool connections, script load, hub reader) with a temporary worker; the
+            # same input as the measured runs, so its frames are the reference's template.
             [warm] = await dep.start_workers(1)
-            await harness.read_events(session, base, await harness.post_run(session, base, "hi"))
+            warm_id = await harness.post_run(session, base, text)
+            async with session.get(f"{base}/v1/runs/{warm_id}/events") as response:
+                template = parse_frames(await response.read())
             warm.terminate()
             warm.wait(30)
             dep.procs.remove(warm)
@@ -38,72 +148,40 @@ async def one_level(clients: int, runs: int, words: int, delay: float) -> dict[s
             base_rss = api.memory_info().rss
             base_conns = dep.redis_connections_of(api.pid)
 
-            text = harness.words(words)
             run_ids = [await harness.post_run(session, base, text) for _ in range(runs)]
-            received: list[list[dict[str, Any]]] = [[] for _ in range(clients)]
-            connected = 0
-            closed_ok = 0
-            errors: list[str] = []
-
-            async def follow(index: int) -> None:
-                nonlocal connected, closed_ok
-                url = f"{base}/v1/runs/{run_ids[index % runs]}/events"
-                try:
-                    async with session.get(url) as response:
-                        connected += 1
-                        async for raw in response.content:
-                            if raw.startswith(b"data: "):
-                                received[index].append(json.loads(raw[6:]))
-                            elif raw.rstrip() == b": stream closed":
-                                closed_ok += 1
-                                return
-                except Exception as exc:
-                    errors.append(repr(exc)[:200])
-
-            started = time.monotonic()
-            tasks = [asyncio.create_task(follow(i)) for i in range(clients)]
-            for _ in range(1200):  # at most 120 s to connect everyone
-                if connected + len(errors) >= clients:
-                    break
-                await asyncio.sleep(0.1)
-            connect_s = time.monotonic() - started
+            urls = [f"{base}/v1/runs/{run_ids[i % runs]}/events" for i in range(clients)]
+            followers = Clients(session, urls)
+            connect_s = await followers.wait_connected()
             await asyncio.sleep(2.0)  # let handlers settle into their idle wait
             idle_rss = api.memory_info().rss
             idle_conns = dep.redis_connections_of(api.pid)
             idle_cpu = api.cpu_percent(interval=2.0)
 
             stream_conns = [idle_conns]
-            pinger = harness.HealthPinger(base)
+            prober = harness.Prober({"health": base + "/health"})
             t0 = time.monotonic()
-            await dep.start_workers(1, echo_token_delay=delay)
-            gather = asyncio.gather(*tasks)
-            for _ in range(3000):  # at most ~300 s
-                if gather.done():
-                    break
-                stream_conns.append(dep.redis_connections_of(api.pid))
-                await asyncio.sleep(0.1)
-            await asyncio.wait_for(gather, 30)
-            health = await pinger.stop()
-            stream_s = time.monotonic() - t0
+            redis_proc = [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else []
+            before = [harness.cpu_s(p) for p in [api, *redis_proc]]
+            [worker] = await dep.start_workers(1, echo_token_delay=delay)
+            tallies = await followers.finish(
+                300.0, lambda: stream_conns.append(dep.redis_connections_of(api.pid))
+            )
+            ended = time.monotonic()
+            after = [harness.cpu_s(p) for p in [api, *redis_proc]]
+            worker_cpu = harness.cpu_s(psutil.Process(worker.pid))
+            health = (await prober.stop())["health"]
             peak_rss = api.memory_info().rss
 
-    expected = words + 2  # deltas ("Echo:" + words) and run.completed
-    complete = sum(
-        1
-        for events in received
-        if len(events) == expected
-        and sum(e.get("event") == "message.delta" for e in events) == words + 1
-        and events[-1].get("event") == "run.completed"
-    )
-    return {
+    result = {
         "clients": clients,
         "runs": runs,
-        "connected": connected,
+        "connected": followers.connected,
         "connect_s": round(connect_s, 2),
-        "errors": len(errors),
-        "error_samples": errors[:3],
-        "clients_complete": complete,
-        "clients_closed_ok": closed_ok,
+        "errors": len(followers.errors),
+        "error_samples": followers.errors[:3],
+        **delivery(tallies, len(template), words + 1, after[0] - before[0], ended),
+        "worker_cpu_s": round(worker_cpu, 3),  # the worker started with the phase
+        "redis_cpu_s": round(after[1] - before[1], 3) if redis_proc else None,
         "api_redis_conns": {
             "baseline": base_conns,
             "idle": idle_conns,
@@ -116,8 +194,57 @@ async def one_level(clients: int, runs: int, words: int, delay: float) -> dict[s
         },
         "rss_kib_per_idle_client": round((idle_rss - base_rss) / 1024 / clients, 1),
         "api_cpu_percent_idle": idle_cpu,
-        "stream_phase_s": round(stream_s, 2),
-        "health_ms": harness.summary_ms(health),
+        "stream_phase_s": round(ended - t0, 2),  # includes the worker's start-up
+        "health_ms": health.summary(),
+    }
+    return result, template
+
+
+async def raw_level(
+    clients: int, runs: int, words: int, delay: float, frames: list[dict[str, Any]]
+) -> dict[str, Any]:
+    with RawSseServer(runs, delay, frames) as server:
+        base = await server.start(free_port())
+        assert server.proc is not None
+        proc = server.proc
+        async with harness.client_session(limit=clients + 64) as session:
+            await asyncio.sleep(1.0)
+            base_rss = proc.memory_info().rss
+            urls = [f"{base}/runs/{i % runs}/events" for i in range(clients)]
+            followers = Clients(session, urls)
+            connect_s = await followers.wait_connected()
+            await asyncio.sleep(2.0)
+            idle_rss = proc.memory_info().rss
+            prober = harness.Prober({"health": base + "/health"}, auth=False)
+            t0 = time.monotonic()
+            before = harness.cpu_s(proc)
+            await server.trigger()
+            tallies = await followers.finish(300.0)
+            ended = time.monotonic()
+            cpu = harness.cpu_s(proc) - before
+            health = (await prober.stop())["health"]
+    return {
+        "clients": clients,
+        "runs": runs,
+        "connected": followers.connected,
+        "connect_s": round(connect_s, 2),
+        "errors": len(followers.errors),
+        "error_samples": followers.errors[:3],
+        **delivery(tallies, len(frames), words + 1, cpu, ended),
+        "rss_mib": {"baseline": round(base_rss / 2**20, 1), "idle": round(idle_rss / 2**20, 1)},
+        "rss_kib_per_idle_client": round((idle_rss - base_rss) / 1024 / clients, 1),
+        "stream_phase_s": round(ended - t0, 2),
+        "health_ms": health.summary(),
+    }
+
+
+def comparison(ours: dict[str, Any], raw: dict[str, Any]) -> dict[str, float]:
+    return {
+        "frames_per_s": round(ours["frames_per_s"] / max(raw["frames_per_s"], 1e-9), 3),
+        "cpu_per_frame": round(
+            ours["server_cpu_ms_per_1k_frames"] / max(raw["server_cpu_ms_per_1k_frames"], 1e-9),
+            2,
+        ),
     }
 
 
@@ -128,44 +255,128 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--words", type=int, default=40)
     parser.add_argument("--delay", type=float, default=0.1)
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     levels = [int(c) for c in args.clients.split(",")]
     if args.quick:
-        levels = [1000]
+        levels, args.rounds = [1000], 1
     harness.raise_nofile(max(levels) * 2 + 1024)
     results = []
     for clients in levels:
-        r = await one_level(clients, args.runs, args.words, args.delay)
-        results.append(r)
-        print(f"{clients} clients: {r}", flush=True)
+        for index in range(args.rounds):
+            ours, frames = await hermes_level(clients, args.runs, args.words, args.delay)
+            raw = await raw_level(clients, args.runs, args.words, args.delay, frames)
+            ratio = comparison(ours, raw)
+            results.append(
+                {
+                    "clients": clients,
+                    "round": index + 1,
+                    **ours,
+                    "raw": raw,
+                    "ratio_ours_over_raw": ratio,
+                }
+            )
+            print(
+                f"{clients} clients round {index + 1}: ours {ours['frames_per_s']} frames/s "
+                f"({ours['clients_complete']} complete), raw {raw['frames_per_s']} frames/s "
+                f"({raw['clients_complete']} complete), ratio {ratio['frames_per_s']}",
+                flush=True,
+            )
+    # What a server that keeps up reaches: every client's frames within the nominal window.
+    nominal_s = args.words * args.delay
+    offered = {c: round(c * (args.words + 2) / nominal_s, 1) for c in levels}
     harness.print_table(
         f"SSE fan-out, one API process, {args.runs} runs × {args.words + 1} deltas "
         f"at {args.delay * 1000:g} ms/token",
         [
             "clients",
+            "round",
             "complete",
             "errors",
             "redis conns base/idle/max",
             "RSS base/idle MiB",
             "KiB/idle client",
-            "health p99 ms",
+            "health p50/p99/max ms",
             "connect s",
         ],
         [
             [
                 r["clients"],
+                r["round"],
                 r["clients_complete"],
                 r["errors"],
                 "/".join(str(v) for v in r["api_redis_conns"].values()),
                 f"{r['api_rss_mib']['baseline']}/{r['api_rss_mib']['idle']}",
                 r["rss_kib_per_idle_client"],
-                r["health_ms"]["p99"],
+                "/".join(str(r["health_ms"][q]) for q in ("p50", "p99", "max")),
                 r["connect_s"],
             ]
             for r in results
         ],
     )
-    harness.emit_json("sse_fanout", {"levels": results, "machine": harness.machine_facts()})
+    rows = []
+    for r in results:
+        for name, s in (("hermes-queue", r), ("raw aiohttp", r["raw"])):
+            rows.append(
+                [
+                    r["clients"],
+                    r["round"],
+                    name,
+                    s["clients_complete"],
+                    offered[r["clients"]],
+                    s["frames_per_s"],
+                    f"{s['window_s']} ({nominal_s:g})",
+                    s["server_cpu_s"],
+                    s["server_cpu_ms_per_1k_frames"],
+                    s["rss_kib_per_idle_client"],
+                    "/".join(str(s["health_ms"][q]) for q in ("p50", "p99", "max")),
+                    r["ratio_ours_over_raw"]["frames_per_s"] if name == "raw aiohttp" else "",
+                ]
+            )
+    harness.print_table(
+        "against raw aiohttp SSE, same run (throughput = frames delivered ÷ first frame → last "
+        "close; target ours/raw ≥ 0.5)",
+        [
+            "clients",
+            "round",
+            "server",
+            "complete",
+            "offered f/s",
+            "frames/s",
+            "window s (nominal)",
+            "server CPU s",
+            "CPU ms/1k frames",
+            "KiB/idle client",
+            "health p50/p99/max ms",
+            "ours/raw",
+        ],
+        rows,
+    )
+    summary = [
+        {
+            "clients": c,
+            "rounds": len(rs),
+            "ratio_frames_per_s_median": statistics.median(
+                r["ratio_ours_over_raw"]["frames_per_s"] for r in rs
+            ),
+            "ratio_cpu_per_frame_median": statistics.median(
+                r["ratio_ours_over_raw"]["cpu_per_frame"] for r in rs
+            ),
+        }
+        for c in levels
+        if (rs := [r for r in results if r["clients"] == c])
+    ]
+    harness.emit_json(
+        "sse_fanout",
+        {
+            "runs": args.runs,
+            "words": args.words,
+            "delay": args.delay,
+            "levels": results,
+            "summary": summary,
+            "machine": harness.machine_facts(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,15 @@ unclean close, or a stream missing a delta or ``run.completed``), Redis commands
 token (INFO ``total_commands_processed`` delta / deltas received), and server CPU per run (API +
 workers, from psutil). The echo input has 20 words, so each reply is 21 deltas.
 
+Responsiveness probe (``--probe-health``): while a level runs, a separate process polls
+``GET /health`` and, on a thread of its own, a *new* request through the whole middleware stack
+and a Redis read, ``GET /v1/runs/{id}`` of a finished run (with the bearer key); each request
+on a new connection, then 100 ms of rest. Reported per level: count, p50/p99/max latency,
+failures and requests over 100 ms (TARGETS: 512 streaming clients at 10 ms/token, the API
+answers ``/health`` and new requests within 100 ms). By default (``auto``) only levels of 512
+clients or more are probed: the probe's ~20 requests/s are noise there (~2 % of the API's
+requests) but would nudge the small levels' runs/s; ``all`` probes every level, ``none`` none.
+
     python bench/throughput.py [--quick] [--workers 1] [--rounds 3] [--delays 0,0.01]
 """
 
@@ -23,6 +32,8 @@ import psutil
 
 INPUT_WORDS = 20
 EXPECTED_DELTAS = INPUT_WORDS + 1
+PROBE_AUTO_MIN = 512  # --probe-health auto: probe levels of at least this many clients
+PROBE_COLUMNS = ("n", "p50", "p99", "max", "errors", "over_100ms")
 
 
 def runs_for(concurrency: int, delay: float, quick: bool) -> int:
@@ -94,6 +105,21 @@ async def level(base: str, concurrency: int, runs: int, limit_s: float) -> dict[
     }
 
 
+def merge(a: harness.ProbeResult, b: harness.ProbeResult) -> harness.ProbeResult:
+    return harness.ProbeResult(
+        a.latencies + b.latencies, a.errors + b.errors, (a.error_samples + b.error_samples)[:3]
+    )
+
+
+def probe_note(r: dict[str, Any]) -> str:
+    if "probe" not in r:
+        return ""
+    return "".join(
+        f", {name} p99 {s['p99']} ms max {s['max']} ms ({s['n']} ok, {s['errors']} failed)"
+        for name, s in r["probe"].items()
+    )
+
+
 def cpu_seconds(roles: dict[str, list[psutil.Process]]) -> dict[str, float]:
     out = {}
     for role, procs in roles.items():
@@ -110,6 +136,12 @@ async def main() -> None:
     parser.add_argument("--delays", default="0,0.01")
     parser.add_argument("--levels", default="")
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument(
+        "--probe-health",
+        choices=("auto", "all", "none"),
+        default="auto",
+        help="probe /health and GET /v1/runs/{id} every 100 ms: auto = levels of >= 512 clients",
+    )
     args = parser.parse_args()
     levels = [1, 8, 32] if args.quick else [1, 8, 32, 128, 512]
     if args.levels:
@@ -117,6 +149,12 @@ async def main() -> None:
     rounds = 1 if args.quick else args.rounds
     harness.raise_nofile(max(levels) * 2 + 1024)
     results: list[dict[str, Any]] = []
+    probed: dict[tuple[float, int], dict[str, harness.ProbeResult]] = {}
+
+    def probe_level(concurrency: int) -> bool:
+        return args.probe_health == "all" or (
+            args.probe_health == "auto" and concurrency >= PROBE_AUTO_MIN
+        )
 
     with harness.Deployment("throughput") as dep:
         base = await dep.start_api()
@@ -134,13 +172,24 @@ async def main() -> None:
                 "client": [psutil.Process()],
             }
             await level(base, 4, 20, args.timeout)  # warm-up
+            async with harness.client_session() as session:
+                finished_run = await harness.post_run(session, base, "probe target")
+                await harness.read_events(session, base, finished_run)
+            probe_urls = {"health": base + "/health", "get_run": f"{base}/v1/runs/{finished_run}"}
             for concurrency in levels:
                 runs = runs_for(concurrency, delay, args.quick)
                 for index in range(rounds):
+                    prober = harness.Prober(probe_urls) if probe_level(concurrency) else None
                     commands, cpu = dep.total_commands(), cpu_seconds(roles)
                     r = await level(base, concurrency, runs, args.timeout)
                     commands = dep.total_commands() - commands - 1
                     after = cpu_seconds(roles)
+                    if prober is not None:
+                        probes = await prober.stop()
+                        r["probe"] = {name: p.summary() for name, p in probes.items()}
+                        pooled = probed.setdefault((delay, concurrency), {})
+                        for name, p in probes.items():
+                            pooled[name] = merge(pooled[name], p) if name in pooled else p
                     per_run = {
                         k: round((after[k] - cpu[k]) * 1000 / max(r["ok"], 1), 2) for k in cpu
                     }
@@ -156,7 +205,7 @@ async def main() -> None:
                     print(
                         f"delay={delay} c={concurrency} round={index + 1}: "
                         f"{r['runs_per_s']} runs/s, ttft p50 {r['ttft_ms']['p50']} ms, "
-                        f"failures {r['failures']}",
+                        f"failures {r['failures']}{probe_note(r)}",
                         flush=True,
                     )
             for worker in workers:
@@ -174,7 +223,7 @@ async def main() -> None:
     for (delay, concurrency), rs in keyed.items():
 
         def med(get: Any, rs: list[dict[str, Any]] = rs) -> float:
-            return round(statistics.median(get(r) for r in rs), 2)
+            return round(float(statistics.median(get(r) for r in rs)), 2)
 
         row = {
             "delay": delay,
@@ -194,13 +243,27 @@ async def main() -> None:
         }
         summary.append(row)
         rows.append(list(row.values()))
+        if (delay, concurrency) in probed:
+            row["probe"] = {k: p.summary() for k, p in probed[(delay, concurrency)].items()}
     harness.print_table(
         f"throughput, {args.workers} worker(s) × {args.worker_concurrency} slots, "
         f"{INPUT_WORDS + 1} tokens per run (medians over rounds)",
-        list(summary[0].keys()),
+        [k for k in summary[0] if k != "probe"],
         rows,
     )
     print("  * Redis total_commands_processed per token, including commands inside Lua scripts")
+    if probed:
+        harness.print_table(
+            "API responsiveness while the level runs (separate process, new connection per "
+            "request, 100 ms apart; all rounds pooled; target ≤ 100 ms)",
+            ["delay", "clients", "request", "n", "p50 ms", "p99 ms", "max ms", "failed", ">100ms"],
+            [
+                [delay, concurrency, name, *(s[q] for q in PROBE_COLUMNS)]
+                for (delay, concurrency), pooled in probed.items()
+                for name, p in pooled.items()
+                if (s := p.summary())
+            ],
+        )
     harness.emit_json(
         "throughput",
         {
