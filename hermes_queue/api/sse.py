@@ -2,8 +2,11 @@
 
 The framing is written here rather than with aiohttp-sse because clients of upstream Hermes
 parse its exact bytes: ``\\n`` line ends, ``: keepalive`` and ``: stream closed`` comments, and
-frames with or without an ``event:`` line. Every frame carries ``id:`` = the Redis Stream entry
-id, which is what ``Last-Event-ID`` resumes from.
+frames with or without an ``event:`` line. The ``id:`` is the Redis Stream entry id, which is
+what ``Last-Event-ID`` resumes from. An event that renders as several frames (a completion is
+``assistant.completed``, ``run.completed`` and ``done``) carries it on its last frame only: a
+client cut off inside the group still holds the previous event's id, so it gets the whole event
+again rather than losing its tail (an SSE client keeps the last id it saw).
 
 Per event the pump does as little as it can: it takes every event the subscription already
 holds and sends their frames in one write (frames are never split across writes), an event's
@@ -144,8 +147,14 @@ def event_bytes(event: RunEvent, render: Renderer) -> bytes:
     hit = _RENDERED.get(key)
     if hit is not None and hit[0] is event:
         return hit[1]
-    frames = render(event)
-    data = b"".join([encode_frame(name, payload, event.id) for name, payload in frames])
+    frames = list(render(event))
+    last = len(frames) - 1
+    data = b"".join(
+        [
+            encode_frame(name, payload, event.id if index == last else "")
+            for index, (name, payload) in enumerate(frames)
+        ]
+    )
     if event.id:  # synthesised events (stream.gap) are per client: not worth keeping
         _RENDERED[key] = (event, data)
         if len(_RENDERED) > _RENDERED_MAX:

@@ -78,7 +78,9 @@ async def test_stream_event_order_and_fields(session_api: TestClient, session_wo
     for payload in payloads:
         assert payload["session_id"] == sid and payload["run_id"] == run_id
         assert isinstance(payload["seq"], int) and isinstance(payload["ts"], float)
-    assert all(f.id for f in frames)
+    # One id per event, on its last frame: the completion's three frames share the last one.
+    assert all(f.id for f in frames[:-3]) and len({f.id for f in frames[:-3]}) == len(frames) - 3
+    assert [bool(f.id) for f in frames[-3:]] == [False, False, True]
     assert payloads[0]["user_message"] == {
         "role": "user",
         "content": "look [think] [tool:search] it up",
@@ -94,6 +96,24 @@ async def test_stream_event_order_and_fields(session_api: TestClient, session_wo
     assert text == payloads[-3]["content"] == "Echo: look it up"
     transcript = payloads[-2]["messages"]
     assert [m["role"] for m in transcript] == ["assistant", "tool", "assistant"]
+
+
+async def test_a_client_cut_off_inside_the_completion_gets_all_of_it_again(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    sid = await new_session(session_api)
+    response, frames = await stream_turn(session_api, sid, message="finish me")
+    run_id = response.headers["X-Hermes-Run-Id"]
+    # Cut after ``assistant.completed``: the last id this client saw is the event before it.
+    last_seen = next(f.id for f in reversed(frames[:-2]) if f.id)
+    again = await session_api.get(
+        f"/api/sessions/{sid}/chat/stream",
+        params={"run_id": run_id},
+        headers={"Last-Event-ID": last_seen},
+    )
+    tail = await frames_of(again)
+    assert [f.event for f in tail] == ["assistant.completed", "run.completed", "done"]
+    assert [f.data for f in tail] == [f.data for f in frames[-3:]]
 
 
 async def test_failed_turn_streams_error_then_done(
