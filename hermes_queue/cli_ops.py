@@ -166,13 +166,20 @@ def render_status(
         f" · {workers['free_slots']} free · desired {workers['desired']}",
         style="italic",
     )
-    fleet = _table("worker", "slots>", "busy>", "last beat>")
+    fleet = _table("worker", "slots>", "busy>", "last beat>", "metrics port>")
     for w in workers["data"][:MAX_WORKER_ROWS]:
-        fleet.add_row(w["id"], str(w["slots"]), str(w["busy"]), _age(w["seen_seconds_ago"]))
+        fleet.add_row(
+            w["id"],
+            str(w["slots"]),
+            str(w["busy"]),
+            _age(w["seen_seconds_ago"]),
+            str(w.get("metrics_port") or "-"),
+        )
     if workers["count"] > MAX_WORKER_ROWS:
-        fleet.add_row(f"… {workers['count'] - MAX_WORKER_ROWS} more", "", "", "")
+        fleet.add_row(f"… {workers['count'] - MAX_WORKER_ROWS} more", "", "", "", "")
     if not workers["count"]:
-        fleet.add_row(Text("no live worker: nothing is being run", style="bold red"), "", "", "")
+        no_worker = Text("no live worker: nothing is being run", style="bold red")
+        fleet.add_row(no_worker, "", "", "", "")
 
     window = tp["window_seconds"]
     throughput = _table("minute", *(f"{f}>" for f in STATS_FIELDS), title="Throughput per minute")

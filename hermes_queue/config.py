@@ -107,9 +107,11 @@ class Settings:
     log_level: str = "INFO"
     # "text" (one human line) or "json" (one object per line, for log shippers).
     log_format: str = "text"
-    # Operations. Workers serve Prometheus metrics on metrics_host:metrics_port (0: off); the
-    # API serves GET /metrics, behind the API key unless metrics_public.
+    # Operations. Workers serve Prometheus metrics on metrics_host:metrics_port (0: off), or on
+    # the next free port of the metrics_port_span ports from there when several workers share a
+    # host; the API serves GET /metrics, behind the API key unless metrics_public.
     metrics_port: int = 9108
+    metrics_port_span: int = 16
     metrics_host: str = "127.0.0.1"
     metrics_public: bool = False
     # Backpressure: run-creating endpoints answer 429 queue_full while the ready queue holds
@@ -153,6 +155,8 @@ class Settings:
                 raise ConfigError(f"{name} must be 0 (off) or positive")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metrics_port must be 0 (off) or a TCP port")
+        if self.metrics_port_span < 1 or self.metrics_port + self.metrics_port_span > 65536:
+            raise ConfigError("metrics_port_span must be at least 1 and end at a TCP port")
         if self.idempotency_ttl_seconds < 1:
             raise ConfigError("idempotency_ttl_seconds must be at least 1")
         if self.drain_grace_seconds < 0:

@@ -227,21 +227,36 @@ class WorkerMetrics(_ProcessMetrics):
             lambda: self.run_duration_seconds.labels(outcome=outcome).observe(max(0.0, seconds)),
         )
 
-    def serve(self, host: str, port: int) -> None:
-        """Expose ``/metrics`` on ``host:port`` from a thread (0: off).
+    def serve(self, host: str, port: int, span: int = 1) -> int | None:
+        """Expose ``/metrics`` from a thread on the first free port of ``port`` ..
+        ``port + span - 1`` (``port`` 0: off); returns the port, None when not served.
 
         A thread of its own, like the lease keeper: agent code blocking the event loop must not
-        make the worker look dead to Prometheus. A port already taken (two workers on one host)
-        is logged, not fatal: metrics never stop a worker from running turns.
+        make the worker look dead to Prometheus. Several workers on one host each take the next
+        free port (Prometheus scrapes the range; the worker registry says which is whose). No
+        free port is logged, not fatal: metrics never stop a worker from running turns.
         """
         if not port:
-            return
-        try:
-            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        except OSError as exc:
-            log.error("worker metrics not served on %s:%d: %s", host, port, exc)
-            return
-        log.info("worker metrics on http://%s:%d/metrics", host, port)
+            return None
+        last_error: OSError | None = None
+        for candidate in range(port, port + span):
+            try:
+                self._server, _thread = start_http_server(
+                    candidate, addr=host, registry=self.registry
+                )
+            except OSError as exc:
+                last_error = exc
+                continue
+            log.info("worker metrics on http://%s:%d/metrics", host, candidate)
+            return candidate
+        log.error(
+            "worker metrics not served: no free port on %s in %d-%d (%s)",
+            host,
+            port,
+            port + span - 1,
+            last_error,
+        )
+        return None
 
     def close(self) -> None:
         if self._server is not None:

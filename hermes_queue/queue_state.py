@@ -50,6 +50,8 @@ class WorkerInfo:
     slots: int
     busy: int
     seen_seconds_ago: float
+    # The port its /metrics is served on (None: off, or no free port in the range).
+    metrics_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -225,14 +227,20 @@ async def snapshot(
     if workers or page:
         async with redis.pipeline(transaction=False) as pipe:
             for worker_id, _seen in workers:
-                pipe.hmget(keys.worker(_text(worker_id)), ["slots", "busy"])
+                pipe.hmget(keys.worker(_text(worker_id)), ["slots", "busy", "metrics_port"])
             for run_id in page:
                 pipe.hmget(keys.run(_text(run_id)), list(IN_FLIGHT_FIELDS))
             rows = await pipe.execute()
         worker_rows, run_rows = rows[: len(workers)], rows[len(workers) :]
 
     infos = [
-        WorkerInfo(_text(wid), _int(row[0]), _int(row[1]), round(max(0, now_ms - seen) / 1000, 3))
+        WorkerInfo(
+            _text(wid),
+            _int(row[0]),
+            _int(row[1]),
+            round(max(0, now_ms - seen) / 1000, 3),
+            _int(row[2]) or None,
+        )
         for (wid, seen), row in zip(workers, worker_rows, strict=True)
     ]
     in_flight = [

@@ -40,6 +40,8 @@ class LeaseKeeper:
         loop: asyncio.AbstractEventLoop,
         on_signal: Callable[[str, int], None],
         slots: int,
+        *,
+        metrics_port: int | None = None,
     ) -> None:
         self.settings = settings
         self.repository = repository
@@ -47,7 +49,10 @@ class LeaseKeeper:
         self.keys = Keys(settings.namespace)
         self._loop = loop
         self._on_signal = on_signal
-        self._slots = slots
+        # Which port of the metrics range this worker got: the registry tells operators.
+        self._record: dict[str, int] = {"slots": slots}
+        if metrics_port:
+            self._record["metrics_port"] = metrics_port
         self._runs: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -100,7 +105,7 @@ class LeaseKeeper:
             pipe.zadd(self.keys.workers, {self.worker_id: now_ms})
             pipe.hset(
                 self.keys.worker(self.worker_id),
-                mapping={"busy": len(runs), "slots": self._slots, "seen_ms": now_ms},
+                mapping={**self._record, "busy": len(runs), "seen_ms": now_ms},
             )
             pipe.expire(self.keys.worker(self.worker_id), int(self.settings.lease_seconds * 3))
             results = pipe.execute()

@@ -156,10 +156,18 @@ def build_worker(
             metrics=metrics,
         )
         metrics.active_runs.set_function(lambda: len(runtime.active))
-        metrics.serve(settings.metrics_host, settings.metrics_port)
+        metrics_port = metrics.serve(
+            settings.metrics_host, settings.metrics_port, settings.metrics_port_span
+        )
         loop = asyncio.get_running_loop()
         runtime.keeper = LeaseKeeper(
-            settings, repository, worker_id, loop, runtime.signal, settings.worker_concurrency
+            settings,
+            repository,
+            worker_id,
+            loop,
+            runtime.signal,
+            settings.worker_concurrency,
+            metrics_port=metrics_port,
         )
         runtime.keeper.start()
         ctx["hq"] = runtime

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
@@ -208,3 +210,48 @@ async def test_a_failing_metric_observer_never_breaks_a_run(ops_settings: Settin
         assert value(samples, errors, observer="pickup_latency") == 1
         assert value(samples, errors, observer="time_to_first_event") == 1
         assert value(samples, "hermes_queue_runs_total", outcome="completed") == 1
+
+
+async def test_a_worker_whose_metrics_port_is_taken_serves_on_the_next_and_says_where(
+    ops_settings: Settings,
+) -> None:
+    """Several workers on one host: the second takes the next port of the range, and the
+    queue snapshot (JSON API, CLI) tells operators which port is whose."""
+    base = ops_settings.metrics_port
+    with socket.socket() as taken:
+        taken.bind((ops_settings.metrics_host, base))
+        taken.listen()
+        async with running_api(ops_settings) as api, running_worker(ops_settings):
+
+            async def snapshot() -> Any:
+                return await (await api.get("/v1/queue")).json()
+
+            queue = await eventually(
+                snapshot,
+                lambda q: (
+                    [w.get("metrics_port") for w in q["workers"]["data"]] != [None]
+                    and q["workers"]["count"] == 1
+                ),
+                what="the worker's metrics port in the registry",
+            )
+            port = queue["workers"]["data"][0]["metrics_port"]
+            assert base < port < base + ops_settings.metrics_port_span
+            # This worker's own endpoint (its gauges; the histograms appear with the first run).
+            assert "hermes_queue_worker_active_runs" in names(await scrape_port(port))
+
+
+def test_no_free_port_in_the_range_is_logged_not_fatal(
+    ops_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from hermes_queue.metrics import WorkerMetrics
+
+    base = ops_settings.metrics_port
+    with socket.socket() as taken:
+        taken.bind((ops_settings.metrics_host, base))
+        taken.listen()
+        metrics = WorkerMetrics()
+        try:
+            assert metrics.serve(ops_settings.metrics_host, base, span=1) is None
+        finally:
+            metrics.close()
+    assert f"no free port on {ops_settings.metrics_host} in {base}-{base}" in caplog.text
