@@ -206,8 +206,12 @@ def fake_request(hub: StreamHub, keepalive: float = 10.0) -> Any:
 
 
 def frames_of(event: RunEvent, render: sse.Renderer) -> bytes:
-    """What the unbatched pump wrote for one event."""
-    return b"".join(sse.encode_frame(name, payload, event.id) for name, payload in render(event))
+    """What the unbatched pump writes for one event: its id on the last of its frames."""
+    frames = list(render(event))
+    return b"".join(
+        sse.encode_frame(name, payload, event.id if i == len(frames) - 1 else "")
+        for i, (name, payload) in enumerate(frames)
+    )
 
 
 @pytest.mark.parametrize("render", [render_runs, render_session])
