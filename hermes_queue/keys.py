@@ -26,7 +26,8 @@ class Keys:
         return f"{self.namespace}:run:{{{run_id}}}"
 
     def events(self, run_id: str) -> str:
-        """Stream: the run's canonical events, in order."""
+        """Stream: the run's canonical events, in order. Also the name of the pub/sub channel
+        on which the scripts that append to it publish each entry (streams/hub.py)."""
         return f"{self.namespace}:run:{{{run_id}}}:events"
 
     # -- per session --------------------------------------------------------------------

@@ -1,15 +1,33 @@
 """One multiplexing stream reader per API process (ARCHITECTURE.md §3).
 
-Every SSE client of this process is served from a single blocking ``XREAD BLOCK`` over all
-followed run streams, on one dedicated connection; history is replayed with short ``XRANGE``
+Every SSE client of this process is served from one reader. The scripts that append to a run
+stream also publish each entry on the channel named like the stream, and the hub is subscribed
+to the channels of the streams it follows (one pub/sub connection): an entry that follows the
+last one it has (by the run's ``seq``) is handed out from the message as it is. Anything else —
+a gap, the first message after a stream is followed, a subscription just confirmed — becomes a
+non-blocking ``XREAD`` of just that stream from the hub's cursor (one more connection), so the
+stream, not the channel, stays the source of truth. History is replayed with short ``XRANGE``
 calls on the shared pool. So Redis connections stay constant however many clients watch.
+
+Why not one ``XREAD BLOCK`` over every followed stream, as this hub first did: Redis registers
+and unregisters a blocked reader on every key it names, each time, and under a steady trickle
+of events each call returns with one entry, so the cost per event grew with the number of
+streams followed. At 1,000 runs in flight (~1,000 events/s) that ``XREAD`` alone took half a
+core of Redis (docs/performance.md, cost growth). A published entry, or a read of one stream,
+costs the same whatever else is followed.
+
+A message can be missed only while the pub/sub connection is down or not yet subscribed: a
+stream is read once its subscription is confirmed (so nothing written before it is missed),
+every followed stream is read again after a reconnect, and every ``poll_ms`` all of them are
+read anyway (a writer that does not publish, e.g. an older worker during a rolling upgrade, is
+then late by at most that much, never lost).
 
 Delivery contract of a subscription: exactly the entries with id > its cursor, in order, once.
 A subscription attaches to the hub *before* it replays history, so entries the hub reads in the
-meantime are buffered and later de-duplicated by id; a stream new to the hub is only added to
-the XREAD once some subscriber has replayed it, starting at that subscriber's last id. A slow
-consumer whose bounded buffer overflows is detached and later replays from its own last id, so
-it costs neither memory nor the other subscribers' latency.
+meantime are buffered and later de-duplicated by id; a stream new to the hub is only followed
+once some subscriber has replayed it, starting at that subscriber's last id. A slow consumer
+whose bounded buffer overflows is detached and later replays from its own last id, so it costs
+neither memory nor the other subscribers' latency.
 """
 
 from __future__ import annotations
@@ -55,7 +73,7 @@ class StreamHub:
         keys: Keys,
         *,
         queue_size: int = 1_000,
-        block_ms: int = 5_000,
+        poll_ms: int = 1_000,
         count: int = 100,
         replay_concurrency: int = 8,
         client_name: str = "hermes-queue:hub",
@@ -64,31 +82,28 @@ class StreamHub:
         self.redis: Redis = Redis.from_url(redis) if isinstance(redis, str) else redis
         self.keys = keys
         self.queue_size = queue_size
-        self.block_ms = block_ms
+        self.poll_seconds = poll_ms / 1000
         # A page never exceeds a subscriber's buffer, so one XREAD cannot overflow it alone.
         self.count = max(1, min(count, queue_size))
         self.client_name = client_name
-        # The XREAD is re-sent after every reply with a cursor per followed stream: pack it by
-        # hand from pre-encoded pieces rather than through redis-py's generic pack_command.
+        # An XREAD names only the streams to read, each with its cursor: pack it by hand
+        # from pre-encoded pieces rather than through redis-py's generic pack_command.
         self._xread_head = b"".join(
-            _bulk(str(arg).encode())
-            for arg in ("XREAD", "COUNT", self.count, "BLOCK", block_ms, "STREAMS")
+            _bulk(str(arg).encode()) for arg in ("XREAD", "COUNT", self.count, "STREAMS")
         )
-        # Longer than the block so a dead peer is noticed, never cut a healthy XREAD.
-        self._read_timeout = block_ms / 1000 + 10
         # Bounds pool connections used by replays when many clients (re)connect at once.
         self._replay_slots = asyncio.Semaphore(replay_concurrency)
         self._streams: dict[str, _Stream] = {}
         self._subs: set[Subscription] = set()
-        self._changed = asyncio.Event()  # the XREAD set grew; wakes the idle loop
-        self._version = 0  # bumped per stream added to the XREAD set
-        self._inflight: tuple[int, int] | None = None  # (xread number, version) of the XREAD
-        self._xreads = 0
-        self._conn: AbstractConnection | None = None
+        self._dirty: set[str] = set()  # followed streams to read from their cursor
+        self._changed = asyncio.Event()  # a stream was followed, or the hub is closing
+        self._subscribed: set[str] = set()  # channels SUBSCRIBE was sent for, this connection
+        self._listener: AbstractConnection | None = None  # pub/sub: the published entries
+        self._conn: AbstractConnection | None = None  # the XREADs
         self._task: asyncio.Task[None] | None = None
-        self._unblocker: asyncio.Task[None] | None = None
-        self.reader_client_id: int | None = None
-        self.unblocks_sent = 0
+        self._syncer: asyncio.Task[None] | None = None
+        self.xreads = 0
+        self.listener_client_id: int | None = None
         self.closed = False
 
     @classmethod
@@ -103,15 +118,16 @@ class StreamHub:
 
     async def aclose(self) -> None:
         self.closed = True
-        for task in (self._task, self._unblocker):
+        for task in (self._task, self._syncer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._task = self._unblocker = None
-        if self._conn is not None:
-            await self._conn.disconnect(nowait=True)
-            self._conn = None
+        self._task = self._syncer = None
+        for conn in (self._conn, self._listener):
+            if conn is not None:
+                await conn.disconnect(nowait=True)
+        self._conn = self._listener = None
         for sub in list(self._subs):
             sub._wakeup.set()
         if self._owns_redis:
@@ -186,90 +202,165 @@ class StreamHub:
         stream.subs.discard(sub)
         if not stream.subs and self._streams.get(stream.key) is stream:
             del self._streams[stream.key]  # the in-flight XREAD's result for it is ignored
+            self._dirty.discard(stream.key)
+            if stream.key in self._subscribed:
+                self._sync_subscriptions()
 
     def _activate(self, stream: _Stream, cursor: str) -> None:
-        """Add a replayed stream to the XREAD set, reading from ``cursor`` on."""
+        """Follow a replayed stream from ``cursor`` on: subscribe to its channel; the
+        confirmation makes the reader read it once (whatever was written meanwhile)."""
         stream.cursor = stream.start = cursor
-        self._version += 1
+        self._sync_subscriptions()
         self._changed.set()
-        if self._unblocker is None or self._unblocker.done():
-            self._unblocker = asyncio.create_task(self._unblock(), name="stream-hub-unblock")
+
+    def _sync_subscriptions(self) -> None:
+        """Bring the channels subscribed to in line with the streams followed (one task)."""
+        if self._syncer is None or self._syncer.done():
+            self._syncer = asyncio.create_task(self._sync(), name="stream-hub-subscribe")
 
     # -- the reader ------------------------------------------------------------------------------
-    async def _unblock(self) -> None:
-        """Cut short a blocked XREAD that does not cover every stream (one task at a time).
+    async def _sync(self) -> None:
+        """Send SUBSCRIBE / UNSUBSCRIBE for what changed; the reader reads the confirmations.
 
-        CLIENT UNBLOCK answers 0 when the XREAD has not reached the server yet, so retry briefly
-        until the XREAD we target is unblocked or replaced by one that covers the new streams.
+        Sent from here, not the reader, because the reader is parked on the pub/sub socket
+        waiting for the next message; a write does not disturb that read.
         """
-        done_for = -1
+        await asyncio.sleep(0)  # let a burst of new streams go out in one SUBSCRIBE
         while not self.closed:
-            inflight, reader = self._inflight, self.reader_client_id
-            if inflight is None or inflight[1] >= self._version or reader is None:
-                return  # the loop's next XREAD will include the new streams
-            if inflight[0] != done_for:
-                try:
-                    self.unblocks_sent += 1
-                    if await self.redis.client_unblock(reader):
-                        done_for = inflight[0]
-                except _REDIS_DOWN as exc:
-                    log.warning("CLIENT UNBLOCK failed: %r", exc)
-            await asyncio.sleep(0.002)
+            listener = self._listener
+            if listener is None or not listener.is_connected:
+                return  # the reader (re)connects and subscribes to everything followed
+            wanted = {key for key, s in self._streams.items() if s.cursor is not None}
+            added, dropped = wanted - self._subscribed, self._subscribed - wanted
+            if not added and not dropped:
+                return
+            try:
+                if added:
+                    self._subscribed |= added
+                    await listener.send_command("SUBSCRIBE", *added)
+                if dropped:
+                    self._subscribed -= dropped
+                    await listener.send_command("UNSUBSCRIBE", *dropped)
+            except _REDIS_DOWN as exc:  # the reader sees the same connection fail
+                log.warning("stream hub SUBSCRIBE failed: %r", exc)
+                return
 
-    async def _connect(self) -> AbstractConnection:
-        if self._conn is None:
-            # No per-send timeout (redis-py wraps every send in wait_for, a task per XREAD);
-            # reads pass _read_timeout instead.
-            self._conn = dedicated_connection(self.redis, self.client_name, decode_responses=False)
-        if self.reader_client_id is None or not self._conn.is_connected:
-            await self._conn.connect()  # type: ignore[no-untyped-call]
-            await self._conn.send_command("CLIENT", "ID")
-            self.reader_client_id = int(await self._conn.read_response(timeout=self._read_timeout))
-        return self._conn
+    async def _connect_listener(self) -> AbstractConnection:
+        listener = dedicated_connection(
+            self.redis, f"{self.client_name}:entries", decode_responses=False
+        )
+        await listener.connect()  # type: ignore[no-untyped-call]
+        await listener.send_command("CLIENT", "ID")
+        self.listener_client_id = int(await listener.read_response(timeout=self.poll_seconds + 10))
+        self._subscribed = set()
+        self._listener = listener
+        return listener
 
     async def _run(self) -> None:
         backoff = _BACKOFF_MIN
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + self.poll_seconds
         while not self.closed:
-            self._changed.clear()
-            reading = [s for s in self._streams.values() if s.cursor is not None]
-            if not reading:
-                await self._changed.wait()  # idle: no spinning, no Redis traffic
-                continue
+            if loop.time() >= next_poll:  # busy or not, everything is read once per poll
+                next_poll = loop.time() + self.poll_seconds
+                self._hear(None)
             try:
-                conn = await self._connect()
-                self._xreads += 1
-                self._inflight = (self._xreads, self._version)
-                await conn.send_packed_command(self._pack_xread(reading), check_health=False)
-                reply = await conn.read_response(timeout=self._read_timeout)
+                if self._listener is None:
+                    if not any(s.cursor is not None for s in self._streams.values()):
+                        self._changed.clear()
+                        await self._changed.wait()  # idle: no connection, no Redis traffic
+                        continue
+                    await self._connect_listener()
+                    self._sync_subscriptions()
+                    # Announcements were not heard while disconnected: read everything.
+                    self._dirty.update(k for k, s in self._streams.items() if s.cursor is not None)
+                elif not self._dirty:
+                    wait = max(0.0, next_poll - loop.time())
+                    self._hear(await self._listener.read_response(timeout=wait))
+                while self._dirty and not self.closed:
+                    await self._read_dirty()
+                backoff = _BACKOFF_MIN
             except Exception as exc:  # never die: Redis restarts, CLIENT KILL, errors
-                log.warning("stream hub XREAD failed, retrying in %.1fs: %r", backoff, exc)
-                self.reader_client_id = None
-                if self._conn is not None:
-                    await self._conn.disconnect(nowait=True)
+                log.warning("stream hub read failed, retrying in %.1fs: %r", backoff, exc)
+                for conn in (self._listener, self._conn):
+                    if conn is not None:
+                        await conn.disconnect(nowait=True)
+                self._listener = self._conn = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX)
-                continue
-            finally:
-                self._inflight = None
-            backoff = _BACKOFF_MIN
-            self._dispatch({s.key: s for s in reading}, reply)
 
-    def _pack_xread(self, reading: list[_Stream]) -> bytes:
-        """``XREAD COUNT n BLOCK ms STREAMS <keys…> <cursors…>`` in RESP."""
-        parts = [b"*%d\r\n" % (6 + 2 * len(reading)), self._xread_head]
-        parts += [s.packed_key for s in reading]
-        parts += [_bulk(s.cursor.encode()) for s in reading if s.cursor is not None]
+    def _hear(self, message: Any) -> None:
+        """Mark what a pub/sub reply concerns for reading; None (the poll): every stream."""
+        if message is None:
+            self._dirty.update(k for k, s in self._streams.items() if s.cursor is not None)
+            return
+        kind, channel = message[0], message[1]
+        if kind not in (b"message", b"subscribe"):
+            return
+        key = channel.decode()
+        stream = self._streams.get(key)
+        if stream is None or stream.cursor is None:
+            return
+        if kind == b"message" and key not in self._dirty and stream.seq is not None:
+            # The entry itself: hand it out if it is the next one, skip it if already read.
+            parts = message[2].split(b"\0", 6)
+            if len(parts) == 7 and parts[2].isdigit():
+                seq = int(parts[2])
+                if seq <= stream.seq:
+                    return
+                if seq == stream.seq + 1:
+                    flat = [b"t", parts[1], b"s", parts[2], b"a", parts[3]]
+                    flat += [b"ts", parts[4], b"sid", parts[5], b"d", parts[6]]
+                    self._dispatch({key: stream}, [(channel, [(parts[0], flat)])])
+                    return
+        # A gap, an entry we cannot place, or a subscription now in effect: read the stream.
+        self._dirty.add(key)
+
+    async def _read_dirty(self) -> None:
+        """One non-blocking XREAD of the streams marked; a stream that filled its page stays
+        marked (there may be more)."""
+        reading = {
+            key: stream
+            for key in self._dirty
+            if (stream := self._streams.get(key)) is not None and stream.cursor is not None
+        }
+        self._dirty.clear()
+        if not reading:
+            return
+        if self._conn is None or not self._conn.is_connected:
+            self._conn = dedicated_connection(self.redis, self.client_name, decode_responses=False)
+            await self._conn.connect()  # type: ignore[no-untyped-call]
+        self.xreads += 1
+        try:
+            await self._conn.send_packed_command(self._pack_xread(reading), check_health=False)
+            reply = await self._conn.read_response(timeout=self.poll_seconds + 10)
+        except BaseException:
+            self._dirty.update(reading)  # read them again once reconnected
+            raise
+        for key, count in self._dispatch(reading, reply).items():
+            if count >= self.count:
+                self._dirty.add(key)
+
+    def _pack_xread(self, reading: dict[str, _Stream]) -> bytes:
+        """``XREAD COUNT n STREAMS <keys…> <cursors…>`` in RESP."""
+        streams = list(reading.values())
+        parts = [b"*%d\r\n" % (4 + 2 * len(streams)), self._xread_head]
+        parts += [s.packed_key for s in streams]
+        parts += [_bulk(s.cursor.encode()) for s in streams if s.cursor is not None]
         return b"".join(parts)
 
-    def _dispatch(self, reading: dict[str, _Stream], reply: Any) -> None:
+    def _dispatch(self, reading: dict[str, _Stream], reply: Any) -> dict[str, int]:
+        """Hand the entries of an XREAD reply to the subscribers; entries read per stream."""
+        counts: dict[str, int] = {}
         if not reply:
-            return  # timeout or CLIENT UNBLOCK
+            return counts  # nothing new
         for raw_key, entries in reply.items() if isinstance(reply, dict) else reply:
             key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
             stream = reading.get(key)
             if stream is None or self._streams.get(key) is not stream:
                 continue  # dropped (or dropped and re-added) while the XREAD was in flight
             run_id, subs = stream.run_id, stream.subs
+            counts[key] = len(entries)
             for raw_id, flat in entries:
                 try:
                     event = decode_flat(run_id, raw_id, flat)
@@ -281,12 +372,13 @@ class StreamHub:
                         self._detach(sub)
                         sub._wakeup.set()
                     break
-                stream.cursor = event.id
+                stream.cursor, stream.seq = event.id, event.seq
                 for sub in list(subs):
                     if not sub._offer(event, self.queue_size):
                         sub.overflows += 1
                         self._detach(sub)
                         sub._wakeup.set()
+        return counts
 
 
 __all__ = ["StreamHub", "Subscription"]

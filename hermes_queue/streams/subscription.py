@@ -37,13 +37,14 @@ _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 class _Stream:
     """One followed stream. ``cursor`` None = not yet replayed by anyone, so not in the XREAD."""
 
-    __slots__ = ("cursor", "key", "packed_key", "run_id", "start", "subs")
+    __slots__ = ("cursor", "key", "packed_key", "run_id", "seq", "start", "subs")
 
     def __init__(self, key: str, run_id: str) -> None:
         self.key = key
         self.packed_key = _bulk(key.encode())  # as it goes into every XREAD
         self.run_id = run_id
         self.cursor: str | None = None  # last id the hub read
+        self.seq: int | None = None  # that entry's seq: the next published one must follow it
         self.start: str | None = None  # the cursor the hub started from
         self.subs: set[Subscription] = set()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -26,19 +27,15 @@ async def xadd(
     type_: str = EventType.MESSAGE_DELTA,
     data: dict[str, Any] | None = None,
 ) -> str:
-    """Append one entry the way producers do (fields t, s, a, ts, sid, d)."""
-    entry_id = await redis.xadd(
-        keys.events(run_id),
-        {
-            "t": str(type_),
-            "s": seq,
-            "a": 1,
-            "ts": time.time(),
-            "sid": "sess",
-            "d": encode_data(data if data is not None else {"n": seq}),
-        },
-    )
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    """Append one entry the way the run scripts do (fields t, s, a, ts, sid, d), and publish it
+    on the stream's channel as they do (id and fields NUL-separated, ``runs/lua/prelude.lua``)."""
+    fields = [str(type_), str(seq), "1", repr(time.time()), "sess"]
+    fields.append(encode_data(data if data is not None else {"n": seq}))
+    names = ("t", "s", "a", "ts", "sid", "d")
+    raw_id = await redis.xadd(keys.events(run_id), dict(zip(names, fields, strict=True)))
+    entry_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+    await redis.publish(keys.events(run_id), "\0".join([entry_id, *fields]))
+    return entry_id
 
 
 async def write_run(
@@ -184,25 +181,86 @@ async def test_slow_replay_of_a_new_stream_catches_up_to_the_hub(
         await shared.aclose()
 
 
-async def test_new_stream_unblocks_the_reader(
+async def test_a_stream_followed_while_the_reader_waits_is_read_when_it_grows(
     redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
 ) -> None:
-    # A 30 s block: delivery within 5 s proves the blocked XREAD was interrupted.
-    hub = await make_hub(block_ms=30_000)
+    # A 30 s poll: delivery within 5 s proves the announcement, not the poll, brought it.
+    hub = await make_hub(poll_ms=30_000)
     async with hub.subscribe("busy") as busy:
         assert await busy.get(timeout=0.01) is None  # replayed (nothing), now live
         await xadd(redis, keys, "busy", 1)
-        await take(busy, 1)  # read by the hub's XREAD
-        assert hub._inflight is not None  # the hub is already in its next XREAD, on "busy" only
+        await take(busy, 1)  # read after its announcement
         async with hub.subscribe("later") as sub:
             assert await sub.get(timeout=0.05) is None  # nothing yet: keepalive path
             assert hub.stats()["reading"] == 2
             ids = await write_run(redis, keys, "later", 3)
             events = await take(sub, 3, within=5.0)
         assert [e.id for e in events] == ids
-        assert hub.unblocks_sent >= 1
         await xadd(redis, keys, "busy", 2)
         assert [e.seq for e in await take(busy, 1)] == [2]
+
+
+async def test_entries_written_before_the_subscription_took_effect_are_not_missed(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    """Written after the replay but unannounced to us (not yet subscribed, or a writer that
+    does not announce at all): read on the subscription's confirmation, else by the poll."""
+    hub = await make_hub(poll_ms=300)
+    async with hub.subscribe("quiet") as sub:
+        assert await sub.get(timeout=0.01) is None
+        entry = await redis.xadd(keys.events("quiet"), {"t": "message.delta", "s": 1, "d": "{}"})
+        events = await take(sub, 1, within=5.0)  # no announcement: the poll finds it
+    assert [e.id for e in events] == [entry.decode()]
+
+
+async def test_reading_cost_does_not_grow_with_the_streams_followed(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    """An event on one stream costs at most an XREAD of that stream alone, however many other
+    streams the hub follows (the old blocking XREAD named every one of them, every time); once
+    the hub knows where the stream is, the published entry itself is enough."""
+    hub = await make_hub(poll_ms=30_000)
+    sizes: list[int] = []
+    pack = hub._pack_xread
+
+    def counting_pack(reading: dict[str, Any]) -> bytes:
+        sizes.append(len(reading))
+        return pack(reading)
+
+    hub._pack_xread = counting_pack  # type: ignore[method-assign]
+    async with contextlib.AsyncExitStack() as stack:
+        for i in range(50):
+            idle = await stack.enter_async_context(hub.subscribe(f"idle{i}"))
+            assert await idle.get(timeout=0.01) is None
+        hot = await stack.enter_async_context(hub.subscribe("hot"))
+        assert await hot.get(timeout=0.01) is None
+        sizes.clear()
+        for seq in range(1, 11):
+            await xadd(redis, keys, "hot", seq)
+            assert [e.seq for e in await take(hot, 1)] == [seq]
+    assert max(sizes, default=1) == 1
+    assert len(sizes) <= 2  # the first entry (where is the stream?), and a confirmation at most
+
+
+async def test_a_published_entry_out_of_order_is_read_from_the_stream(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    """The stream decides: a message that skips a seq (one was lost) makes the hub read the
+    stream from its cursor; one already read is ignored; nothing is delivered twice."""
+    hub = await make_hub(poll_ms=30_000)
+    async with hub.subscribe("r1") as sub:
+        assert await sub.get(timeout=0.01) is None
+        first = await write_run(redis, keys, "r1", 2)
+        assert [e.id for e in await take(sub, 2)] == first
+        # A copy of seq 2's message arrives again: already delivered, ignored.
+        again = [first[1], "message.delta", "2", "1", repr(time.time()), "sess", "{}"]
+        await redis.publish(keys.events("r1"), "\0".join(again))
+        # Seq 3 written unpublished (lost), then 4 published: 4 does not follow 2.
+        lost = await redis.xadd(keys.events("r1"), {"t": "message.delta", "s": 3, "d": "{}"})
+        four = await xadd(redis, keys, "r1", 4)
+        end = await xadd(redis, keys, "r1", 5, EventType.RUN_COMPLETED)
+        rest = await drain(sub)
+    assert [e.id for e in rest] == [lost.decode(), four, end]
 
 
 async def test_connection_count_is_constant(
@@ -211,7 +269,7 @@ async def test_connection_count_is_constant(
     shared = aioredis.Redis.from_url(redis_url, client_name=f"{namespace}-pool")
     try:
         hub = await make_hub(
-            redis=shared, client_name=f"{namespace}-hub", replay_concurrency=4, block_ms=30_000
+            redis=shared, client_name=f"{namespace}-hub", replay_concurrency=4, poll_ms=30_000
         )
 
         async def connections() -> tuple[int, int]:
@@ -318,18 +376,19 @@ async def test_terminal_event_ends_iteration(
 
 
 async def test_survives_client_kill(redis: aioredis.Redis, keys: Keys, make_hub: MakeHub) -> None:
-    hub = await make_hub(block_ms=30_000)
+    hub = await make_hub(poll_ms=30_000)
     async with hub.subscribe("r1") as sub:
         assert await sub.get(timeout=0.01) is None
         first = await write_run(redis, keys, "r1", 3)
         assert [e.id for e in await take(sub, 3)] == first  # via the hub's connection
-        killed = hub.reader_client_id
+        killed = hub.listener_client_id
         assert killed is not None
         assert await redis.client_kill_filter(_id=killed) == 1
+        # Written while the hub is deaf: read after it reconnects, not at the 30 s poll.
         more = await write_run(redis, keys, "r1", 3, start=4, end=True)
-        rest = await drain(sub)
+        rest = await asyncio.wait_for(drain(sub), 10)
     assert [e.id for e in rest] == more
-    assert hub.reader_client_id not in (None, killed)
+    assert hub.listener_client_id not in (None, killed)
 
 
 async def test_malformed_entry_does_not_stop_the_hub(
@@ -339,6 +398,7 @@ async def test_malformed_entry_does_not_stop_the_hub(
     async with hub.subscribe("bad") as bad, hub.subscribe("good") as good:
         assert await bad.get(timeout=0.01) is None and await good.get(timeout=0.01) is None
         await redis.xadd(keys.events("bad"), {"t": "message.delta", "s": 1, "d": "{not json"})
+        await redis.publish(keys.events("bad"), "")
         with pytest.raises(ValueError):
             await asyncio.wait_for(bad.get(), 5)  # surfaces to this run's client only
         ids = await write_run(redis, keys, "good", 2, end=True)
@@ -348,9 +408,10 @@ async def test_malformed_entry_does_not_stop_the_hub(
 async def test_idle_hub_and_lifecycle(redis_url: str, keys: Keys) -> None:
     hub = StreamHub(redis_url, keys)
     async with hub:
-        xreads = hub._xreads
+        xreads = hub.xreads
         await asyncio.sleep(0.05)  # observe an idle period
-        assert hub._xreads == xreads == 0  # no subscribers: the loop waits, no Redis traffic
+        assert hub.xreads == xreads == 0  # no subscribers: the loop waits, no Redis traffic
+        assert hub._listener is None  # not even a connection
         assert hub.stats() == {"subscribers": 0, "streams": 0, "reading": 0}
     assert hub.closed
     with pytest.raises(RuntimeError):

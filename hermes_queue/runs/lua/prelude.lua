@@ -14,10 +14,16 @@ local function count(stats, field)
   redis.call('EXPIRE', stats, 3900)
 end
 
--- One stream entry: the canonical event's fields, in one place.
+-- One stream entry: the canonical event's fields, in one place. Each entry is also published
+-- on the channel named like the stream (keys.py: events), id and fields NUL-separated with the
+-- JSON data last: API processes following the stream take it from there and read the stream
+-- itself only to fill a gap (streams/hub.py).
 local function add_event(stream, etype, seq, attempt, ts, sid, data, maxlen)
-  return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
     't', etype, 's', seq, 'a', attempt, 'ts', ts, 'sid', sid, 'd', data)
+  redis.call('PUBLISH', stream,
+    table.concat({id, etype, seq, attempt, ts, sid, data}, '\0'))
+  return id
 end
 
 -- Append one canonical event. XADD and EXPIRE go together: EXPIRE before the stream exists
