@@ -206,10 +206,12 @@ class StreamHub:
             if stream.key in self._subscribed:
                 self._sync_subscriptions()
 
-    def _activate(self, stream: _Stream, cursor: str) -> None:
-        """Follow a replayed stream from ``cursor`` on: subscribe to its channel; the
-        confirmation makes the reader read it once (whatever was written meanwhile)."""
-        stream.cursor = stream.start = cursor
+    def _activate(self, stream: _Stream, cursor: str, seq: int | None = None) -> None:
+        """Follow a replayed stream from ``cursor`` (the entry numbered ``seq``, when known) on:
+        subscribe to its channel; the confirmation makes the reader read it once (whatever was
+        written meanwhile)."""
+        stream.cursor, stream.seq = cursor, seq
+        stream.start = cursor
         self._sync_subscriptions()
         self._changed.set()
 

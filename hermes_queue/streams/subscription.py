@@ -64,6 +64,10 @@ class Subscription:
         self.run_id = run_id
         self._last = after  # last id handed out; None = fresh, nothing handed out yet
         self._last_key = None if after is None else id_key(after)
+        # The seq of the event at _last when we handed it out (0: a fresh stream with nothing in
+        # it yet; None: unknown, e.g. a client's cursor not yet met), so the hub can take the
+        # next entry straight from its published message.
+        self._last_seq: int | None = 0 if after is None else None
         self._queue: deque[RunEvent] = deque()  # live entries from the hub, bounded
         self._out: deque[RunEvent] = deque()  # ready to hand out (at most one page)
         self._wakeup = asyncio.Event()
@@ -186,6 +190,7 @@ class Subscription:
             self._out.append(gap_event(self.run_id, event.id, ZERO_ID))
         self._last = event.id
         self._last_key = id_key(event.id)
+        self._last_seq = event.seq or None
         self._out.append(event)
         if event.terminal:
             self._ending = True
@@ -219,7 +224,7 @@ class Subscription:
         last = self._last or ZERO_ID
         if self._need is None:
             if stream.start is None:
-                hub._activate(stream, last)
+                hub._activate(stream, last, self._last_seq)
             self._need = stream.start
         # The hub delivered us everything after _need; replay must have reached it.
         if self._need is not None and id_key(last) >= id_key(self._need):
