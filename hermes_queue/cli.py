@@ -43,7 +43,7 @@ def api(host: str | None, port: int | None) -> None:
         secrets=(settings.api_key,),
         urls=(settings.redis_url, settings.store_url),
     )
-    _run(serve_api(settings))
+    _run(serve_api(settings), settings.event_loop)
 
 
 @main.command()
@@ -59,7 +59,7 @@ def worker(concurrency: int | None) -> None:
         secrets=(settings.api_key,),
         urls=(settings.redis_url, settings.store_url),
     )
-    _run(serve_worker(settings))
+    _run(serve_worker(settings), settings.event_loop)
 
 
 @main.command()
@@ -76,7 +76,10 @@ def dev(host: str | None, port: int | None) -> None:
         secrets=(settings.api_key,),
         urls=(settings.redis_url, settings.store_url),
     )
-    _run(serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ))
+    _run(
+        serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ),
+        settings.event_loop,
+    )
 
 
 @main.group()
@@ -226,9 +229,11 @@ def _ops() -> ModuleType:
     return cli_ops
 
 
-def _run(coro: Any) -> None:
+def _run(coro: Any, event_loop: str = "asyncio") -> None:
+    from hermes_queue import loops
+
     try:
-        asyncio.run(coro)
+        loops.run(coro, event_loop)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

@@ -28,6 +28,7 @@ from hermes_queue.providers import (
 )
 
 ENV_PREFIX = "HERMES_QUEUE_"
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
 # Variables under these prefixes belong to the test suite and tooling, not to the settings.
 _RESERVED_ENV_PREFIXES = ("HERMES_QUEUE_TEST_", "HERMES_QUEUE_BENCH_")
@@ -107,6 +108,9 @@ class Settings:
     log_level: str = "INFO"
     # "text" (one human line) or "json" (one object per line, for log shippers).
     log_format: str = "text"
+    # The event loop of the API, worker and dev processes: "auto" (uvloop when installed),
+    # "asyncio" or "uvloop" (hermes_queue/loops.py).
+    event_loop: str = "auto"
     # Operations. Workers serve Prometheus metrics on metrics_host:metrics_port (0: off), or on
     # the next free port of the metrics_port_span ports from there when several workers share a
     # host; the API serves GET /metrics, behind the API key unless metrics_public.
@@ -165,6 +169,11 @@ class Settings:
             raise ConfigError("approval_timeout_seconds must be positive")
         if self.queue_stream_interval_seconds <= 0:
             raise ConfigError("queue_stream_interval_seconds must be positive")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(
+                f"event_loop must be one of {', '.join(map(repr, EVENT_LOOPS))}, "
+                f"not {self.event_loop!r}"
+            )
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(
                 f"log_format must be one of {', '.join(map(repr, LOG_FORMATS))}, "
