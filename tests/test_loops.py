@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 
 import pytest
@@ -47,3 +48,13 @@ def test_an_agent_thread_calling_asyncio_run_gets_a_standard_loop() -> None:
 def test_an_unknown_event_loop_setting_is_refused() -> None:
     with pytest.raises(ConfigError, match="event_loop must be one of"):
         Settings(event_loop="trio").validate()
+
+
+def test_the_gc_is_tuned_while_the_process_runs_and_restored_after() -> None:
+    before = gc.get_threshold()
+
+    async def thresholds() -> tuple[int, ...]:
+        return gc.get_threshold()
+
+    assert loops.run(thresholds(), "asyncio") == loops.GC_THRESHOLDS != before
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
