@@ -234,7 +234,7 @@ class HermesBackend:
         from run_agent import AIAgent
 
         provider = runtime.provider
-        return AIAgent(
+        agent = AIAgent(
             model=runtime.model,
             base_url=provider.base_url,
             api_key=provider.api_key,
@@ -250,6 +250,8 @@ class HermesBackend:
             platform=PLATFORM,
             fallback_model=runtime.fallback,
         )
+        process.route_console(agent)
+        return agent
 
     def _prepare_turn(self, agent: Any, bridge: TurnBridge, options: Any) -> None:
         """Per-turn settings on a new or warm agent (Hermes' gateway does the same)."""

@@ -12,6 +12,11 @@ Hermes' logging setup (run by its first agent) adds its own files under ``HERMES
 lowers the root logger to INFO for them. It runs here instead, and the handlers the worker
 already had keep the level the worker was configured with (``log_level``), so Hermes' INFO
 lines go to its ``agent.log``, not to the worker's output.
+
+What an agent prints for a console (retries, fallbacks, interruptions: emoji status lines through
+its ``_print_fn``) becomes a worker log record instead (:func:`route_console`): in a
+``log_format = "json"`` worker a raw line would break the stream a log shipper parses, and a
+record passes the worker's redaction.
 """
 
 from __future__ import annotations
@@ -72,3 +77,19 @@ def _set_up_hermes_logging() -> None:
     if root.level < configured:
         for handler in ours:
             handler.setLevel(configured)
+
+
+console_log = logging.getLogger("hermes_queue.agents.hermes.console")
+
+
+def _print_to_log(*args: object, sep: str | None = " ", **_ignored: object) -> None:
+    text = (" " if sep is None else sep).join(str(arg) for arg in args).strip()
+    if text:
+        console_log.info("%s", text)
+
+
+def route_console(agent: object) -> None:
+    """Send an agent's console output to the worker log (module docstring). Its animated
+    spinners, which Hermes starts once output has a sink, stay off: frames are not records."""
+    agent._print_fn = _print_to_log  # type: ignore[attr-defined]
+    agent._should_start_quiet_spinner = lambda: False  # type: ignore[attr-defined]
