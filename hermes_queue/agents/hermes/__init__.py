@@ -1,6 +1,7 @@
 """The ``hermes`` backend: Hermes' own ``AIAgent`` in a worker (extra ``hermes-queue[hermes]``).
 
-Modules: ``backend`` (the turn), ``bridge`` (agent-thread callbacks onto the event sink),
+Modules: ``backend`` (scheduling a turn), ``conversation`` (the turn inside Hermes, on its
+thread), ``bridge`` (agent-thread callbacks onto the event sink),
 ``warm`` (agents kept between a session's turns), ``transcript`` (message shapes), ``catalog``
 (skills and toolsets for the API), ``process`` and ``tls`` (one-time process preparation).
 Nothing here imports Hermes at import time.

@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import functools
 import logging
-import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ from hermes_queue.agents.base import (
     AgentResult,
     CancelToken,
     EventSink,
-    ProviderAuthError,
     TurnCancelled,
     Usage,
 )
@@ -39,16 +37,19 @@ from hermes_queue.agents.catalog import BackendCatalog
 from hermes_queue.agents.hermes import process
 from hermes_queue.agents.hermes.bridge import TurnBridge
 from hermes_queue.agents.hermes.catalog import hermes_catalog
+from hermes_queue.agents.hermes.conversation import (
+    PLATFORM,
+    converse,
+    crashed,
+    failure,
+    model_options,
+)
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-PLATFORM = "api_server"  # Hermes' name for this surface: its toolset defaults and approvals
-_AUTH_FAILURE = re.compile(r"\bHTTP (401|403)\b")
-_FAST_TIER = "priority"
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class HermesBackend:
             try:
                 agent = await self._in_thread(self._build, runtime, request)
             except Exception as exc:
-                raise _crashed(runtime.provider, "could not be built", exc) from None
+                raise crashed(runtime.provider, "could not be built", exc) from None
         if cancel.cancelled:  # stopped while the agent was being built
             self._release([agent])
             raise TurnCancelled(cancel.reason)
@@ -156,7 +157,7 @@ class HermesBackend:
         try:
             try:
                 result = await self._in_thread(
-                    _converse,
+                    converse,
                     agent,
                     bridge,
                     request.run_id,
@@ -169,7 +170,7 @@ class HermesBackend:
                 pump.cancel()
                 raise
             except Exception as exc:
-                raise _crashed(runtime.provider, "failed", exc) from None
+                raise crashed(runtime.provider, "failed", exc) from None
             finally:
                 stopper.cancel()
                 bridge.close()
@@ -179,7 +180,7 @@ class HermesBackend:
             if cancel.cancelled or result.get("interrupted"):
                 raise TurnCancelled(cancel.reason or "interrupted")
             if result.get("failed"):
-                raise _failure(runtime.provider, result)
+                raise failure(runtime.provider, result)
             usage = Usage(
                 input_tokens=max(0, agent.session_prompt_tokens - before[0]),
                 output_tokens=max(0, agent.session_completion_tokens - before[1]),
@@ -260,7 +261,7 @@ class HermesBackend:
         agent.tool_progress_callback = bridge.on_progress
         agent.tool_start_callback = bridge.on_tool_start
         agent.tool_complete_callback = bridge.on_tool_complete
-        agent.reasoning_config, agent.service_tier = _model_options(options)
+        agent.reasoning_config, agent.service_tier = model_options(options)
         agent._api_call_count = 0
 
     @staticmethod
@@ -315,77 +316,9 @@ class HermesBackend:
             log.warning("hermes: agent threads still running after %.0fs of shutdown", grace)
 
 
-def _converse(
-    agent: Any,
-    bridge: TurnBridge,
-    run_id: str,
-    session_id: str,
-    message: Any,
-    history: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """Runs on the turn's thread: bind Hermes' per-turn context, run, always unbind."""
-    from gateway.session_context import clear_session_vars, set_session_vars
-    from tools.approval import (
-        register_gateway_notify,
-        reset_current_session_key,
-        set_current_session_key,
-        unregister_gateway_notify,
-    )
-
-    # Approvals are keyed by run, as upstream does: consent for one run never frees another.
-    key_token = set_current_session_key(run_id)
-    session_tokens = set_session_vars(
-        platform=PLATFORM, session_key=run_id, session_id=session_id, async_delivery=False
-    )
-    register_gateway_notify(run_id, bridge.on_approval)
-    try:
-        result = agent.run_conversation(
-            user_message=message, conversation_history=history, task_id=session_id
-        )
-    finally:
-        unregister_gateway_notify(run_id)
-        clear_session_vars(session_tokens)
-        reset_current_session_key(key_token)
-    return result if isinstance(result, dict) else {"final_response": str(result or "")}
-
-
 async def _interrupt_when_cancelled(cancel: CancelToken, agent: Any) -> None:
     await cancel.wait()
     agent.interrupt(cancel.reason or "Stop requested via API")
-
-
-def _failure(provider: ProviderConfig, result: Mapping[str, Any]) -> AgentError:
-    message = provider.scrub(str(result.get("error") or result.get("final_response") or ""))
-    message = message or "the agent failed without a message"
-    if _AUTH_FAILURE.search(message):
-        return ProviderAuthError(message)
-    return AgentError(message)
-
-
-def _crashed(provider: ProviderConfig, what: str, exc: Exception) -> AgentError:
-    """An exception out of Hermes itself (not a failed result): logged in full, shown short."""
-    log.exception("hermes: the agent %s", what, exc_info=exc)
-    return AgentError(provider.scrub(f"the Hermes agent {what}: {type(exc).__name__}: {exc}"))
-
-
-def _model_options(options: Any) -> tuple[dict[str, Any] | None, str | None]:
-    """``model_options`` → Hermes' ``reasoning_config`` and ``service_tier``."""
-    if not isinstance(options, Mapping):
-        return None, None
-    from hermes_constants import parse_reasoning_effort
-
-    reasoning = options.get("reasoning")
-    config: dict[str, Any] | None = None
-    if isinstance(reasoning, Mapping):
-        config = parse_reasoning_effort(reasoning.get("effort")) or (
-            {"enabled": bool(reasoning["enabled"])} if "enabled" in reasoning else None
-        )
-        if config is not None and reasoning.get("enabled") is False:
-            config = {"enabled": False}
-    if options.get("reasoning_effort"):
-        config = parse_reasoning_effort(options["reasoning_effort"]) or config
-    tier = options.get("service_tier") or (_FAST_TIER if options.get("fast") else None)
-    return config, str(tier) if tier else None
 
 
 def _platform_toolsets() -> list[str]:
