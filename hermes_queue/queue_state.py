@@ -186,6 +186,31 @@ def _throughput(rows: list[list[Any]], window: float) -> Throughput:
     return Throughput(window, *totals)
 
 
+def _worker_info(worker_id: Any, seen_ms: float, row: list[Any], now_ms: int) -> WorkerInfo:
+    """A registry entry and its ``slots``, ``busy``, ``metrics_port`` fields."""
+    return WorkerInfo(
+        _text(worker_id),
+        _int(row[0]),
+        _int(row[1]),
+        round(max(0, now_ms - seen_ms) / 1000, 3),
+        _int(row[2]) or None,
+    )
+
+
+def _in_flight_run(run_id: Any, row: list[Any], now: float) -> InFlightRun:
+    """A leased run from its record's ``IN_FLIGHT_FIELDS``."""
+    return InFlightRun(
+        run_id=_text(run_id),
+        session_id=_text(row[0]),
+        status=_text(row[1]),
+        worker=_text(row[2]),
+        attempt=_int(row[3]),
+        created_at=_float(row[4]),
+        started_at=_float(row[5]),
+        age_seconds=round(max(0.0, now - _float(row[5])), 3) if row[5] else 0.0,
+    )
+
+
 async def snapshot(
     redis: aioredis.Redis, settings: Settings, *, limit: int = 0, offset: int = 0
 ) -> QueueSnapshot:
@@ -234,26 +259,11 @@ async def snapshot(
         worker_rows, run_rows = rows[: len(workers)], rows[len(workers) :]
 
     infos = [
-        WorkerInfo(
-            _text(wid),
-            _int(row[0]),
-            _int(row[1]),
-            round(max(0, now_ms - seen) / 1000, 3),
-            _int(row[2]) or None,
-        )
+        _worker_info(wid, seen, row, now_ms)
         for (wid, seen), row in zip(workers, worker_rows, strict=True)
     ]
     in_flight = [
-        InFlightRun(
-            run_id=_text(run_id),
-            session_id=_text(row[0]),
-            status=_text(row[1]),
-            worker=_text(row[2]),
-            attempt=_int(row[3]),
-            created_at=_float(row[4]),
-            started_at=_float(row[5]),
-            age_seconds=round(max(0.0, now - _float(row[5])), 3) if row[5] else 0.0,
-        )
+        _in_flight_run(run_id, row, now)
         for run_id, row in zip(page, run_rows, strict=True)
         if row[1] is not None  # finished and expired between the two round trips
     ]
