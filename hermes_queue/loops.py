@@ -56,7 +56,7 @@ def run(coro: Coroutine[Any, Any, T], choice: str) -> T:
     """``asyncio.run(coro)`` on the loop ``choice`` resolves to, with the GC tuned meanwhile."""
     kind = resolve(choice)
     thresholds = gc.get_threshold()
-    gc.freeze()  # what exists now (modules, settings, app) is never garbage
+    gc.freeze()  # what exists now (modules, settings) is never garbage
     gc.set_threshold(*GC_THRESHOLDS)
     try:
         with asyncio.Runner(loop_factory=_factory(kind)) as runner:

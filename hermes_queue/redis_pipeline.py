@@ -133,7 +133,8 @@ class PipelinedConnection:
             raise
         except Exception as exc:
             log.warning("%s: connection lost: %r", self.client_name, exc)
-            self._fail_all(exc, reading=True)
+            if self._conn is conn:  # not a connection already replaced
+                self._fail_all(exc, reading=True)
 
     def _fail_all(self, exc: BaseException, *, reading: bool = False) -> None:
         """Drop the connection and fail every call in flight (their replies are lost)."""

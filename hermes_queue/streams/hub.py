@@ -274,7 +274,7 @@ class StreamHub:
                         continue
                     await self._connect_listener()
                     self._sync_subscriptions()
-                    # Announcements were not heard while disconnected: read everything.
+                    # Nothing published while disconnected was heard: read everything.
                     self._dirty.update(k for k, s in self._streams.items() if s.cursor is not None)
                 elif not self._dirty:
                     wait = max(0.0, next_poll - loop.time())
