@@ -14,7 +14,12 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
 from hermes_queue.events import encode_data
-from hermes_queue.jobs import JOB_TTL_MS, arq_in_progress_seconds, run_job_payload
+from hermes_queue.jobqueue.jobs import (
+    IN_PROGRESS_PREFIX,
+    in_progress_key,
+    in_progress_ttl_ms,
+    queued_job,
+)
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.scripts import decode, load_script
@@ -51,14 +56,15 @@ class LeaseReaping:
 
     async def reap(self, run_id: str) -> str:
         """Settle one run whose lease expired: requeue, fail (worker_lost) or cancel it."""
+        job = queued_job(run_id)
         result = await self._scripts["reap"](
             keys=[
                 self.keys.run(run_id),
                 self.keys.events(run_id),
                 self.keys.leases,
                 self.keys.queue,
-                self.keys.arq_job(run_id),
-                self.keys.arq_in_progress(run_id),
+                job.key,
+                in_progress_key(run_id),
                 self._stats_key(),
             ],
             args=[
@@ -67,8 +73,8 @@ class LeaseReaping:
                 repr(time.time()),
                 self.settings.retention_seconds,
                 self.settings.stream_maxlen,
-                run_job_payload(run_id),
-                JOB_TTL_MS,
+                job.payload,
+                job.ttl_ms,
                 self.keys.wake_channel,
                 encode_data({"error": WORKER_LOST_ERROR, "reason": "worker_lost"}),
                 encode_data({"reason": "worker_lost"}),
@@ -88,8 +94,8 @@ class LeaseReaping:
             keys=[self.keys.queue],
             args=[
                 older_than_ms,
-                arq_in_progress_seconds(self.settings.job_timeout_seconds) * 1000,
-                self.keys.arq_in_progress(""),
+                in_progress_ttl_ms(self.settings.job_timeout_seconds),
+                IN_PROGRESS_PREFIX,
                 limit,
                 self.keys.wake_channel,
             ],

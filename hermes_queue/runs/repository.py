@@ -20,7 +20,7 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
-from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
+from hermes_queue.jobqueue.jobs import JOB_TTL_MS, queued_job
 from hermes_queue.keys import Keys
 from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.runs.approvals import Approvals
@@ -140,12 +140,13 @@ class RunRepository(LeaseReaping):
         extra: dict[str, str] | None = None,
     ) -> bool:
         """Store the run and enqueue its job atomically; False if the id already exists."""
+        job = queued_job(run_id)
         created = await self._scripts["create"](
-            keys=[self.keys.run(run_id), self.keys.arq_job(run_id), self.keys.queue],
+            keys=[self.keys.run(run_id), job.key, self.keys.queue],
             args=[
                 run_id,
-                run_job_payload(run_id),
-                JOB_TTL_MS,
+                job.payload,
+                job.ttl_ms,
                 self._record_ttl,
                 self.keys.wake_channel,
                 *self._fields(run_id, session_id, request, route, model, extra),
@@ -165,10 +166,11 @@ class RunRepository(LeaseReaping):
         extra: dict[str, str] | None = None,
     ) -> SessionAdmission:
         """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``)."""
+        job = queued_job(run_id)
         result = await self._scripts["create_session_run"](
             keys=[
                 self.keys.run(run_id),
-                self.keys.arq_job(run_id),
+                job.key,
                 self.keys.queue,
                 self.keys.session_active(session_id),
                 self.keys.session_pending(session_id),
@@ -176,8 +178,8 @@ class RunRepository(LeaseReaping):
             ],
             args=[
                 run_id,
-                run_job_payload(run_id),
-                JOB_TTL_MS,
+                job.payload,
+                job.ttl_ms,
                 self._record_ttl,
                 self.keys.wake_channel,
                 strategy,
@@ -217,7 +219,7 @@ class RunRepository(LeaseReaping):
                 self.keys.events(run_id),
                 self.keys.leases,
                 self.keys.queue,
-                self.keys.arq_job(run_id),
+                queued_job(run_id).key,
                 self._stats_key(),
             ],
             args=[
@@ -318,19 +320,15 @@ class RunRepository(LeaseReaping):
         return _decode(result)
 
     async def release(self, run_id: str, attempt: int) -> str:
+        job = queued_job(run_id)
         result = await self._scripts["release"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.leases,
-                self.keys.queue,
-                self.keys.arq_job(run_id),
-            ],
+            keys=[self.keys.run(run_id), self.keys.leases, self.keys.queue, job.key],
             args=[
                 run_id,
                 attempt,
                 repr(time.time()),
-                run_job_payload(run_id),
-                JOB_TTL_MS,
+                job.payload,
+                job.ttl_ms,
                 self.keys.wake_channel,
             ],
         )
@@ -338,8 +336,9 @@ class RunRepository(LeaseReaping):
 
     async def ensure_job(self, run_id: str) -> bool:
         """Give a queued run back its arq job if a finished delivery took it away."""
+        job = queued_job(run_id)
         result = await self._scripts["ensure_job"](
-            keys=[self.keys.run(run_id), self.keys.arq_job(run_id), self.keys.queue],
-            args=[run_id, run_job_payload(run_id), JOB_TTL_MS, self.keys.wake_channel],
+            keys=[self.keys.run(run_id), job.key, self.keys.queue],
+            args=[run_id, job.payload, job.ttl_ms, self.keys.wake_channel],
         )
         return bool(result)

@@ -1,6 +1,6 @@
-"""The arq job: claim the run, drive the agent backend, publish every event, settle the run.
+"""The run job: claim the run, drive the agent backend, publish every event, settle the run.
 
-arq delivers at least once, so the job starts by claiming the run; a run that is finished,
+The queue delivers at least once, so the job starts by claiming the run; a run that is finished,
 gone or held by a live attempt makes the job a no-op. Whatever happens after a successful
 claim, the run ends with exactly one terminal event written by this attempt, or is handed back
 to the queue (worker shutdown), or is left to the reaper (this attempt lost its lease).
@@ -54,7 +54,7 @@ class ActiveRun:
 
 @dataclass
 class WorkerRuntime:
-    """What every job of one worker process shares (kept in arq's ctx)."""
+    """What every job of one worker process shares."""
 
     worker_id: str
     repository: RunRepository
@@ -153,14 +153,14 @@ def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> 
     )
 
 
-async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
-    runtime: WorkerRuntime = ctx["hq"]
+async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
+    """One delivery of a run's job (the queue delivers at least once)."""
     run_id_var.set(run_id)
     claim = await _claim(runtime, run_id)
     if claim is None:
         return "skipped"
-    # Every log line of this attempt (agent, store, sink) then names it; arq runs each job in
-    # its own task, so these settings end with the job.
+    # Every log line of this attempt (agent, store, sink) then names it; the queue runs each
+    # job in its own task, so these settings end with the job.
     session_id_var.set(claim.record.session_id)
     attempt_var.set(claim.attempt)
     worker_var.set(runtime.worker_id)
@@ -244,7 +244,7 @@ async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str
     except asyncio.CancelledError:
         if runtime.shutting_down():
             await asyncio.shield(outcome.hand_back(repo, run_id, attempt))
-        else:  # arq's own job timeout, a backstop behind ours
+        else:  # the queue's own job timeout, a backstop behind ours
             await asyncio.shield(outcome.fail(repo, run_id, attempt, "turn timed out", "timeout"))
         raise
     except Exception as exc:

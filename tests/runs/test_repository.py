@@ -9,6 +9,7 @@ import pytest
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, RunEvent
+from hermes_queue.jobqueue.jobs import job_key
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
@@ -41,7 +42,7 @@ async def test_create_stores_record_and_a_msgpack_job(
     record = await repo.get(run_id)
     assert record is not None and record.status == RunStatus.QUEUED
     assert await redis.zscore(keys.queue, run_id) is not None
-    job = msgpack.unpackb(await redis.get(keys.arq_job(run_id)), raw=False)
+    job = msgpack.unpackb(await redis.get(job_key(run_id)), raw=False)
     assert job["f"] == "run_turn" and job["k"] == {"run_id": run_id}
     assert not await repo.create(run_id=run_id, session_id="s1", request={})
 
@@ -116,7 +117,7 @@ async def test_stop_queued_run_removes_its_job(repo: RunRepository, redis: Any, 
     outcome = await repo.request_stop(run_id)
     assert outcome.found and outcome.status == "cancelled"
     assert await redis.zscore(keys.queue, run_id) is None
-    assert not await redis.exists(keys.arq_job(run_id))
+    assert not await redis.exists(job_key(run_id))
     assert await repo.claim(run_id, "w1") is None
     assert (await repo.request_stop(run_id)).status == "cancelled"
     assert not (await repo.request_stop("run_missing")).found
@@ -173,10 +174,10 @@ async def test_requeued_run_gets_its_job_back_after_a_stale_delivery_ends(
     await expire_lease(redis, keys, run_id)
     assert await repo.reap(run_id) == "requeued"
     # The frozen attempt's arq delivery ends: arq deletes the job and its queue entry.
-    await redis.delete(keys.arq_job(run_id))
+    await redis.delete(job_key(run_id))
     await redis.zrem(keys.queue, run_id)
     assert await repo.ensure_job(run_id)
-    assert await redis.exists(keys.arq_job(run_id))
+    assert await redis.exists(job_key(run_id))
     assert await redis.zscore(keys.queue, run_id) is not None
     # Nothing to do for a run that is running or finished.
     claim = await repo.claim(run_id, "w2")
@@ -206,7 +207,7 @@ async def test_released_run_is_queued_with_a_job_and_workers_are_woken(
     await pubsub.get_message(timeout=1)  # the subscribe confirmation
     assert await repo.release(run_id, 1) == "released"
     assert await redis.zscore(keys.queue, run_id) is not None
-    assert await redis.exists(keys.arq_job(run_id))
+    assert await redis.exists(job_key(run_id))
     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
     assert message is not None and message["data"].decode() == run_id
     await pubsub.aclose()

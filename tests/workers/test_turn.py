@@ -52,17 +52,17 @@ async def test_stale_attempt_ending_does_not_untrack_the_live_one(
     runtime = WorkerRuntime(worker_id="w", repository=repo, backend=backend)
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={"message": "a b c d e f g h i j"})
-    first = asyncio.create_task(run_turn({"hq": runtime}, run_id))
+    first = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[1].wait()
     # Its lease lapses (say the process froze) and the reaper puts the run back in the queue;
     # the same worker takes it again as attempt 2.
     await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
     assert await repo.reap(run_id) == "requeued"
-    second = asyncio.create_task(run_turn({"hq": runtime}, run_id))
+    second = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[2].wait()
     assert await first == "lease_lost"
     assert runtime.active[run_id].attempt == 2
-    assert await run_turn({"hq": runtime}, run_id) == "skipped"
+    assert await run_turn(runtime, run_id) == "skipped"
     assert await second == "completed"
     assert run_id not in runtime.active
 
