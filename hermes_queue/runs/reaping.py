@@ -21,7 +21,7 @@ from hermes_queue.jobqueue.jobs import (
     queued_job,
 )
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import FailReason, RunStatus
 from hermes_queue.runs.scripts import decode, load_script
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
@@ -76,9 +76,10 @@ class LeaseReaping:
                 job.payload,
                 job.ttl_ms,
                 self.keys.wake_channel,
-                encode_data({"error": WORKER_LOST_ERROR, "reason": "worker_lost"}),
-                encode_data({"reason": "worker_lost"}),
+                encode_data({"error": WORKER_LOST_ERROR, "reason": FailReason.WORKER_LOST}),
+                encode_data({"reason": FailReason.WORKER_LOST}),
                 WORKER_LOST_ERROR,
+                FailReason.WORKER_LOST,
             ],
         )
         verdict = decode(result)

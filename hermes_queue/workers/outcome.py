@@ -12,7 +12,7 @@ from typing import Any
 
 from hermes_queue.agents.base import AgentResult
 from hermes_queue.events import EventType
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import FailReason, RunStatus
 from hermes_queue.runs.repository import RunRepository
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,9 @@ async def settle(
         log.warning("run %s attempt %d: terminal write fenced off", run_id, attempt)
 
 
-async def fail(repo: RunRepository, run_id: str, attempt: int, error: str, reason: str) -> None:
+async def fail(
+    repo: RunRepository, run_id: str, attempt: int, error: str, reason: FailReason
+) -> None:
     details = {"error": error, "reason": reason}
     await settle(repo, run_id, attempt, RunStatus.FAILED, EventType.RUN_FAILED, details, details)
 

@@ -32,6 +32,7 @@ from hermes_queue.events import EventType
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
 from hermes_queue.routing import LockMismatch, Selection, check_lock_runtime, runtime_metadata
+from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.repository import Claim, RunRepository
 from hermes_queue.store.base import SessionStore, StoreError
 from hermes_queue.workers import outcome
@@ -224,33 +225,35 @@ async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str
         return await _end_cancelled(repo, sink, claim, active)
     except ProviderAuthError as exc:
         # Upstream's controlled reply: session chat shows it as the assistant's answer.
-        return await _end_failed(repo, sink, claim, str(exc), "provider_auth")
+        return await _end_failed(repo, sink, claim, str(exc), FailReason.PROVIDER_AUTH)
     except LockMismatch as exc:
-        return await _end_failed(repo, sink, claim, str(exc), "lock_mismatch")
+        return await _end_failed(repo, sink, claim, str(exc), FailReason.LOCK_MISMATCH)
     except AgentError as exc:
-        return await _end_failed(repo, sink, claim, str(exc), "agent_error")
+        return await _end_failed(repo, sink, claim, str(exc), FailReason.AGENT_ERROR)
     except StoreError as exc:
         log.error("run %s: session store failed: %s", run_id, exc)
         return await _end_failed(
-            repo, sink, claim, "session store unavailable", "session_db_unavailable"
+            repo, sink, claim, "session store unavailable", FailReason.SESSION_DB_UNAVAILABLE
         )
     except LeaseLost:
         log.warning("run %s attempt %d lost its lease; its writes are fenced", run_id, attempt)
         return "lease_lost"
     except EventPublishFailed as exc:
         log.error("run %s: Redis unreachable while publishing: %s", run_id, exc)
-        await outcome.fail(repo, run_id, attempt, "event publishing failed", "redis")
+        await outcome.fail(repo, run_id, attempt, "event publishing failed", FailReason.REDIS)
         return "failed"
     except asyncio.CancelledError:
         if runtime.shutting_down():
             await asyncio.shield(outcome.hand_back(repo, run_id, attempt))
         else:  # the queue's own job timeout, a backstop behind ours
-            await asyncio.shield(outcome.fail(repo, run_id, attempt, "turn timed out", "timeout"))
+            await asyncio.shield(
+                outcome.fail(repo, run_id, attempt, "turn timed out", FailReason.TIMEOUT)
+            )
         raise
     except Exception as exc:
         log.exception("run %s failed in the worker", run_id)
         return await _end_failed(
-            repo, sink, claim, f"internal error ({type(exc).__name__})", "internal"
+            repo, sink, claim, f"internal error ({type(exc).__name__})", FailReason.INTERNAL
         )
     await outcome.complete(repo, run_id, attempt, result)
     return "completed"
@@ -305,14 +308,14 @@ async def _end_cancelled(
         log.warning("run %s attempt %d lost its lease; stopped the turn", run_id, attempt)
         return "lease_lost"
     if active.timed_out:
-        await outcome.fail(repo, run_id, attempt, "turn timed out", "timeout")
+        await outcome.fail(repo, run_id, attempt, "turn timed out", FailReason.TIMEOUT)
         return "failed"
     await outcome.cancel(repo, run_id, attempt)
     return "cancelled"
 
 
 async def _end_failed(
-    repo: RunRepository, sink: RunEventSink, claim: Claim, error: str, reason: str
+    repo: RunRepository, sink: RunEventSink, claim: Claim, error: str, reason: FailReason
 ) -> str:
     if not await _flushed(sink):
         return "lease_lost"
