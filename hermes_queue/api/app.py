@@ -27,10 +27,10 @@ from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS, STORE
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
 from hermes_queue.config import Settings
 from hermes_queue.redis_client import connect
+from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
 from hermes_queue.streams.hub import StreamHub
-from hermes_queue.workers.reaper import reap_forever
 
 
 async def health(request: web.Request) -> web.Response:

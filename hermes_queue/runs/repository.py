@@ -24,8 +24,9 @@ from hermes_queue.jobqueue.jobs import JOB_TTL_MS, queued_job
 from hermes_queue.keys import Keys
 from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.runs.approvals import Approvals
+from hermes_queue.runs.leases import Leases
 from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
-from hermes_queue.runs.reaping import LeaseReaping
+from hermes_queue.runs.scripts import current_stats_key
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
 
@@ -57,7 +58,7 @@ class StopOutcome:
     status: str
 
 
-class RunRepository(LeaseReaping):
+class RunRepository:
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -80,14 +81,12 @@ class RunRepository(LeaseReaping):
                 "append",
                 "finish",
                 "stop",
-                "renew",
-                "reap",
                 "release",
                 "ensure_job",
-                "expired",
-                "orphaned",
             )
         }
+        # The leases of running runs: renewed by lease keepers, settled by reapers.
+        self.leases = Leases(redis, settings, self.keys, self._on_finished)
         # Approval requests and answers (their own module: runs/approvals.py).
         self.approvals = Approvals(redis, settings, self.keys)
         # Appends are the hot path of a turn: pipelined on one connection of their own
@@ -220,7 +219,7 @@ class RunRepository(LeaseReaping):
                 self.keys.leases,
                 self.keys.queue,
                 queued_job(run_id).key,
-                self._stats_key(),
+                current_stats_key(self.keys),
             ],
             args=[
                 run_id,
@@ -241,7 +240,12 @@ class RunRepository(LeaseReaping):
     async def claim(self, run_id: str, worker_id: str) -> Claim | None:
         """Take a queued run; None when it is gone, finished or held by a live attempt."""
         result = await self._scripts["claim"](
-            keys=[self.keys.run(run_id), self.keys.leases, self.keys.queue, self._stats_key()],
+            keys=[
+                self.keys.run(run_id),
+                self.keys.leases,
+                self.keys.queue,
+                current_stats_key(self.keys),
+            ],
             args=[
                 run_id,
                 worker_id,
@@ -300,7 +304,7 @@ class RunRepository(LeaseReaping):
                 self.keys.run(run_id),
                 self.keys.events(run_id),
                 self.keys.leases,
-                self._stats_key(),
+                current_stats_key(self.keys),
             ],
             args=[
                 run_id,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from importlib import resources
 from typing import Any
+
+from hermes_queue.keys import Keys
 
 
 def load_script(name: str, *preludes: str) -> str:
@@ -11,6 +14,11 @@ def load_script(name: str, *preludes: str) -> str:
     folder = resources.files("hermes_queue.runs") / "lua"
     parts = ("prelude", *preludes, name)
     return "\n".join((folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts)
+
+
+def current_stats_key(keys: Keys) -> str:
+    """This minute's outcome counters (the claim, finish, stop and reap scripts feed them)."""
+    return keys.stats(int(time.time() // 60))
 
 
 def decode(value: Any) -> str:

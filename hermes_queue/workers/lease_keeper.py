@@ -23,7 +23,7 @@ import redis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.leases import Leases
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class LeaseKeeper:
     def __init__(
         self,
         settings: Settings,
-        repository: RunRepository,
+        leases: Leases,
         worker_id: str,
         loop: asyncio.AbstractEventLoop,
         on_signal: Callable[[str, int], None],
@@ -44,7 +44,7 @@ class LeaseKeeper:
         metrics_port: int | None = None,
     ) -> None:
         self.settings = settings
-        self.repository = repository
+        self.leases = leases
         self.worker_id = worker_id
         self.keys = Keys(settings.namespace)
         self._loop = loop
@@ -57,7 +57,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
-        self._renew = self._client.register_script(repository.renew_script)
+        self._renew = self._client.register_script(leases.renew_script)
         self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
 
     def start(self) -> None:
@@ -99,7 +99,7 @@ class LeaseKeeper:
             runs = list(self._runs.items())
         with self._client.pipeline(transaction=False) as pipe:
             for run_id, attempt in runs:
-                keys, args = self.repository.renew_args(run_id, attempt)
+                keys, args = self.leases.renew_args(run_id, attempt)
                 self._renew(keys=keys, args=args, client=pipe)
             now_ms = int(time.time() * 1000)
             pipe.zadd(self.keys.workers, {self.worker_id: now_ms})

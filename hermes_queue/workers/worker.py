@@ -27,11 +27,11 @@ from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
 from hermes_queue.redis_client import connect
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
+from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
 from hermes_queue.workers.catalog import publish_forever
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
-from hermes_queue.workers.reaper import reap_forever
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class WorkerProcess:
         )
         runtime.keeper = LeaseKeeper(
             settings,
-            repository,
+            repository.leases,
             self.worker_id,
             asyncio.get_running_loop(),
             runtime.signal,

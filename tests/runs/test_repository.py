@@ -63,7 +63,7 @@ async def test_reaper_requeues_and_the_old_attempt_is_fenced(
     await repo.claim(run_id, "w1")
     assert await repo.append(run_id, 1, [("message.delta", {"delta": "a"})])
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "requeued"
+    assert await repo.leases.reap(run_id) == "requeued"
     # The frozen first attempt wakes up: every write is refused.
     assert await repo.append(run_id, 1, [("message.delta", {"delta": "late"})]) is None
     second = await repo.claim(run_id, "w2")
@@ -86,7 +86,7 @@ async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "failed"
+    assert await repo.leases.reap(run_id) == "failed"
     record = await repo.get(run_id)
     assert record is not None and record.status == "failed" and record.reason == "worker_lost"
     last = (await events(redis, keys, run_id))[-1]
@@ -97,8 +97,8 @@ async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
 async def test_live_lease_is_left_alone(repo: RunRepository) -> None:
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
-    assert await repo.reap(run_id) == "alive"
-    assert await repo.reap_expired() == {}
+    assert await repo.leases.reap(run_id) == "alive"
+    assert await repo.leases.reap_expired() == {}
 
 
 async def test_stopping_run_whose_worker_died_ends_cancelled(
@@ -108,7 +108,7 @@ async def test_stopping_run_whose_worker_died_ends_cancelled(
     await repo.claim(run_id, "w1")
     assert (await repo.request_stop(run_id)).status == "stopping"
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "cancelled"
+    assert await repo.leases.reap(run_id) == "cancelled"
     assert (await events(redis, keys, run_id))[-1].type == "run.cancelled"
 
 
@@ -172,7 +172,7 @@ async def test_requeued_run_gets_its_job_back_after_a_stale_delivery_ends(
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "requeued"
+    assert await repo.leases.reap(run_id) == "requeued"
     # The frozen attempt's arq delivery ends: arq deletes the job and its queue entry.
     await redis.delete(job_key(run_id))
     await redis.zrem(keys.queue, run_id)
@@ -218,6 +218,6 @@ async def test_expired_leases_use_the_redis_clock(
 ) -> None:
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
-    assert await repo.expired_leases() == []
+    assert await repo.leases.expired() == []
     await expire_lease(redis, keys, run_id)
-    assert await repo.expired_leases() == [run_id]
+    assert await repo.leases.expired() == [run_id]

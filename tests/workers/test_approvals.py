@@ -191,7 +191,7 @@ async def test_stale_attempt_cannot_ask_or_time_out(redis: Any, settings: Settin
     await repo.approvals.request(run_id, attempt, "apr_old", {})
     # The attempt's lease lapses; the run is requeued and claimed again.
     await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
-    assert await repo.reap(run_id) == "requeued"
+    assert await repo.leases.reap(run_id) == "requeued"
     assert (await repo.approvals.answer(run_id, "once")).verdict == "not_active"
     claim = await repo.claim(run_id, "w2")
     assert claim is not None and claim.attempt == attempt + 1

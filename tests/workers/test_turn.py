@@ -57,7 +57,7 @@ async def test_stale_attempt_ending_does_not_untrack_the_live_one(
     # Its lease lapses (say the process froze) and the reaper puts the run back in the queue;
     # the same worker takes it again as attempt 2.
     await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
-    assert await repo.reap(run_id) == "requeued"
+    assert await repo.leases.reap(run_id) == "requeued"
     second = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[2].wait()
     assert await first == "lease_lost"

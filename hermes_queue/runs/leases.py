@@ -1,7 +1,10 @@
-"""Leases and their reaping: the part of the run repository the lease keeper and the reapers
-use. A run's lease is renewed by its worker's heartbeat; one that lapsed is settled by any
-reaper (requeued, failed ``worker_lost`` or cancelled), and a job whose worker died between
-arq's pickup and the claim is freed for another worker.
+"""The leases of running runs (``repository.leases``): what the lease keeper renews and the
+reapers settle.
+
+A claim gives the run a lease in the ``leases`` sorted set (deadline by the Redis clock); its
+worker's heartbeat renews it. One that lapsed is settled by any reaper: requeued, failed
+``worker_lost`` or cancelled. A job whose worker died between the queue's pickup and the claim
+is freed for another worker.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
@@ -22,22 +26,27 @@ from hermes_queue.jobqueue.jobs import (
 )
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import FailReason, RunStatus
-from hermes_queue.runs.scripts import decode, load_script
+from hermes_queue.runs.scripts import current_stats_key, decode, load_script
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
 
-class LeaseReaping:
-    """Mixed into ``RunRepository``, which provides these attributes."""
-
-    keys: Keys
-    settings: Settings
-    _scripts: dict[str, AsyncScript]
-    _on_finished: Callable[[str], None]
-
-    def _stats_key(self) -> str:
-        """This minute's outcome counters (``finish`` and ``reap`` feed them)."""
-        return self.keys.stats(int(time.time() // 60))
+class Leases:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        keys: Keys,
+        on_finished: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.keys = keys
+        # Told of each run a reap ends (failed or cancelled): the repository's metrics hook.
+        self._on_finished = on_finished
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(load_script(name))
+            for name in ("expired", "reap", "orphaned")
+        }
 
     def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
         """Keys and args of one lease renewal (the lease keeper pipelines many)."""
@@ -50,7 +59,8 @@ class LeaseReaping:
     def renew_script(self) -> str:
         return load_script("renew")
 
-    async def expired_leases(self, limit: int = 100) -> list[str]:
+    async def expired(self, limit: int = 100) -> list[str]:
+        """Runs whose lease deadline passed, oldest first."""
         ids = await self._scripts["expired"](keys=[self.keys.leases], args=[limit])
         return [decode(run_id) for run_id in ids]
 
@@ -65,7 +75,7 @@ class LeaseReaping:
                 self.keys.queue,
                 job.key,
                 in_progress_key(run_id),
-                self._stats_key(),
+                current_stats_key(self.keys),
             ],
             args=[
                 run_id,
@@ -104,4 +114,4 @@ class LeaseReaping:
         return [decode(run_id) for run_id in ids]
 
     async def reap_expired(self) -> dict[str, str]:
-        return {run_id: await self.reap(run_id) for run_id in await self.expired_leases()}
+        return {run_id: await self.reap(run_id) for run_id in await self.expired()}

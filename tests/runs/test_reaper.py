@@ -43,10 +43,10 @@ async def test_only_old_unclaimed_pickups_are_released(
     lease_ms = int(settings.lease_seconds * 1000)
     await redis.zadd(keys.queue, {waiting: int((await redis.time())[0] * 1000) - 2 * lease_ms})
     try:
-        assert await repo.release_orphaned_pickups() == [orphan]
+        assert await repo.leases.release_orphaned_pickups() == [orphan]
         assert not await redis.exists(in_progress_key(orphan))
         assert await redis.exists(in_progress_key(fresh))
-        assert await repo.release_orphaned_pickups() == []
+        assert await repo.leases.release_orphaned_pickups() == []
     finally:
         await redis.delete(*(in_progress_key(r) for r in (orphan, fresh, waiting)))
 
