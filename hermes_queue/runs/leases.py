@@ -10,7 +10,6 @@ is freed for another worker.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -26,7 +25,7 @@ from hermes_queue.jobqueue.jobs import (
 )
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import FailReason, RunStatus
-from hermes_queue.runs.scripts import current_stats_key, decode, load_script
+from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
@@ -37,7 +36,7 @@ class Leases:
         redis: aioredis.Redis,
         settings: Settings,
         keys: Keys,
-        on_finished: Callable[[str], None],
+        on_finished: Outcomes,
     ) -> None:
         self.settings = settings
         self.keys = keys

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 from hermes_queue.keys import Keys
+
+# Told the status of every run a script of this process ended (completed, failed, cancelled):
+# the metrics hook. Each run ends in exactly one script call, so summed over processes it
+# counts each run once, whichever process (worker, reaper, API stop) ended it.
+Outcomes = Callable[[str], None]
 
 
 def load_script(name: str, *preludes: str) -> str:

@@ -23,6 +23,7 @@ import redis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
+from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
 
 log = logging.getLogger(__name__)
@@ -75,14 +76,15 @@ class LeaseKeeper:
             log.warning("could not remove worker %s from the registry", self.worker_id)
         self._client.close()
 
-    def track(self, run_id: str, attempt: int) -> None:
+    def track(self, attempt: Attempt) -> None:
         with self._lock:
-            self._runs[run_id] = attempt
+            self._runs[attempt.run_id] = attempt.number
 
-    def untrack(self, run_id: str, attempt: int) -> None:
+    def untrack(self, attempt: Attempt) -> None:
+        """Stop renewing, unless a later attempt at the run took over the entry."""
         with self._lock:
-            if self._runs.get(run_id) == attempt:
-                del self._runs[run_id]
+            if self._runs.get(attempt.run_id) == attempt.number:
+                del self._runs[attempt.run_id]
 
     def _loop_forever(self) -> None:
         while not self._stop.is_set():
