@@ -46,7 +46,7 @@ class Keys:
     # -- global sets and channels ------------------------------------------------------------
     @property
     def queue(self) -> str:
-        """The arq queue (sorted set of job ids scored by run-at time in ms)."""
+        """The job queue (sorted set of job ids, which are run ids, scored by run-at time in ms)."""
         return f"{self.namespace}:queue"
 
     @property

@@ -97,7 +97,7 @@ class Leases:
         return verdict
 
     async def release_orphaned_pickups(self, limit: int = 100) -> list[str]:
-        """Let any worker run the jobs whose worker died between arq's pickup and our claim;
+        """Let any worker run the jobs whose worker died between the queue's pickup and our claim;
         their ids. A pickup older than a lease without a claim is a dead one."""
         older_than_ms = int(self.settings.lease_seconds * 1000)
         ids = await self._scripts["orphaned"](
