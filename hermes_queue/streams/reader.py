@@ -1,8 +1,8 @@
 """Short request/response reads of a run's event stream: catch-up pages and gap detection.
 
-These go through the shared connection pool, never the hub's dedicated blocking connection, so
-they are usable without a hub (non-streaming endpoints, tests). The hub uses them to replay
-history before switching a subscriber to its live tail.
+These go through the shared connection pool, never the hub's dedicated connections, so they are
+usable without a hub (non-streaming endpoints, tests). The hub uses them to replay history
+before switching a subscriber to its live tail.
 """
 
 from __future__ import annotations
