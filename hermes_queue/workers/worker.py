@@ -1,8 +1,9 @@
 """The worker process: a wakeable arq worker wired to hermes-queue, with its side tasks.
 
 Beside arq's job loop a worker runs: a pub/sub listener (enqueue wake-ups and stop requests),
-the lease keeper thread, a reaper, and the publisher of its backend's catalog (skills and
-toolsets, if the backend has them). Jobs are msgpack, never pickle.
+the lease keeper thread, a reaper, the publisher of its backend's catalog (skills and
+toolsets, if the backend has them) and the job scheduler (``schedules/scheduler.py``). Jobs
+are msgpack, never pickle.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hermes_queue.providers import resolve_api_key
 from hermes_queue.redis_client import connect
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.schedules.scheduler import start_scheduler
 from hermes_queue.store import open_store
 from hermes_queue.workers.catalog import publish_forever
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
@@ -177,6 +179,7 @@ def build_worker(
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
             asyncio.create_task(reap_forever(repository, settings.reaper_interval_seconds)),
             asyncio.create_task(publish_forever(redis, keys, backend)),
+            *start_scheduler(settings, runtime.store, repository, metrics),
         ]
         log.info(
             "worker %s ready (%d slots, backend %s)",
