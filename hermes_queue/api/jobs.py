@@ -31,7 +31,7 @@ from hermes_queue.schedules.definitions import (
     pause_changes,
     resume_changes,
 )
-from hermes_queue.schedules.firing import Firing
+from hermes_queue.schedules.firing import Firing, job_timezone
 from hermes_queue.store.base import StoreError
 from hermes_queue.store.jobs import JobRow
 
@@ -104,7 +104,7 @@ async def _load(request: web.Request) -> JobRow:
 def _answer(request: web.Request, job: JobRow | None, **extra: Any) -> web.Response:
     if job is None:  # deleted meanwhile
         raise JobInputError("Job not found", 404)
-    tz = _firing(request).tz
+    tz = job_timezone(request.app[SETTINGS])
     return web.json_response({"job": job_json(job, tz), **extra})
 
 
@@ -121,7 +121,8 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def create_job(request: web.Request) -> web.Response:
     body = await _body(request)
     origin = {"platform": "api_server", "chat_id": "api", "source_ip": request.remote}
-    job = parse_create(body, now=time.time(), tz=_firing(request).tz, origin=origin)
+    tz = job_timezone(request.app[SETTINGS])
+    job = parse_create(body, now=time.time(), tz=tz, origin=origin)
     return _answer(request, await request.app[STORE].create_job(job))
 
 
@@ -140,7 +141,8 @@ async def get_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def update_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    changes = patch_changes(job, await _body(request), now=time.time(), tz=_firing(request).tz)
+    tz = job_timezone(request.app[SETTINGS])
+    changes = patch_changes(job, await _body(request), now=time.time(), tz=tz)
     return _answer(request, await request.app[STORE].update_job(job.id, changes))
 
 
@@ -161,7 +163,7 @@ async def pause_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def resume_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    changes = resume_changes(job, time.time(), _firing(request).tz)
+    changes = resume_changes(job, time.time(), job_timezone(request.app[SETTINGS]))
     return _answer(request, await request.app[STORE].update_job(job.id, changes))
 
 

@@ -188,5 +188,5 @@ class Firing:
                 finished_at=record.updated_at,
                 last_status="error",
             )
-        else:
+        elif record.status != fire.status:  # queued → running…; unchanged: no write
             await self.store.settle_job_run(fire.run_id, status=record.status)
