@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import time
@@ -36,6 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hermes_queue.cli_check import mask_url
+from hermes_queue.cli_jobs import JobsView, job_store, read_jobs, render_jobs
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, snapshot
@@ -127,6 +129,14 @@ class StatusView:
 
     queue: dict[str, Any]
     minutes: list[tuple[int, dict[str, int]]]
+    # Scheduled jobs, from the session store (cli_jobs.py).
+    jobs: JobsView | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``hermes.queue`` object, plus ``jobs`` when they were read."""
+        if self.jobs is None:
+            return self.queue
+        return {**self.queue, "jobs": self.jobs.to_json()}
 
 
 async def read_status(redis: aioredis.Redis, settings: Settings) -> StatusView:
@@ -198,6 +208,8 @@ def render_status(
     top = Table.grid(padding=(0, 2))
     top.add_row(queue, throughput)
     parts: list[RenderableType] = [header, top, failures, fleet_summary, fleet]
+    if view.jobs is not None:
+        parts.append(render_jobs(view.jobs))
     if error is not None:
         stale = f"{_outage(error, interval)}; figures above are from {_clock(q['at'])}"
         parts.append(Text(stale, style="bold red"))
@@ -209,9 +221,14 @@ async def _watch(
 ) -> None:
     """Refresh until Ctrl-C (or ``iterations`` reads, for tests). A Redis outage after the
     first read is shown and retried rather than ending the watch: that is what one watches."""
-    async with redis_session(settings) as redis:
-        with Console(stderr=True).status("reading queue state…"):
+    async with redis_session(settings) as redis, job_store(settings) as store:
+
+        async def read() -> StatusView:
             view = await _bounded(read_status(redis, settings))
+            return dataclasses.replace(view, jobs=await read_jobs(store, settings))
+
+        with Console(stderr=True).status("reading queue state…"):
+            view = await read()
         error: Exception | None = None
         live = None if as_json else Live(console=out, auto_refresh=False)
         with live or contextlib.nullcontext():
@@ -221,12 +238,12 @@ async def _watch(
                 elif error is not None:
                     click.echo(f"error: {_outage(error, interval)}", err=True)
                 else:
-                    click.echo(json.dumps(view.queue))  # one line per read: NDJSON
+                    click.echo(json.dumps(view.to_json()))  # one line per read: NDJSON
                 if iterations and n >= iterations:
                     return
                 await asyncio.sleep(interval)
                 try:
-                    view, error = await _bounded(read_status(redis, settings)), None
+                    view, error = await read(), None
                 except (*UNREACHABLE, RedisError) as exc:
                     error = exc
 
@@ -248,11 +265,22 @@ def status(
         return
 
     if as_json:
-        click.echo(json.dumps(_read(settings, lambda r: read_status(r, settings)).queue, indent=2))
+        click.echo(json.dumps(_read_view(settings).to_json(), indent=2))
         return
     with Console(stderr=True).status("reading queue state…"):
-        view = _read(settings, lambda r: read_status(r, settings))
+        view = _read_view(settings)
     out.print(render_status(view, settings))
+
+
+def _read_view(settings: Settings) -> StatusView:
+    """Queue state from Redis and the jobs from the session store, for one ``status``."""
+
+    async def go() -> StatusView:
+        async with redis_session(settings) as redis, job_store(settings) as store:
+            view = await _bounded(read_status(redis, settings))
+            return dataclasses.replace(view, jobs=await read_jobs(store, settings))
+
+    return asyncio.run(go())
 
 
 # -- runs --------------------------------------------------------------------------------------

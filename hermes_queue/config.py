@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hermes_queue.logs import LOG_FORMATS
 from hermes_queue.providers import (
@@ -99,6 +100,11 @@ class Settings:
     hermes_toolsets: tuple[str, ...] = ()
     hermes_max_iterations: int = 90
     hermes_agent_cache_size: int = 64
+    # Scheduled jobs (/api/jobs). Every worker looks for due ticks every
+    # scheduler_interval_seconds (0: this worker fires none); cron expressions and times without
+    # an offset are read in jobs_timezone (an IANA name).
+    scheduler_interval_seconds: float = 1.0
+    jobs_timezone: str = "UTC"
     # Sessions (SQL store)
     store_url: str = "sqlite:///.hermes-queue/hermes-queue.db"
     # PostgreSQL only: keep the tables in this schema (several deployments, or tests, per DB).
@@ -167,6 +173,12 @@ class Settings:
             raise ConfigError("drain_grace_seconds must be 0 (off) or positive")
         if self.approval_timeout_seconds <= 0:
             raise ConfigError("approval_timeout_seconds must be positive")
+        if self.scheduler_interval_seconds < 0:
+            raise ConfigError("scheduler_interval_seconds must be 0 (off) or positive")
+        try:
+            ZoneInfo(self.jobs_timezone)
+        except (ValueError, ZoneInfoNotFoundError):
+            raise ConfigError(f"jobs_timezone {self.jobs_timezone!r} is not a time zone") from None
         if self.queue_stream_interval_seconds <= 0:
             raise ConfigError("queue_stream_interval_seconds must be positive")
         if self.event_loop not in EVENT_LOOPS:

@@ -49,6 +49,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("completed", "failed", "cancelled")
+JOB_TRIGGERS = ("schedule", "manual")
 QUEUE_STATES = ("ready", "deferred", "running", "blocked")
 # Waits: from instant (an idle worker woken by pub/sub) to minutes (a backlog).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -74,8 +75,23 @@ class _ProcessMetrics:
             ["observer"],
             registry=self.registry,
         )
+        self.job_fires_total = Counter(
+            "hermes_queue_job_fires",
+            "Runs created for scheduled jobs, by trigger (schedule: a tick; manual: POST "
+            "/api/jobs/{id}/run), counted by the process that created them.",
+            ["trigger"],
+            registry=self.registry,
+        )
+        self.job_missed_ticks_total = Counter(
+            "hermes_queue_job_missed_ticks",
+            "Ticks of scheduled jobs that fired no run: skipped while no worker was up (a "
+            "catch-up fires once for all of them).",
+            registry=self.registry,
+        )
         for outcome in OUTCOMES:  # present at 0 from the start, so rate() sees the first one
             self.runs_total.labels(outcome=outcome)
+        for trigger in JOB_TRIGGERS:
+            self.job_fires_total.labels(trigger=trigger)
 
     def safely(self, observer: str, action: Callable[[], Any]) -> None:
         """Run one observation; a failure is logged and counted, never raised."""
@@ -94,6 +110,13 @@ class _ProcessMetrics:
     def count_outcome(self, outcome: str) -> None:
         """RunRepository's ``on_finished`` hook."""
         self.safely("runs_total", lambda: self.runs_total.labels(outcome=str(outcome)).inc())
+
+    def job_fired(self, trigger: str) -> None:
+        """``schedules.firing.FireObserver``: a run this process created for a job."""
+        self.safely("job_fires", lambda: self.job_fires_total.labels(trigger=trigger).inc())
+
+    def job_ticks_missed(self, count: int) -> None:
+        self.safely("job_missed_ticks", lambda: self.job_missed_ticks_total.inc(count))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

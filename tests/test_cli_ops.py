@@ -13,6 +13,7 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC
 from typing import Any, TypeVar
 
 import pytest
@@ -24,6 +25,8 @@ from hermes_queue.cli import main
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.schedules.definitions import parse_create, pause_changes
+from hermes_queue.store import create_store
 
 T = TypeVar("T")
 Setup = Callable[[aioredis.Redis, RunRepository, Keys], Awaitable[T]]
@@ -296,3 +299,49 @@ def test_mask_url() -> None:
     assert cli_check.mask_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
     assert cli_check.mask_url("redis://h:6379/0") == "redis://h:6379/0"
     assert cli_check.mask_url("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+
+
+# -- scheduled jobs in status ------------------------------------------------------------------
+
+
+def test_status_lists_jobs_soonest_next_fire_first(env: Settings) -> None:
+    now = time.time()
+
+    async def setup() -> None:
+        store = create_store(env.store_url)
+        try:
+            await store.migrate()
+            for name, schedule in (("hourly", "every 1h"), ("soon", "every 5m")):
+                body = {"name": name, "schedule": schedule, "prompt": "go"}
+                await store.create_job(parse_create(body, now=now, tz=UTC))
+            paused = parse_create(
+                {"name": "off", "schedule": "every 1d", "prompt": "x"}, now=now, tz=UTC
+            )
+            await store.create_job(paused)
+            await store.update_job(paused.id, pause_changes(paused, now))
+        finally:
+            await store.close()
+
+    asyncio.run(setup())
+    out = invoke("status").stdout
+    assert "Scheduled jobs: 2 scheduled, 1 paused or done" in out
+    lines = [line for line in out.splitlines() if re.search(r"\b(soon|hourly|off)\b", line)]
+    assert [line.split()[0] for line in lines] == ["soon", "hourly", "off"]
+    assert re.search(r"soon .* every 5m .* scheduled .* \(in 4m5\ds\)", lines[0]), lines[0]
+    assert re.search(r"off .* paused\s+-", lines[2]), lines[2]
+
+    body = status_json()
+    assert [(j["name"], j["state"]) for j in body["jobs"]] == [
+        ("soon", "scheduled"),
+        ("hourly", "scheduled"),
+        ("off", "paused"),
+    ]
+    assert body["jobs"][0]["next_run_at"].endswith("+00:00")
+
+
+def test_status_with_an_unreadable_store_still_shows_the_queue(env: Settings) -> None:
+    result = invoke("status")  # the test store was never migrated
+    assert result.exit_code == 0, result.output
+    assert "no live worker" in result.stdout
+    assert "Scheduled jobs: session store unreadable (StoreError)" in result.stdout
+    assert status_json()["jobs"] is None

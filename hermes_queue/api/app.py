@@ -15,6 +15,7 @@ from hermes_queue.api import (
     chat_completions,
     dashboard,
     discovery,
+    jobs,
     operations,
     responses,
     runs,
@@ -74,5 +75,6 @@ def create_app(settings: Settings) -> web.Application:
     responses.add_routes(app)
     operations.setup(app)
     dashboard.add_routes(app)
+    jobs.add_routes(app)
     unsupported.add_routes(app)  # last: skips any path another module serves
     return app

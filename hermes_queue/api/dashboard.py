@@ -2,9 +2,10 @@
 
 The page and its two assets hold no data and are served without the API key (a browser cannot
 send one when navigating): the operator types the key into the page once, and its script sends
-it as a bearer token to ``/v1/queue/stream``, ``/v1/runs/{id}`` and ``/v1/runs/{id}/events``,
-which are authenticated as usual. Nothing is loaded from anywhere but this origin, and the
-responses carry their own Content-Security-Policy saying so (no inline script or style).
+it as a bearer token to ``/v1/queue/stream``, ``/v1/runs/{id}``, ``/v1/runs/{id}/events`` and
+``/api/jobs``, which are authenticated as usual. Nothing is loaded from anywhere but this
+origin, and the responses carry their own Content-Security-Policy saying so (no inline script
+or style).
 """
 
 from __future__ import annotations

@@ -62,6 +62,15 @@ ENDPOINT_NAMES: dict[tuple[str, str], str] = {
     ("POST", "/api/sessions/{session_id}/chat/stream"): "session_chat_stream",
     ("GET", "/api/sessions/{session_id}/chat/stream"): "session_chat_resume",
     ("POST", "/api/sessions/{session_id}/model"): "session_model_lock",
+    # Ours: upstream lists no names for its jobs routes.
+    ("GET", "/api/jobs"): "jobs",
+    ("POST", "/api/jobs"): "job_create",
+    ("GET", "/api/jobs/{job_id}"): "job",
+    ("PATCH", "/api/jobs/{job_id}"): "job_update",
+    ("DELETE", "/api/jobs/{job_id}"): "job_delete",
+    ("POST", "/api/jobs/{job_id}/pause"): "job_pause",
+    ("POST", "/api/jobs/{job_id}/resume"): "job_resume",
+    ("POST", "/api/jobs/{job_id}/run"): "job_run",
     # VN names. The 501 placeholders in unsupported.py route these paths but are never listed.
     ("POST", "/v1/runs/{run_id}/steer"): "run_steer",
     ("POST", "/v1/browser-control/register"): "browser_control_register",
@@ -98,12 +107,21 @@ ROUTE_FEATURES: dict[str, tuple[str, ...]] = {
     "session_model_lock": ("session_model_lock",),
     # Bodies take model_options wherever a runtime can be chosen; the lock route marks that.
     "model_options": ("session_model_lock",),
+    "jobs_admin": (
+        "jobs",
+        "job_create",
+        "job",
+        "job_update",
+        "job_delete",
+        "job_pause",
+        "job_resume",
+        "job_run",
+    ),
 }
 
 # Upstream also reports these as false; nothing here implements them and no route implies them.
 UNSUPPORTED_FEATURES = (
     "admin_config_rw",
-    "jobs_admin",
     "memory_write_api",
     "audio_api",
     "realtime_voice",

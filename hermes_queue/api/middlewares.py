@@ -126,6 +126,7 @@ DRAIN_ROUTES = frozenset(
         "/v1/responses",
         "/api/sessions/{session_id}/chat",
         "/api/sessions/{session_id}/chat/stream",
+        "/api/jobs/{job_id}/run",
     }
 )
 

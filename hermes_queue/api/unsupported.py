@@ -36,21 +36,16 @@ class Unsupported:
     what: str
 
 
-JOBS = "cron job admin (no scheduler here)"
 PLATFORMS = "messaging platform callbacks (no platform adapters here)"
 BROWSER = "browser-extension control (tools do not run in a browser here)"
 ARTIFACTS = "browser artifact transfer (no browser-control broker here)"
 
 UNSUPPORTED: tuple[Unsupported, ...] = (
-    Unsupported("GET", "/api/jobs", JOBS),
-    Unsupported("POST", "/api/jobs", JOBS),
-    Unsupported("GET", "/api/jobs/{job_id}", JOBS),
-    Unsupported("PATCH", "/api/jobs/{job_id}", JOBS),
-    Unsupported("DELETE", "/api/jobs/{job_id}", JOBS),
-    Unsupported("POST", "/api/jobs/{job_id}/pause", JOBS),
-    Unsupported("POST", "/api/jobs/{job_id}/resume", JOBS),
-    Unsupported("POST", "/api/jobs/{job_id}/run", JOBS),
-    Unsupported("POST", "/api/cron/fire", "the cron scheduler webhook (no scheduler here)"),
+    Unsupported(
+        "POST",
+        "/api/cron/fire",
+        "the external scheduler webhook (workers fire scheduled jobs themselves)",
+    ),
     Unsupported("POST", "/api/platforms/{platform}/events", PLATFORMS),
     Unsupported(
         "GET",

@@ -15,9 +15,12 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from hermes_queue.store.responses import ResponseRow
+
+if TYPE_CHECKING:  # store.jobs builds on the SQL seam, which imports this module
+    from hermes_queue.store.jobs import FireRecord, JobRow, JobRunRow
 
 MAX_TITLE_LENGTH = 100
 PREVIEW_LENGTH = 60
@@ -392,3 +395,38 @@ class SessionStore(Protocol):
     async def conversation_head(self, name: str) -> str | None: ...
 
     async def set_conversation_head(self, name: str, response_id: str) -> None: ...
+
+    # -- scheduled jobs (/api/jobs; store/jobs.py) -----------------------------------------
+
+    async def create_job(self, job: JobRow) -> JobRow: ...
+
+    async def ensure_job_session(self, job: JobRow) -> None: ...
+
+    async def get_job(self, id: str) -> JobRow | None: ...
+
+    async def list_jobs(self, *, include_disabled: bool = False) -> list[JobRow]: ...
+
+    async def update_job(self, id: str, changes: Mapping[str, Any]) -> JobRow | None: ...
+
+    async def delete_job(self, id: str) -> bool: ...
+
+    async def due_jobs(self, now: float, limit: int = 100) -> list[JobRow]: ...
+
+    async def job_fire_recorded(self, run_id: str) -> bool: ...
+
+    async def record_fire(self, fire: FireRecord) -> bool: ...
+
+    async def job_runs(self, job_id: str, limit: int = 20) -> list[JobRunRow]: ...
+
+    async def open_job_runs(self, limit: int = 500) -> list[JobRunRow]: ...
+
+    async def settle_job_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        output: str | None = None,
+        error: str | None = None,
+        finished_at: float | None = None,
+        last_status: str | None = None,
+    ) -> bool: ...

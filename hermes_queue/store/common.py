@@ -1,22 +1,23 @@
 """The SQL session store both backends build on: the operation mixins, assembled.
 
 The operations are written once in portable SQL, one mixin per concern (``sessions.py``,
-``messages.py``, ``lineage.py``, ``responses.py``), against the ``Conn`` seam in ``backend.py``;
-``sqlite.py`` and ``postgres.py`` subclass ``SqlSessionStore`` and only supply connections,
-transactions and error translation. One implementation means the two backends cannot drift apart
-behind the contract suite's back. What is left here concerns the database as a whole: applying
-migrations, the schema version and a liveness ping.
+``messages.py``, ``lineage.py``, ``responses.py``, ``jobs.py``), against the ``Conn`` seam in
+``backend.py``; ``sqlite.py`` and ``postgres.py`` subclass ``SqlSessionStore`` and only supply
+connections, transactions and error translation. One implementation means the two backends cannot
+drift apart behind the contract suite's back. What is left here concerns the database as a whole:
+applying migrations, the schema version and a liveness ping.
 """
 
 from __future__ import annotations
 
 from hermes_queue.store import migrations
+from hermes_queue.store.jobs import JobsMixin
 from hermes_queue.store.lineage import LineageMixin
 from hermes_queue.store.messages import MessagesMixin
 from hermes_queue.store.responses import ResponseStoreMixin
 
 
-class SqlSessionStore(LineageMixin, MessagesMixin, ResponseStoreMixin):
+class SqlSessionStore(LineageMixin, MessagesMixin, ResponseStoreMixin, JobsMixin):
     """``SessionStore`` over any ``SqlBackend``: every operation mixin, plus schema and health."""
 
     async def migrate(self, target: int | None = None) -> list[int]:

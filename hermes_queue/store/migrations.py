@@ -144,8 +144,56 @@ def _v3(dialect: Dialect) -> list[str]:
     ]
 
 
+def _v4(dialect: Dialect) -> list[str]:
+    """Scheduled jobs (``/api/jobs``) and the runs their ticks fired (``store/jobs.py``).
+
+    ``schedule`` and ``skills`` are JSON; times are epoch seconds. ``next_run_at`` is indexed:
+    every worker's scheduler asks for the due jobs about once a second. A ``job_runs`` row is
+    a fire, keyed by its run id so recording the same tick twice inserts nothing.
+    """
+    real = "REAL" if dialect == "sqlite" else "DOUBLE PRECISION"
+    return [
+        f"""CREATE TABLE jobs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    schedule TEXT NOT NULL,
+    skills TEXT NOT NULL,
+    deliver TEXT NOT NULL,
+    repeat_times INTEGER,
+    repeat_completed INTEGER NOT NULL DEFAULT 0,
+    enabled INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    paused_at {real},
+    paused_reason TEXT,
+    created_at {real} NOT NULL,
+    next_run_at {real},
+    last_run_at {real},
+    last_run_id TEXT,
+    last_status TEXT,
+    last_error TEXT,
+    session_id TEXT NOT NULL,
+    origin TEXT
+)""",
+        "CREATE INDEX jobs_next_run_idx ON jobs (next_run_at)",
+        f"""CREATE TABLE job_runs (
+    run_id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+    trigger TEXT NOT NULL,
+    tick {real},
+    fired_at {real} NOT NULL,
+    status TEXT NOT NULL,
+    output TEXT,
+    error TEXT,
+    finished_at {real}
+)""",
+        "CREATE INDEX job_runs_job_idx ON job_runs (job_id, fired_at)",
+        "CREATE INDEX job_runs_open_idx ON job_runs (finished_at)",
+    ]
+
+
 MIGRATIONS: dict[Dialect, list[Migration]] = {
-    dialect: [(1, _v1(dialect)), (2, _v2(dialect)), (3, _v3(dialect))]
+    dialect: [(1, _v1(dialect)), (2, _v2(dialect)), (3, _v3(dialect)), (4, _v4(dialect))]
     for dialect in ("sqlite", "postgres")
 }
 LATEST_VERSION = MIGRATIONS["sqlite"][-1][0]

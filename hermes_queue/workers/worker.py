@@ -2,8 +2,9 @@
 with its side tasks.
 
 Beside the job loop a worker runs: a pub/sub listener (enqueue wake-ups, stop requests and
-approval answers), the lease keeper thread, a reaper, and the publisher of its backend's catalog
-(skills and toolsets, if the backend has them).
+approval answers), the lease keeper thread, a reaper, the publisher of its backend's catalog
+(skills and toolsets, if the backend has them) and the job scheduler
+(``schedules/scheduler.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hermes_queue.redis_client import connect
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.schedules.scheduler import start_scheduler
 from hermes_queue.store import open_store
 from hermes_queue.workers.catalog import publish_forever
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
@@ -152,6 +154,7 @@ class WorkerProcess:
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
             asyncio.create_task(reap_forever(repository, settings.reaper_interval_seconds)),
             asyncio.create_task(publish_forever(redis, keys, backend)),
+            *start_scheduler(settings, runtime.store, repository, metrics),
         ]
         log.info(
             "worker %s ready (%d slots, backend %s)",

@@ -42,6 +42,7 @@ def _chat() -> dict[str, object]:
         ("/v1/chat/completions", _chat()),
         ("/api/sessions/s1/chat", {"message": "hi"}),
         ("/api/sessions/s1/chat/stream", {"message": "hi"}),
+        ("/api/jobs/0123456789ab/run", {}),
     ],
 )
 async def test_run_creating_routes_answer_503_while_draining(

@@ -17,7 +17,7 @@ from hermes_queue.config import Settings
 
 # Upstream features that must stay false whatever placeholder routes exist (skills_api: while
 # no worker published a catalog).
-FALSE_FEATURES = ("jobs_admin", "skills_api")
+FALSE_FEATURES = ("admin_config_rw", "skills_api")
 NOT_LISTED = {
     "model_options",
     "browser_control_register",

@@ -350,3 +350,51 @@ def test_dashboard_follows_the_queue_and_tails_a_run(live: LiveApi, browser: Any
         (doomed, "echo backend failure requested")
     ]
     until(driver, lambda d: text(d, "failures-summary").startswith("1 failed, 3 completed"), "")
+
+
+@pytest.mark.timeout(120)
+def test_dashboard_lists_scheduled_jobs(live: LiveApi, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    nightly = live.call(
+        "POST", "/api/jobs", {"name": "nightly digest", "schedule": "0 3 * * *", "prompt": "go"}
+    )["job"]
+    paused = live.call(
+        "POST", "/api/jobs", {"name": "paused one", "schedule": "every 2h", "prompt": "x"}
+    )["job"]
+    live.call("POST", f"/api/jobs/{paused['id']}/pause")
+
+    driver = browser
+    driver.get(f"{live.base_url}/dashboard")
+    until(driver, lambda d: d.find_element(By.ID, "api-key").is_displayed(), "the key prompt")
+    driver.find_element(By.ID, "api-key").send_keys(live.settings.api_key + "\n")
+    listed = until(
+        driver,
+        lambda d: (
+            {r["key"]: r["cells"] for r in rows(d, "jobs-body")}
+            if len(rows(d, "jobs-body")) == 2
+            else None
+        ),
+        "both jobs listed",
+    )
+    assert text(driver, "jobs-summary") == "1 scheduled · 1 paused or done"
+    name, schedule, state, next_fire, last_run = listed[nightly["id"]]
+    assert (name, schedule, state, last_run) == ("nightly digest", "0 3 * * *", "scheduled", "–")
+    assert "(in " in next_fire  # when it fires, and how long until then
+    assert listed[paused["id"]][2:] == ["paused", "–", "–"]
+
+    # Fired now: the row shows the run (it ends while the page watches), linked to its view.
+    run_id = live.call("POST", f"/api/jobs/{nightly['id']}/run")["run_id"]
+    until(
+        driver,
+        lambda d: any(
+            r["key"] == nightly["id"] and r["cells"][4] == f"{run_id} · completed"
+            for r in rows(d, "jobs-body")
+        ),
+        "the job's run, completed",
+    )
+    screenshot(driver, "-jobs")
+    driver.find_element(By.CSS_SELECTOR, f'#jobs-body a[href="#run/{run_id}"]').click()
+    until(driver, lambda d: text(d, "run-id") == run_id, "the job run's view")
+    until(driver, lambda d: text(d, "run-status") == "completed", "its completed status")
+    assert text(driver, "run-session") == nightly["session_id"]

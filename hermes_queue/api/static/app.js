@@ -7,6 +7,8 @@
  * by SseParser below.
  *
  *   queue view  <- GET /v1/queue/stream  (`event: queue` snapshots, ~1 per second)
+ *               <- GET /api/jobs?include_disabled=true (once the stream is live: every 5 s, and
+ *                  whenever a run leaves the in-flight list)
  *   run view    <- GET /v1/runs/{id}/events (#run/<id>; resumes with Last-Event-ID on a drop)
  */
 'use strict';
@@ -16,6 +18,7 @@ const HISTORY_MS = 5 * 60 * 1000; // the depth chart's window
 const STATES = ['ready', 'running', 'deferred', 'blocked'];
 const IN_FLIGHT_PAGE = 100; // in-flight runs listed (the stream's ?limit=)
 const MAX_FAILURES = 20;
+const JOBS_REFRESH_MS = 5000;
 const TERMINAL = new Set(['run.completed', 'run.failed', 'run.cancelled']);
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 10000;
@@ -44,7 +47,9 @@ async function api(path, options = {}) {
   if (!response.ok) {
     let message = `HTTP ${response.status}`;
     try {
-      message = (await response.json()).error.message || message;
+      const { error } = await response.json();
+      // The jobs API's envelope is {"error": "<string>"}; the others' {"error": {"message"}}.
+      message = (typeof error === 'string' ? error : error.message) || message;
     } catch (_) {
       /* not the JSON error envelope: keep the status */
     }
@@ -319,6 +324,8 @@ function startQueue() {
     onState: (state, detail) => {
       const text = { connecting: 'connecting…', live: 'live', retrying: 'reconnecting…', ended: 'disconnected', error: detail };
       setBadge(badge, state, text[state] || state);
+      // Jobs are read once the key is known to work (a wrong key is reported once, by the stream).
+      if (state === 'live' && jobs.timer === null) startJobs();
     },
   });
 }
@@ -352,7 +359,7 @@ function onSnapshot(snap) {
     (run) => [runLink(run.run_id), run.session_id, run.status, run.worker, run.attempt, duration(run.age_seconds)],
     'nothing in flight',
   );
-  noticeFinished(flight.data.map((run) => run.run_id));
+  if (noticeFinished(flight.data.map((run) => run.run_id))) refreshJobs();
 
   const t = snap.throughput;
   $('failures-summary').textContent = `${t.failed} failed, ${t.completed} completed in the last ${duration(t.window_seconds)}`;
@@ -365,10 +372,15 @@ function onSnapshot(snap) {
  */
 function noticeFinished(ids) {
   const current = new Set(ids);
+  let left = false;
   for (const runId of queue.inFlight) {
-    if (!current.has(runId)) checkFailed(runId);
+    if (!current.has(runId)) {
+      left = true;
+      checkFailed(runId);
+    }
   }
   queue.inFlight = current;
+  return left; // true when some run ended (maybe a job's: its table is refreshed)
 }
 
 async function checkFailed(runId) {
@@ -389,6 +401,58 @@ async function checkFailed(runId) {
     (f) => [runLink(f.run_id), clock(f.at), f.error, f.reason],
     'none seen',
   );
+}
+
+/* ---------------------------------------------------------------- scheduled jobs */
+
+const jobs = { timer: null, loading: false };
+
+function nextFire(job) {
+  if (!job.next_run_at) return '–';
+  const at = Date.parse(job.next_run_at);
+  const left = (at - Date.now()) / 1000;
+  return `${new Date(at).toLocaleString()} (${left > 0 ? `in ${duration(left)}` : 'due'})`;
+}
+
+function lastRun(job) {
+  if (!job.last_run) return '–';
+  const cell = document.createElement('span');
+  cell.append(runLink(job.last_run.run_id), ` · ${job.last_run.status}`);
+  return cell;
+}
+
+/** GET /api/jobs (all of them, paused and completed too) into the jobs table. */
+async function refreshJobs() {
+  if (jobs.loading || !queue.controller) return;
+  jobs.loading = true;
+  try {
+    const { jobs: list } = await getJson('/api/jobs?include_disabled=true', queue.controller.signal);
+    const scheduled = list.filter((job) => job.enabled).length;
+    $('jobs-summary').textContent = `${scheduled} scheduled · ${list.length - scheduled} paused or done`;
+    syncRows(
+      $('jobs-body'),
+      list,
+      (job) => job.id,
+      (job) => [job.name, job.schedule_display, job.state, nextFire(job), lastRun(job)],
+      'no scheduled jobs',
+    );
+  } catch (err) {
+    if (err instanceof AuthError) askForKey(err.message);
+    else if (!queue.controller.signal.aborted) $('jobs-summary').textContent = err.message;
+  } finally {
+    jobs.loading = false;
+  }
+}
+
+function startJobs() {
+  stopJobs();
+  refreshJobs();
+  jobs.timer = setInterval(refreshJobs, JOBS_REFRESH_MS);
+}
+
+function stopJobs() {
+  if (jobs.timer !== null) clearInterval(jobs.timer);
+  jobs.timer = null;
 }
 
 /* ---------------------------------------------------------------- run view */
@@ -501,6 +565,7 @@ function route() {
 /* ---------------------------------------------------------------- key and start */
 
 function askForKey(message) {
+  stopJobs();
   if (queue.controller) queue.controller.abort();
   closeRun();
   sessionStorage.removeItem(KEY_STORAGE);
