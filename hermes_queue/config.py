@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from hermes_queue.booleans import parse_bool
 from hermes_queue.logs import LOG_FORMATS
 from hermes_queue.providers import (
     ProviderConfigError,
@@ -33,8 +34,6 @@ CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
 # Variables under these prefixes belong to the test suite and tooling, not to the settings.
 _RESERVED_ENV_PREFIXES = ("HERMES_QUEUE_TEST_", "HERMES_QUEUE_BENCH_")
 _SECRET_FIELDS = frozenset({"api_key"})
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 class ConfigError(ValueError):
@@ -211,12 +210,10 @@ def _cast(name: str, raw: Any, default: Any) -> Any:
     text = str(raw).strip()
     try:
         if kind is bool:
-            lowered = text.lower()
-            if lowered in _TRUE:
-                return True
-            if lowered in _FALSE:
-                return False
-            raise ValueError
+            parsed = parse_bool(text)
+            if parsed is None:
+                raise ValueError
+            return parsed
         if kind is int:
             return int(text)
         if kind is float:

@@ -14,7 +14,8 @@ from aiohttp import web
 from hermes_queue.agents.base import APPROVAL_CHOICES
 from hermes_queue.api.appkeys import RUNS
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.validation import coerce_bool, json_object
+from hermes_queue.api.validation import json_object
+from hermes_queue.booleans import coerce_bool
 
 MAX_ID_LENGTH = 128
 # Upstream's aliases for a one-time approval.

@@ -30,11 +30,11 @@ from hermes_queue.api.operations import admit
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import open_stream, pump_run_events
 from hermes_queue.api.validation import (
-    coerce_bool,
     json_object,
     session_id_value,
     session_key_header,
 )
+from hermes_queue.booleans import coerce_bool
 from hermes_queue.events import EventType
 from hermes_queue.runs.repository import new_run_id
 from hermes_queue.store import SessionExists

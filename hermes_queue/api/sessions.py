@@ -11,7 +11,8 @@ from aiohttp import web
 from hermes_queue.api.appkeys import RUNS, STORE
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
-from hermes_queue.api.validation import coerce_bool, json_object, session_id_value
+from hermes_queue.api.validation import json_object, session_id_value
+from hermes_queue.booleans import coerce_bool
 from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
     UNSET,
