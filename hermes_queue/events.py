@@ -124,7 +124,8 @@ class RunEvent:
 
 
 def message_id_for(run_id: str) -> str:
-    """Stable per run, so every attempt and every dialect names the reply message the same."""
+    """Stable per run, so every attempt and dialect names the reply message the same (the
+    Responses dialect has item ids of its own: ``api/responses_render.output_message_id``)."""
     return "msg_" + run_id.removeprefix("run_")
 
 

@@ -32,7 +32,7 @@ from hermes_queue.api.content import flatten_text, has_visible_payload, normaliz
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.operations import admit
 from hermes_queue.api.responses_render import (
-    TERMINAL_STATUSES,
+    FINAL_RESPONSE_STATUSES,
     ResponseFold,
     ResponseMeta,
     response_id_for,
@@ -115,7 +115,7 @@ async def settle(app: web.Application, run_id: str) -> dict[str, Any]:
             if event.terminal:
                 break
     final = fold.snapshot()
-    if meta.store and final["status"] in TERMINAL_STATUSES:
+    if meta.store and final["status"] in FINAL_RESPONSE_STATUSES:
         request = record.request
         user = {"role": "user", "content": request.get("message", "")}
         transcript = [*(request.get("history") or []), user, *fold.messages]
@@ -151,7 +151,7 @@ def _watch(app: web.Application, run_id: str) -> asyncio.Task[dict[str, Any]]:
 async def load(app: web.Application, response_id: str) -> ResponseRow | None:
     """The stored response, settled first if its run has ended (from any replica)."""
     row = await app[STORE].get_response(response_id)
-    if row is None or row.status in TERMINAL_STATUSES or not row.run_id:
+    if row is None or row.status in FINAL_RESPONSE_STATUSES or not row.run_id:
         return row
     record = await app[RUNS].get(row.run_id)
     if record is None:

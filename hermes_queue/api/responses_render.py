@@ -23,7 +23,8 @@ from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
 from hermes_queue.api.sse import Frame, Renderer
 from hermes_queue.events import EventType, RunEvent
 
-TERMINAL_STATUSES = frozenset({"completed", "failed", "incomplete"})
+# A response in one of these statuses is final (unlike a run's, "incomplete" is one of them).
+FINAL_RESPONSE_STATUSES = frozenset({"completed", "failed", "incomplete"})
 
 
 def response_id_for(run_id: str) -> str:
@@ -31,7 +32,10 @@ def response_id_for(run_id: str) -> str:
     return "resp_" + run_id.removeprefix("run_")[:28]
 
 
-def message_id_for(run_id: str) -> str:
+def output_message_id(run_id: str) -> str:
+    """The id of a response's assistant message item, derived from the run like the response
+    id: ``msg_`` + 24 hex, shorter than the reply id the other dialects use
+    (``events.message_id_for``), so the two must not be mixed up."""
     return "msg_" + run_id.removeprefix("run_")[:24]
 
 
@@ -173,7 +177,7 @@ class ResponseFold:
             return []
         self.message_index = len(self.items)
         item = {
-            "id": message_id_for(self.meta.run_id),
+            "id": output_message_id(self.meta.run_id),
             "type": "message",
             "status": "in_progress",
             "role": "assistant",
@@ -192,7 +196,7 @@ class ResponseFold:
         frames.append(
             self._frame(
                 "response.output_text.delta",
-                item_id=message_id_for(self.meta.run_id),
+                item_id=output_message_id(self.meta.run_id),
                 output_index=self.message_index,
                 content_index=0,
                 delta=delta,
@@ -242,7 +246,7 @@ class ResponseFold:
         if self.message_index is None:
             return []
         full = "".join(self.text) if text is None else text
-        item_id = message_id_for(self.meta.run_id)
+        item_id = output_message_id(self.meta.run_id)
         item = {
             **self.items[self.message_index],
             "status": status,
