@@ -11,7 +11,6 @@ from hermes_queue import __version__
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api import (
     approvals,
-    catalog,
     chat_completions,
     dashboard,
     discovery,
@@ -21,6 +20,7 @@ from hermes_queue.api import (
     runtime_selection,
     session_chat,
     sessions,
+    skills,
     unsupported,
 )
 from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS, STORE
@@ -69,7 +69,7 @@ def create_app(settings: Settings) -> web.Application:
     sessions.add_routes(app)
     session_chat.add_routes(app)
     discovery.add_routes(app)
-    catalog.add_routes(app)
+    skills.add_routes(app)
     chat_completions.add_routes(app)
     responses.add_routes(app)
     operations.setup(app)

@@ -5,7 +5,7 @@ claim this server cannot honour breaks them. Upstream keeps its endpoint list an
 by hand and they drift from the routes it really serves. Here both are derived from the app's
 router at request time: an endpoint is listed only if a route for it is registered, and a
 feature tied to a route flips to true the moment that route is added. ``skills_api`` also
-needs a worker to have published its backend's catalog (``api/catalog.py``), read per request.
+needs a worker to have published its backend's catalog (``api/skills.py``), read per request.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from aiohttp import web
 
 from hermes_queue import __version__
 from hermes_queue.api.appkeys import REDIS, SETTINGS, STORE
-from hermes_queue.api.catalog import published
+from hermes_queue.api.skills import published
 from hermes_queue.api.unsupported import is_not_implemented
 from hermes_queue.keys import Keys
 from hermes_queue.store.migrations import LATEST_VERSION

@@ -21,6 +21,7 @@ from arq.worker import func
 
 from hermes_queue.agents import load_backend
 from hermes_queue.aio import cancel_and_wait, cancel_requested
+from hermes_queue.catalog import publish_forever
 from hermes_queue.config import Settings
 from hermes_queue.jobs import RUN_TURN, arq_job_timeout, deserialize, serialize
 from hermes_queue.keys import Keys
@@ -30,7 +31,6 @@ from hermes_queue.redis_client import connect
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
-from hermes_queue.workers.catalog import publish_forever
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
 from hermes_queue.workers.reaper import reap_forever
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
