@@ -11,11 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.agents.base import APPROVAL_CHOICES
 from hermes_queue.api.appkeys import RUNS
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.validation import json_object
 from hermes_queue.booleans import coerce_bool
+from hermes_queue.events import APPROVAL_CHOICES
 
 MAX_ID_LENGTH = 128
 # Upstream's aliases for a one-time approval.
