@@ -10,6 +10,7 @@ client whose stream dropped follows the rest on ``/v1/runs/{run_id}/events``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -37,6 +38,7 @@ from hermes_queue.api.validation import (
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.events import EventType
 from hermes_queue.runs.repository import new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists
 
 SESSION_HEADER = "X-Hermes-Session-Id"
@@ -178,7 +180,7 @@ async def _start(
     if continued is not None:
         continued = await _continue_session(request, continued)
     selection = select_for_body(request, body)
-    turn = {"message": conversation[-1]["content"], "instructions": system_prompt or None}
+    turn = TurnRequest(message=conversation[-1]["content"], instructions=system_prompt or None)
     run_id, runs = new_run_id(), request.app[RUNS]
     common: dict[str, Any] = {"route": selection.as_dict(), "model": selection.model or model}
     if continued is not None:
@@ -186,19 +188,18 @@ async def _start(
             run_id=run_id,
             session_id=continued,
             strategy="enqueue",
-            request=turn,
-            extra={"persist": "1", "kind": "chat_completions"},
+            request=turn.to_json(),
+            extra={"persist": "1"},
             **common,
         )
     else:
         first_user = next(m for m in conversation if m["role"] == "user")
         session_id = derived_session_id(system_prompt, flatten_text(first_user["content"]))
-        turn["history"] = conversation[:-1]
+        turn = dataclasses.replace(turn, history=conversation[:-1])
         await runs.create(
             run_id=run_id,
             session_id=session_id,
-            request=turn,
-            extra={"kind": "chat_completions"},
+            request=turn.to_json(),
             **common,
         )
     return run_id

@@ -48,6 +48,7 @@ from hermes_queue.api.validation import (
 )
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.runs.repository import new_run_id
+from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 from hermes_queue.store import ResponseRow
 
 WATCHERS: web.AppKey[set[asyncio.Task[Any]]] = web.AppKey("response_watchers")
@@ -116,9 +117,9 @@ async def settle(app: web.Application, run_id: str) -> dict[str, Any]:
                 break
     final = fold.snapshot()
     if meta.store and final["status"] in FINAL_RESPONSE_STATUSES:
-        request = record.request
-        user = {"role": "user", "content": request.get("message", "")}
-        transcript = [*(request.get("history") or []), user, *fold.messages]
+        turn = record.request
+        user = {"role": "user", "content": turn.message}
+        transcript = [*turn.history, user, *fold.messages]
         store = app[STORE]
         await store.put_response(
             ResponseRow(
@@ -201,21 +202,16 @@ async def _plan(request: web.Request, body: dict[str, Any]) -> Plan:
 
 
 async def _start(
-    request: web.Request, body: dict[str, Any], plan: Plan, meta: dict[str, Any]
+    request: web.Request, body: dict[str, Any], plan: Plan, meta: ResponseSettings
 ) -> str:
     """Store the ``queued`` response (with ``store``), then enqueue its run; the run id."""
     await admit(request)  # backpressure: 429 before anything is written
     selection = select_for_body(request, body)
     run_id = new_run_id()
     session_id = plan.previous.session_id if plan.previous else str(uuid.uuid4())
-    turn = {
-        "message": plan.message,
-        "history": plan.history,
-        "instructions": plan.instructions,
-        "response": meta,
-    }
+    turn = TurnRequest(plan.message, plan.history, plan.instructions, response=meta)
     store = request.app[STORE]
-    if meta["store"]:
+    if meta.store:
         info = ResponseMeta.from_request(run_id, turn)
         await store.put_response(
             ResponseRow(
@@ -236,13 +232,12 @@ async def _start(
         await request.app[RUNS].create(
             run_id=run_id,
             session_id=session_id,
-            request=turn,
+            request=turn.to_json(),
             route=selection.as_dict(),
-            model=selection.model or meta["model"],
-            extra={"kind": "responses"},
+            model=selection.model or meta.model,
         )
     except BaseException:
-        if meta["store"]:
+        if meta.store:
             await store.delete_response(response_id_for(run_id))
         raise
     return run_id
@@ -258,14 +253,14 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if background and not stored:
         raise ApiError(400, "invalid_request", "background requires store=true", param="store")
     model = body.get("model") if isinstance(body.get("model"), str) else ""
-    meta = {
-        "created_at": int(time.time()),
-        "model": model or request.app[SETTINGS].model_name,
-        "previous_response_id": plan.previous.id if plan.previous else None,
-        "conversation": plan.conversation,
-        "store": stored,
-        "background": background,
-    }
+    meta = ResponseSettings(
+        created_at=int(time.time()),
+        model=model or request.app[SETTINGS].model_name,
+        previous_response_id=plan.previous.id if plan.previous else None,
+        conversation=plan.conversation,
+        store=stored,
+        background=background,
+    )
     headers: dict[str, str] = {}
     async with await idempotency.begin(request, "responses", body) as idem:
         if idem.replay_of is None:

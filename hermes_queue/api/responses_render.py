@@ -22,6 +22,7 @@ from typing import Any
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
 from hermes_queue.api.sse import Frame, Renderer
 from hermes_queue.events import EventType, RunEvent
+from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 
 # A response in one of these statuses is final (unlike a run's, "incomplete" is one of them).
 FINAL_RESPONSE_STATUSES = frozenset({"completed", "failed", "incomplete"})
@@ -52,7 +53,8 @@ def response_usage(usage: dict[str, Any] | None) -> dict[str, int]:
 @dataclass(frozen=True)
 class ResponseMeta:
     """What a response object says besides its output; fixed when the run is created and kept
-    in the run's request (``request["response"]``), so any replica can rebuild it."""
+    in the run's turn request (its ``response`` and ``instructions``), so any replica can
+    rebuild it."""
 
     id: str
     run_id: str
@@ -64,29 +66,19 @@ class ResponseMeta:
     store: bool = True
     background: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "created_at": self.created_at,
-            "model": self.model,
-            "previous_response_id": self.previous_response_id,
-            "conversation": self.conversation,
-            "store": self.store,
-            "background": self.background,
-        }
-
     @classmethod
-    def from_request(cls, run_id: str, request: dict[str, Any]) -> ResponseMeta:
-        meta = dict(request.get("response") or {})
+    def from_request(cls, run_id: str, turn: TurnRequest) -> ResponseMeta:
+        settings = turn.response or ResponseSettings(created_at=0, model="")
         return cls(
             id=response_id_for(run_id),
             run_id=run_id,
-            created_at=int(meta.get("created_at") or 0),
-            model=str(meta.get("model") or ""),
-            instructions=request.get("instructions"),
-            previous_response_id=meta.get("previous_response_id"),
-            conversation=meta.get("conversation"),
-            store=bool(meta.get("store", True)),
-            background=bool(meta.get("background", False)),
+            created_at=settings.created_at,
+            model=settings.model,
+            instructions=turn.instructions,
+            previous_response_id=settings.previous_response_id,
+            conversation=settings.conversation,
+            store=settings.store,
+            background=settings.background,
         )
 
     def envelope(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -28,12 +29,21 @@ from hermes_queue.api.validation import (
 )
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.repository import new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 
 MAX_RUN_ID_LENGTH = 128
 
 
-def parse_run_body(body: dict[str, Any]) -> dict[str, Any]:
-    """Validate a ``POST /v1/runs`` body into the stored turn request (HERMES_API §4.1)."""
+@dataclass(frozen=True)
+class RunBody:
+    """A validated ``POST /v1/runs`` body: the turn, and the session it names (if any)."""
+
+    turn: TurnRequest
+    session_id: str | None
+
+
+def parse_run_body(body: dict[str, Any]) -> RunBody:
+    """Validate a ``POST /v1/runs`` body (HERMES_API §4.1)."""
     raw_input = body.get("input")
     if raw_input is None or (isinstance(raw_input, str | list) and len(raw_input) == 0):
         raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
@@ -58,17 +68,11 @@ def parse_run_body(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("conversation_history") is not None:
         history = message_list(body["conversation_history"], "conversation_history") + history
     instructions = optional_string(body, "instructions", "invalid_instructions")
-    model = optional_string(body, "model", "invalid_model", max_length=200)
+    optional_string(body, "model", "invalid_model", max_length=200)  # routed by the selection
     session_id = body.get("session_id")
     if session_id is not None:
         session_id = session_id_value(session_id)
-    return {
-        "message": message,
-        "history": history,
-        "instructions": instructions,
-        "model": model,
-        "session_id": session_id,
-    }
+    return RunBody(TurnRequest(message, history, instructions), session_id)
 
 
 async def start_run(request: web.Request) -> web.Response:
@@ -80,12 +84,10 @@ async def start_run(request: web.Request) -> web.Response:
             return await _replay_start(request, idem.replay_of)
         await admit(request)  # backpressure: 429 before anything is written (never on replays)
         run_id = new_run_id()
-        body.pop("model")
-        session_id = body.pop("session_id") or run_id
         await request.app[RUNS].create(
             run_id=run_id,
-            session_id=session_id,
-            request=body,
+            session_id=body.session_id or run_id,
+            request=body.turn.to_json(),
             route=selection.as_dict(),
             model=selection.model or request.app[SETTINGS].model_name,
         )

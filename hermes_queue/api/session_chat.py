@@ -23,11 +23,13 @@ from hermes_queue.api.validation import json_object, session_key_header
 from hermes_queue.events import EventType
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.repository import new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 
 STRATEGIES = frozenset({"reject", "enqueue", "interrupt"})
 
 
-def parse_chat_body(body: dict[str, Any]) -> dict[str, Any]:
+def parse_chat_body(body: dict[str, Any], session_id: str) -> tuple[TurnRequest, str]:
+    """The turn (on ``session_id``, as addressed) and its ``multitask_strategy``."""
     raw = body.get("message", body.get("input"))
     if raw is None or not has_visible_payload(raw):
         raise ApiError(400, "missing_message", "Missing 'message' field", param="message")
@@ -48,7 +50,7 @@ def parse_chat_body(body: dict[str, Any]) -> dict[str, Any]:
             f"'multitask_strategy' must be one of {sorted(STRATEGIES)}",
             param="multitask_strategy",
         )
-    return {"message": message, "instructions": system or None, "strategy": strategy}
+    return TurnRequest(message, instructions=system or None, path_id=session_id), strategy
 
 
 async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
@@ -56,7 +58,7 @@ async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
     session_key = session_key_header(request)
     row = await load_session(request)
     body = await json_object(request)
-    turn = parse_chat_body(body)
+    turn, strategy = parse_chat_body(body, row.id)
     selection = select_for_session(request, row, body)
     await admit(request)  # backpressure: 429 before anything is written
     if selection.persist_lock:
@@ -64,16 +66,14 @@ async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
     effective_id = await request.app[STORE].resolve_tip(row.id)
     run_id, runs = new_run_id(), request.app[RUNS]
     model = selection.model or request.app[SETTINGS].model_name
-    strategy = turn.pop("strategy")
-    turn["path_id"] = row.id
     admission = await runs.create_session_run(
         run_id=run_id,
         session_id=effective_id,
         strategy="reject" if strategy == "reject" else "enqueue",
-        request=turn,
+        request=turn.to_json(),
         route=selection.as_dict(),
         model=model,
-        extra={"persist": "1", "kind": "session_chat"},
+        extra={"persist": "1"},
     )
     if admission.verdict == "busy":
         raise ApiError(
@@ -145,7 +145,7 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
         if run_id is None:
             raise ApiError(404, "no_active_run", "This session has no turn in progress")
     record = await runs.get(run_id) if len(run_id) <= 128 else None
-    if record is None or session_id not in (record.session_id, record.request.get("path_id")):
+    if record is None or session_id not in (record.session_id, record.request.path_id):
         raise run_not_found(run_id[:128])
     finished = await check_cursor(request, record.run_id, cursor) and record.terminal
     headers = {"X-Hermes-Session-Id": record.session_id, "X-Hermes-Run-Id": record.run_id}
