@@ -12,34 +12,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from hermes_queue.api.appkeys import REDIS, SETTINGS
-from hermes_queue.catalog import BackendCatalog, CachedCatalog
-from hermes_queue.keys import Keys
-
-CATALOG = web.AppKey("catalog", CachedCatalog)
-
-
-async def published(app: web.Application) -> BackendCatalog | None:
-    """The catalog the workers published (through this process's cache), or None."""
-    return await app[CATALOG].get()
+from hermes_queue.api.state import STATE
 
 
 async def skills(request: web.Request) -> web.Response:
-    catalog = await published(request.app)
+    catalog = await request.app[STATE].catalog.get()
     return web.json_response({"object": "list", "data": catalog.skills if catalog else []})
 
 
 async def toolsets(request: web.Request) -> web.Response:
-    catalog = await published(request.app)
+    catalog = await request.app[STATE].catalog.get()
     data = catalog.toolsets if catalog else []
     return web.json_response({"object": "list", "platform": "api_server", "data": data})
-
-
-async def _cache(app: web.Application) -> None:
-    app[CATALOG] = CachedCatalog(app[REDIS], Keys(app[SETTINGS].namespace))
-
-
-def add_routes(app: web.Application) -> None:
-    app.on_startup.append(_cache)
-    app.router.add_get("/v1/skills", skills)
-    app.router.add_get("/v1/toolsets", toolsets)

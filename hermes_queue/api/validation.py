@@ -8,8 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.appkeys import SETTINGS
 from hermes_queue.api.errors import ApiError
+from hermes_queue.config import Settings
 
 MAX_ID_LENGTH = 256
 _UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f/\\]|^\.\.?$")
@@ -93,12 +93,12 @@ def is_empty(content: str | list[Any]) -> bool:
     return not content.strip() if isinstance(content, str) else len(content) == 0
 
 
-def session_key_header(request: web.Request) -> str | None:
-    """``X-Hermes-Session-Key`` as upstream checks it (HERMES_API §1.2)."""
+def session_key_header(request: web.Request, settings: Settings) -> str | None:
+    """``X-Hermes-Session-Key`` as upstream checks it (HERMES_API §1.2): only with an API key."""
     value = request.headers.get("X-Hermes-Session-Key")
     if value is None:
         return None
-    if not request.app[SETTINGS].api_key:
+    if not settings.api_key:
         raise ApiError(
             403,
             None,
