@@ -1,17 +1,19 @@
 """Stored ``/v1/responses`` objects kept in step with their runs, from any replica.
 
-With ``store`` (the default) a ``queued`` row is written before the run is enqueued, and the
-final object is written when the run ends by :meth:`StoredResponses.settle`, which replays the
-run's canonical events through :class:`ResponseFold`. The creating process settles in a watcher
-task that outlives the client's connection; should that process die first, the next ``GET`` (or
-a chained request) on any replica finds the run terminal and settles it itself. Re-settling is
-harmless (an upsert of the same object), so no coordination is needed.
+With ``store`` (the default) a ``queued`` row is written before the run is enqueued
+(:class:`QueuedResponse`), and the final object when the run ends, by
+:meth:`StoredResponses.settle`, which replays the run's canonical events through
+:class:`ResponseFold`. The creating process settles in a watcher task that outlives the client's
+connection; should that process die first, the next ``GET`` (or a chained request) on any
+replica finds the run terminal and settles it itself. Re-settling is harmless (an upsert of the
+same object), so no coordination is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from hermes_queue.api.errors import ApiError
@@ -19,11 +21,44 @@ from hermes_queue.api.responses_render import (
     FINAL_RESPONSE_STATUSES,
     ResponseFold,
     ResponseMeta,
+    response_id_for,
 )
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import ResponseRow
 from hermes_queue.store.base import SessionStore
 from hermes_queue.streams.hub import StreamHub
+
+
+@dataclass(frozen=True)
+class QueuedResponse:
+    """The ``queued`` row of a stored response, kept beside its run (``turns.SideRecord``):
+    written before the run exists, so a reader that finds the run finds the response too."""
+
+    store: SessionStore
+    turn: TurnRequest
+
+    async def write(self, run_id: str, session_id: str) -> None:
+        info = ResponseMeta.from_request(run_id, self.turn)
+        user = {"role": "user", "content": self.turn.message}
+        await self.store.put_response(
+            ResponseRow(
+                id=info.id,
+                run_id=run_id,
+                session_id=session_id,
+                status="queued",
+                response=info.envelope("queued"),
+                transcript=[*self.turn.history, user],
+                previous_response_id=info.previous_response_id,
+                conversation=info.conversation,
+                model=info.model,
+                instructions=info.instructions,
+                created_at=float(info.created_at),
+            )
+        )
+
+    async def remove(self, run_id: str) -> None:
+        await self.store.delete_response(response_id_for(run_id))
 
 
 class StoredResponses:
@@ -32,6 +67,12 @@ class StoredResponses:
         self._hub = hub
         self._store = store
         self._watchers: set[asyncio.Task[dict[str, Any]]] = set()
+
+    def queued(self, turn: TurnRequest) -> QueuedResponse | None:
+        """The row to write before the turn's run, or None when it is not stored."""
+        if turn.response is None or not turn.response.store:
+            return None
+        return QueuedResponse(self._store, turn)
 
     async def settle(self, run_id: str) -> dict[str, Any]:
         """Replay the run to its terminal event; store the final object (with ``store``)."""

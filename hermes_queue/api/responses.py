@@ -23,10 +23,11 @@ from aiohttp import web
 from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
-from hermes_queue.api.responses_render import ResponseMeta, response_id_for, stream_renderer
+from hermes_queue.api.responses_render import ResponseMeta, stream_renderer
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import open_stream
 from hermes_queue.api.state import STATE, ApiState
+from hermes_queue.api.turns import NewTurn, RunSession, turn_headers
 from hermes_queue.api.validation import (
     json_object,
     message_list,
@@ -34,7 +35,6 @@ from hermes_queue.api.validation import (
     session_key_header,
 )
 from hermes_queue.booleans import coerce_bool
-from hermes_queue.runs.repository import new_run_id
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 from hermes_queue.store import ResponseRow
 
@@ -43,7 +43,7 @@ TRUNCATE_TO = 100  # truncation "auto": the last 100 history items, as upstream
 
 @dataclass
 class Plan:
-    """A validated request: the turn, its history and where that history came from."""
+    """The turn's content and history, from the body and the response it continues."""
 
     message: Any
     history: list[dict[str, Any]]
@@ -125,82 +125,54 @@ async def _plan(state: ApiState, body: dict[str, Any]) -> Plan:
     return Plan(messages[-1]["content"], history, instructions, previous, conversation)
 
 
-async def _start(state: ApiState, body: dict[str, Any], plan: Plan, meta: ResponseSettings) -> str:
-    """Store the ``queued`` response (with ``store``), then enqueue its run; the run id."""
-    await state.backpressure.admit()  # 429 before anything is written
-    selection = select_for_body(state.routing, body)
-    run_id = new_run_id()
-    session_id = plan.previous.session_id if plan.previous else str(uuid.uuid4())
-    turn = TurnRequest(plan.message, plan.history, plan.instructions, response=meta)
-    store = state.store
-    if meta.store:
-        info = ResponseMeta.from_request(run_id, turn)
-        await store.put_response(
-            ResponseRow(
-                id=info.id,
-                run_id=run_id,
-                session_id=session_id,
-                status="queued",
-                response=info.envelope("queued"),
-                transcript=[*plan.history, {"role": "user", "content": plan.message}],
-                previous_response_id=info.previous_response_id,
-                conversation=info.conversation,
-                model=info.model,
-                instructions=info.instructions,
-                created_at=float(info.created_at),
-            )
-        )
-    try:
-        await state.runs.create(
-            run_id=run_id,
-            session_id=session_id,
-            request=turn.to_json(),
-            route=selection.as_dict(),
-            model=selection.model or meta.model,
-        )
-    except BaseException:
-        if meta.store:
-            await store.delete_response(response_id_for(run_id))
-        raise
-    return run_id
+async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
+    """The turn a ``POST /v1/responses`` body starts, with its history resolved."""
+    plan = await _plan(state, body)
+    background = coerce_bool(body.get("background"), False)
+    stored = coerce_bool(body.get("store"), True)
+    if background and not stored:
+        raise ApiError(400, "invalid_request", "background requires store=true", param="store")
+    named = body.get("model")
+    named = named if isinstance(named, str) else ""
+    settings = ResponseSettings(
+        created_at=int(time.time()),
+        model=named or state.settings.model_name,
+        previous_response_id=plan.previous.id if plan.previous else None,
+        conversation=plan.conversation,
+        store=stored,
+        background=background,
+    )
+    return NewTurn(
+        TurnRequest(plan.message, plan.history, plan.instructions, response=settings),
+        select_for_body(state.routing, body),
+        # A chained response continues its predecessor's session.
+        RunSession(plan.previous.session_id if plan.previous else str(uuid.uuid4())),
+        named_model=settings.model,
+    )
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     session_key = session_key_header(request, state.settings)
     body = await json_object(request)
-    plan = await _plan(state, body)
+    turn = await parse_response_body(state, body)
     stream = coerce_bool(body.get("stream"), False)
-    background = coerce_bool(body.get("background"), False)
-    stored = coerce_bool(body.get("store"), True)
-    if background and not stored:
-        raise ApiError(400, "invalid_request", "background requires store=true", param="store")
-    model = body.get("model") if isinstance(body.get("model"), str) else ""
-    meta = ResponseSettings(
-        created_at=int(time.time()),
-        model=model or state.settings.model_name,
-        previous_response_id=plan.previous.id if plan.previous else None,
-        conversation=plan.conversation,
-        store=stored,
-        background=background,
-    )
-    headers: dict[str, str] = {}
+    replayed: dict[str, str] = {}
     async with await state.idempotency.begin(request.headers, "responses", body) as idem:
         if idem.replay_of is None:
-            run_id = await _start(state, body, plan, meta)
+            queued = state.responses.queued(turn.request)
+            run_id = (await state.turns.enqueue_turn(turn, beside=queued)).run_id
             idem.record(run_id)
     if idem.replay_of is not None:
         run_id = idem.replay_of
-        headers[REPLAYED_HEADER] = "true"
+        replayed[REPLAYED_HEADER] = "true"
     record = await state.runs.get(run_id)
     if record is None:
         raise replay_gone(run_id)
-    headers = {"X-Hermes-Session-Id": record.session_id, "X-Hermes-Run-Id": run_id, **headers}
-    if session_key:
-        headers["X-Hermes-Session-Key"] = session_key
+    headers = {**turn_headers(record.session_id, run_id, session_key), **replayed}
     info = ResponseMeta.from_request(run_id, record.request)
     watcher = state.responses.watch(run_id) if info.store else None
-    if background:
+    if info.background:
         return web.json_response(info.envelope("queued"), headers=headers)
     if stream:
         response = await open_stream(request, headers)

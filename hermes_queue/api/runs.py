@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -13,6 +12,7 @@ from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import STREAM_CLOSED, open_stream, resume_cursor
 from hermes_queue.api.state import STATE
+from hermes_queue.api.turns import NewTurn, RunSession
 from hermes_queue.api.validation import (
     is_empty,
     json_object,
@@ -20,23 +20,16 @@ from hermes_queue.api.validation import (
     optional_string,
     session_id_value,
 )
+from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import RunRecord
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 
 MAX_RUN_ID_LENGTH = 128
 
 
-@dataclass(frozen=True)
-class RunBody:
-    """A validated ``POST /v1/runs`` body: the turn, and the session it names (if any)."""
-
-    turn: TurnRequest
-    session_id: str | None
-
-
-def parse_run_body(body: dict[str, Any]) -> RunBody:
-    """Validate a ``POST /v1/runs`` body (HERMES_API §4.1)."""
+def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
+    """Validate a ``POST /v1/runs`` body (HERMES_API §4.1) into the turn it starts."""
     raw_input = body.get("input")
     if raw_input is None or (isinstance(raw_input, str | list) and len(raw_input) == 0):
         raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
@@ -61,32 +54,28 @@ def parse_run_body(body: dict[str, Any]) -> RunBody:
     if body.get("conversation_history") is not None:
         history = message_list(body["conversation_history"], "conversation_history") + history
     instructions = optional_string(body, "instructions", "invalid_instructions")
-    optional_string(body, "model", "invalid_model", max_length=200)  # routed by the selection
+    model = optional_string(body, "model", "invalid_model", max_length=200)
     session_id = body.get("session_id")
     if session_id is not None:
         session_id = session_id_value(session_id)
-    return RunBody(TurnRequest(message, history, instructions), session_id)
+    return NewTurn(
+        TurnRequest(message, history, instructions),
+        select_for_body(routing, body),
+        RunSession(session_id),
+        named_model=model or "",
+    )
 
 
 async def start_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    raw = await json_object(request)
-    body = parse_run_body(raw)
-    selection = select_for_body(state.routing, raw)
-    async with await state.idempotency.begin(request.headers, "runs", raw) as idem:
-        if idem.replay_of is not None:
+    body = await json_object(request)
+    turn = parse_run_body(body, state.routing)
+    async with await state.idempotency.begin(request.headers, "runs", body) as idem:
+        if idem.replay_of is not None:  # nothing is admitted or created again
             return await _replay_start(state.runs, idem.replay_of)
-        await state.backpressure.admit()  # 429 before anything is written (never on replays)
-        run_id = new_run_id()
-        await state.runs.create(
-            run_id=run_id,
-            session_id=body.session_id or run_id,
-            request=body.turn.to_json(),
-            route=selection.as_dict(),
-            model=selection.model or state.settings.model_name,
-        )
-        idem.record(run_id)
-    answer: dict[str, Any] = {"run_id": run_id, "status": "started"}
+        started = await state.turns.enqueue_turn(turn)
+        idem.record(started.run_id)
+    answer: dict[str, Any] = {"run_id": started.run_id, "status": "started"}
     if idem.used:
         answer["replayed"] = False
     return web.json_response(answer, status=202)

@@ -14,22 +14,23 @@ from aiohttp import web
 from hermes_queue.api.content import has_visible_payload, normalize_content
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, render_session
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.runtime_selection import persist_lock, select_for_session
+from hermes_queue.api.runtime_selection import select_for_session
 from hermes_queue.api.sessions import load_session
 from hermes_queue.api.sse import open_stream, resume_cursor
 from hermes_queue.api.state import STATE, ApiState
+from hermes_queue.api.turns import Enqueued, NewTurn, StoredSession, Strategy, turn_headers
 from hermes_queue.api.validation import json_object, session_key_header
 from hermes_queue.events import EventType
-from hermes_queue.runs.model import RunRecord
-from hermes_queue.runs.repository import new_run_id
+from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.store import SessionRow
 
-STRATEGIES = frozenset({"reject", "enqueue", "interrupt"})
+STRATEGIES: frozenset[Strategy] = frozenset({"reject", "enqueue", "interrupt"})
 MAX_RUN_ID_LENGTH = 128
 
 
-def parse_chat_body(body: dict[str, Any], session_id: str) -> tuple[TurnRequest, str]:
-    """The turn (on ``session_id``, as addressed) and its ``multitask_strategy``."""
+def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfig) -> NewTurn:
+    """The turn a chat body starts on the session ``row``, under its ``multitask_strategy``."""
     raw = body.get("message", body.get("input"))
     if raw is None or not has_visible_payload(raw):
         raise ApiError(400, "missing_message", "Missing 'message' field", param="message")
@@ -50,59 +51,30 @@ def parse_chat_body(body: dict[str, Any], session_id: str) -> tuple[TurnRequest,
             f"'multitask_strategy' must be one of {sorted(STRATEGIES)}",
             param="multitask_strategy",
         )
-    return TurnRequest(message, instructions=system or None, path_id=session_id), strategy
+    return NewTurn(
+        # The id as addressed: the turn runs on the session's live tip, resumable by either.
+        TurnRequest(message, instructions=system or None, path_id=row.id),
+        select_for_session(routing, row, body),
+        StoredSession(row.id, strategy, lock_row=row),
+    )
 
 
-async def start_turn(request: web.Request, state: ApiState) -> tuple[RunRecord, dict[str, str]]:
-    """Validate, admit and enqueue one turn; returns its run record and the response headers."""
+async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, dict[str, str]]:
+    """Validate, admit and enqueue one turn; returns it and the response headers."""
     session_key = session_key_header(request, state.settings)
     row = await load_session(state.store, request.match_info["session_id"])
-    body = await json_object(request)
-    turn, strategy = parse_chat_body(body, row.id)
-    selection = select_for_session(state.routing, row, body)
-    await state.backpressure.admit()  # 429 before anything is written
-    if selection.persist_lock:
-        await persist_lock(state.store, row, selection)
-    effective_id = await state.store.resolve_tip(row.id)
-    run_id, runs = new_run_id(), state.runs
-    model = selection.model or state.settings.model_name
-    admission = await runs.create_session_run(
-        run_id=run_id,
-        session_id=effective_id,
-        strategy="reject" if strategy == "reject" else "enqueue",
-        request=turn.to_json(),
-        route=selection.as_dict(),
-        model=model,
-        extra={"persist": "1"},
-    )
-    if admission.verdict == "busy":
-        raise ApiError(
-            409,
-            "run_already_active",
-            "This session already has a turn in progress",
-            extra={"run_id": admission.blocking_run_id},
-        )
-    if strategy == "interrupt" and admission.verdict == "waiting":
-        active, waiting = await runs.session_runs(effective_id)
-        for other in [active, *waiting]:
-            if other and other != run_id:
-                await runs.request_stop(other)
-    record = await runs.get(run_id)
-    if record is None:  # expired between create and read: never in practice
-        raise run_not_found(run_id)
-    headers = {"X-Hermes-Session-Id": effective_id, "X-Hermes-Run-Id": run_id}
-    if session_key:
-        headers["X-Hermes-Session-Key"] = session_key
-    return record, headers
+    turn = parse_chat_body(await json_object(request), row, state.routing)
+    started = await state.turns.enqueue_turn(turn)
+    return started, turn_headers(started.session_id, started.run_id, session_key)
 
 
 async def chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    record, headers = await start_turn(request, state)
-    async with state.hub.subscribe(record.run_id, None) as subscription:
+    started, headers = await start_turn(request, state)
+    async with state.hub.subscribe(started.run_id, None) as subscription:
         async for event in subscription:
             if event.terminal:
-                return _completion(event.type, event.data, record.session_id, headers)
+                return _completion(event.type, event.data, started.session_id, headers)
     raise ApiError(500, "internal_error", "The run ended without a terminal event")
 
 
@@ -129,9 +101,9 @@ def _completion(
 
 async def chat_stream(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    record, headers = await start_turn(request, state)
+    started, headers = await start_turn(request, state)
     response = await open_stream(request, headers)
-    await state.feed.pump(response, record.run_id, None, render_session)
+    await state.feed.pump(response, started.run_id, None, render_session)
     return response
 
 
@@ -154,8 +126,7 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
     if record is None or session_id not in (record.session_id, record.request.path_id):
         raise run_not_found(run_id)
     finished = found.at_end(cursor) and record.terminal
-    headers = {"X-Hermes-Session-Id": record.session_id, "X-Hermes-Run-Id": record.run_id}
-    response = await open_stream(request, headers)
+    response = await open_stream(request, turn_headers(record.session_id, record.run_id, None))
     if not finished:
         await state.feed.pump(response, record.run_id, cursor, render_session, page=found.page)
     return response

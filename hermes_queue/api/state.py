@@ -17,6 +17,7 @@ from hermes_queue.api.idempotency import IdempotencyRecords
 from hermes_queue.api.response_records import StoredResponses
 from hermes_queue.api.runtime_selection import routing_config
 from hermes_queue.api.sse import RunFeed
+from hermes_queue.api.turns import TurnStarter
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
@@ -53,8 +54,8 @@ class ApiState:
     store: SessionStore
     metrics: ApiMetrics
     routing: RoutingConfig
-    # 429 while the ready queue is over its limits.
-    backpressure: Backpressure
+    # Starting a turn: backpressure, the session rules, the run and its job (api/turns.py).
+    turns: TurnStarter
     # Following a run's events as SSE (api/sse.py).
     feed: RunFeed
     idempotency: IdempotencyRecords
@@ -82,7 +83,9 @@ class ApiState:
             store=store,
             metrics=metrics,
             routing=routing,
-            backpressure=Backpressure(redis, settings, metrics),
+            turns=TurnStarter(
+                runs, store, Backpressure(redis, settings, metrics), settings.model_name
+            ),
             feed=RunFeed(hub, redis, keys, settings.keepalive_seconds),
             idempotency=IdempotencyRecords(redis, keys, settings),
             responses=StoredResponses(runs, hub, store),
