@@ -164,7 +164,7 @@ class RunFeed:
     def __init__(
         self, hub: StreamHub, redis: aioredis.Redis, keys: Keys, keepalive_seconds: float
     ) -> None:
-        self.hub = hub
+        self._hub = hub
         self._redis = redis
         self._keys = keys
         self._keepalive = keepalive_seconds
@@ -179,7 +179,7 @@ class RunFeed:
             pipe.hgetall(keys.run(run_id))
             pipe.xrevrange(keys.events(run_id), count=1)
 
-        (raw, newest), page = await self.hub.prefetch(run_id, cursor, lookups)
+        (raw, newest), page = await self._hub.prefetch(run_id, cursor, lookups)
         return Prefetched(RunRecord.from_hash(raw) if raw else None, newest, page)
 
     async def _exists(self, run_id: str) -> bool:
@@ -205,7 +205,7 @@ class RunFeed:
         """
         idle = 0
         try:
-            async with self.hub.subscribe(run_id, cursor, page=page) as subscription:
+            async with self._hub.subscribe(run_id, cursor, page=page) as subscription:
                 while True:
                     events = await subscription.get_many(
                         timeout=self._keepalive, max_items=MAX_BATCH

@@ -69,7 +69,12 @@ class ApiState:
         keys = Keys(settings.namespace)
         hub = StreamHub.from_settings(settings, redis=redis)
         await hub.start()
-        store = await open_store(settings)
+        try:
+            store = await open_store(settings)
+        except BaseException:  # the app does not start: close what was opened
+            await hub.aclose()
+            await redis.aclose()
+            raise
         metrics = ApiMetrics()
         # Runs this process ends (stop of a queued run, reaper) count in its runs_total.
         runs = RunRepository(redis, settings, on_finished=metrics.count_outcome)
