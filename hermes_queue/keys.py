@@ -4,16 +4,13 @@ All keys live under one namespace so deployments (and tests) can share a Redis w
 colliding. The keys of one run share a hash tag (``{run_id}``) so they sit in one Redis Cluster
 slot and the Lua scripts that touch several of them stay legal there.
 
-arq's own per-job keys (``arq:job:<id>``, ``arq:in-progress:<id>``, ``arq:retry:<id>``) carry a
-fixed prefix chosen by arq; they are named here too so no other module spells them. They cannot
-collide between namespaces because job ids are run ids, which are random.
+arq's own per-job keys are not here: they carry a fixed prefix chosen by arq, and only the queue
+adapter (``jobqueue/jobs.py``) spells them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ class Keys:
     # -- global sets and channels ------------------------------------------------------------
     @property
     def queue(self) -> str:
-        """The arq queue (sorted set of job ids scored by run-at time in ms)."""
+        """The job queue (sorted set of job ids, which are run ids, scored by run-at time in ms)."""
         return f"{self.namespace}:queue"
 
     @property
@@ -98,17 +95,5 @@ class Keys:
 
     @property
     def health_check(self) -> str:
+        """String: the queue worker's periodic health line (arq writes it)."""
         return f"{self.namespace}:queue:health-check"
-
-    # -- arq's own job keys ------------------------------------------------------------------
-    @staticmethod
-    def arq_job(run_id: str) -> str:
-        return job_key_prefix + run_id
-
-    @staticmethod
-    def arq_in_progress(run_id: str) -> str:
-        return in_progress_key_prefix + run_id
-
-    @staticmethod
-    def arq_retry(run_id: str) -> str:
-        return retry_key_prefix + run_id

@@ -88,9 +88,8 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
 async def serve_worker(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT: stop taking jobs, drain for drain_seconds, hand back the rest."""
     worker = build_worker(settings, handle_signals=True)
-    worker.main_task = asyncio.create_task(worker.main())
     try:
-        await worker.main_task
+        await worker.start()
     except asyncio.CancelledError:
         pass
     finally:
@@ -125,11 +124,11 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
         f'-d \'{{"input":"hello"}}\' {base}/v1/runs',
         flush=True,
     )
-    worker_task = asyncio.create_task(worker.main())
+    worker_task = worker.start()
     try:
         await stop.wait()
     finally:
-        worker.allow_pick_jobs = False
+        worker.stop_taking_jobs()
         worker_task.cancel()
         await asyncio.gather(worker_task, return_exceptions=True)
         await worker.close()

@@ -16,7 +16,7 @@ from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
 from hermes_queue.api.routes import ROUTES
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.config import Settings
-from hermes_queue.workers.reaper import reap_forever
+from hermes_queue.runs.reaper import reap_forever
 
 
 def _lifetime(settings: Settings) -> Callable[[web.Application], AsyncIterator[None]]:

@@ -20,6 +20,19 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class FailReason(StrEnum):
+    """Why a run failed: the ``reason`` of its record, ``run.failed`` event and status."""
+
+    AGENT_ERROR = "agent_error"  # the backend reported an error (AgentError)
+    PROVIDER_AUTH = "provider_auth"  # no key, or the provider refused it (HERMES_API §6.4)
+    LOCK_MISMATCH = "lock_mismatch"  # the turn ran off the session's confirmed model lock
+    SESSION_DB_UNAVAILABLE = "session_db_unavailable"  # the SQL session store failed
+    REDIS = "redis"  # Redis stayed unreachable while the turn published its events
+    TIMEOUT = "timeout"  # the turn ran past job_timeout_seconds
+    INTERNAL = "internal"  # a bug in the worker
+    WORKER_LOST = "worker_lost"  # its workers kept dying (reap.lua, after max_attempts)
+
+
 TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 ACTIVE_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.WAITING_FOR_APPROVAL})
 

@@ -1,9 +1,9 @@
-"""Run records in Redis: creation with its job, the state machine, fenced writes, leases.
+"""Run records in Redis: creation with its job, reads, stop requests and the claim.
 
 Every transition is one Lua script (``lua/``), so a run's record, stream, lease and job change
-together or not at all, and every write by a worker is checked against the attempt number it
-claimed (the fencing token): a worker whose lease expired and whose run moved on can neither
-append events nor finish the run.
+together or not at all. A claim returns an ``Attempt`` (``attempt.py``), which makes every write
+of the worker that took the run, fenced by its attempt number. The repository's collaborators:
+``leases`` (renewal and reaping, ``leases.py``) and ``approvals`` (``approvals.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -19,27 +19,19 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
-from hermes_queue.events import EventType, encode_data
-from hermes_queue.jobs import JOB_TTL_MS, run_job_payload
+from hermes_queue.jobqueue.jobs import JOB_TTL_MS, queued_job
 from hermes_queue.keys import Keys
-from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.runs.approvals import Approvals
+from hermes_queue.runs.attempt import Attempt, FencedScripts
+from hermes_queue.runs.leases import Leases
 from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
-from hermes_queue.runs.reaping import LeaseReaping
+from hermes_queue.runs.scripts import Outcomes, current_stats_key
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
 
 
 def new_run_id() -> str:
     return f"run_{uuid.uuid4().hex}"
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What a worker gets when it takes a run: the record and its fencing token."""
-
-    record: RunRecord
-    attempt: int
 
 
 @dataclass(frozen=True)
@@ -57,46 +49,31 @@ class StopOutcome:
     status: str
 
 
-class RunRepository(LeaseReaping):
+class RunRepository:
     def __init__(
         self,
         redis: aioredis.Redis,
         settings: Settings,
-        on_finished: Callable[[str], None] | None = None,
+        on_finished: Outcomes | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.namespace)
-        # Told the outcome of every terminal transition this process performs (metrics): each
-        # transition succeeds in exactly one script call, so summed over processes, it counts
-        # each run once, whichever process (worker, reaper, API stop) ended it.
-        self._on_finished = on_finished or (lambda _outcome: None)
+        self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name))
-            for name in (
-                "create",
-                "create_session_run",
-                "claim",
-                "append",
-                "finish",
-                "stop",
-                "renew",
-                "reap",
-                "release",
-                "ensure_job",
-                "expired",
-                "orphaned",
-            )
+            for name in ("create", "create_session_run", "claim", "stop", "ensure_job")
         }
+        # The leases of running runs: renewed by lease keepers, settled by reapers.
+        self.leases = Leases(redis, settings, self.keys, self._on_finished)
         # Approval requests and answers (their own module: runs/approvals.py).
         self.approvals = Approvals(redis, settings, self.keys)
-        # Appends are the hot path of a turn: pipelined on one connection of their own
-        # (connected on first use, so API processes never open it).
-        self._appends = PipelinedConnection(redis, "hermes-queue:appends")
+        # What the attempts this repository's claims return write through.
+        self._fenced = FencedScripts(redis, settings, self.keys, self.approvals, self._on_finished)
 
     async def aclose(self) -> None:
         """Close the append connection (the shared client is its owner's to close)."""
-        await self._appends.aclose()
+        await self._fenced.aclose()
 
     @property
     def _record_ttl(self) -> int:
@@ -140,12 +117,13 @@ class RunRepository(LeaseReaping):
         extra: dict[str, str] | None = None,
     ) -> bool:
         """Store the run and enqueue its job atomically; False if the id already exists."""
+        job = queued_job(run_id)
         created = await self._scripts["create"](
-            keys=[self.keys.run(run_id), self.keys.arq_job(run_id), self.keys.queue],
+            keys=[self.keys.run(run_id), job.key, self.keys.queue],
             args=[
                 run_id,
-                run_job_payload(run_id),
-                JOB_TTL_MS,
+                job.payload,
+                job.ttl_ms,
                 self._record_ttl,
                 self.keys.wake_channel,
                 *self._fields(run_id, session_id, request, route, model, extra),
@@ -165,10 +143,11 @@ class RunRepository(LeaseReaping):
         extra: dict[str, str] | None = None,
     ) -> SessionAdmission:
         """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``)."""
+        job = queued_job(run_id)
         result = await self._scripts["create_session_run"](
             keys=[
                 self.keys.run(run_id),
-                self.keys.arq_job(run_id),
+                job.key,
                 self.keys.queue,
                 self.keys.session_active(session_id),
                 self.keys.session_pending(session_id),
@@ -176,8 +155,8 @@ class RunRepository(LeaseReaping):
             ],
             args=[
                 run_id,
-                run_job_payload(run_id),
-                JOB_TTL_MS,
+                job.payload,
+                job.ttl_ms,
                 self._record_ttl,
                 self.keys.wake_channel,
                 strategy,
@@ -217,8 +196,8 @@ class RunRepository(LeaseReaping):
                 self.keys.events(run_id),
                 self.keys.leases,
                 self.keys.queue,
-                self.keys.arq_job(run_id),
-                self._stats_key(),
+                queued_job(run_id).key,
+                current_stats_key(self.keys),
             ],
             args=[
                 run_id,
@@ -236,10 +215,15 @@ class RunRepository(LeaseReaping):
         return StopOutcome(found=True, status=_decode(result[1]))
 
     # -- worker side -----------------------------------------------------------------------
-    async def claim(self, run_id: str, worker_id: str) -> Claim | None:
+    async def claim(self, run_id: str, worker_id: str) -> Attempt | None:
         """Take a queued run; None when it is gone, finished or held by a live attempt."""
         result = await self._scripts["claim"](
-            keys=[self.keys.run(run_id), self.keys.leases, self.keys.queue, self._stats_key()],
+            keys=[
+                self.keys.run(run_id),
+                self.keys.leases,
+                self.keys.queue,
+                current_stats_key(self.keys),
+            ],
             args=[
                 run_id,
                 worker_id,
@@ -252,94 +236,14 @@ class RunRepository(LeaseReaping):
             return None
         flat = result[1:]
         raw = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
-        record = RunRecord.from_hash(raw)
-        return Claim(record=record, attempt=record.attempt)
-
-    async def append(
-        self,
-        run_id: str,
-        attempt: int,
-        events: list[tuple[str, dict[str, Any]]],
-        batch_token: str | None = None,
-    ) -> list[str] | None:
-        """Fenced append; None when this attempt no longer owns the run.
-
-        Retrying with the same ``batch_token`` after a lost reply never appends twice.
-        """
-        args: list[Any] = [
-            attempt,
-            self.settings.stream_maxlen,
-            self.settings.retention_seconds,
-            repr(time.time()),
-            batch_token or uuid.uuid4().hex,
-        ]
-        for event_type, data in events:
-            args += [event_type, encode_data(data)]
-        result = await self._appends.evalsha(
-            self._scripts["append"], [self.keys.run(run_id), self.keys.events(run_id)], args
-        )
-        if result is None:
-            return None
-        return [_decode(entry_id) for entry_id in result]
-
-    async def finish(
-        self,
-        run_id: str,
-        attempt: int,
-        status: RunStatus,
-        event_type: EventType,
-        data: dict[str, Any],
-        fields: dict[str, str] | None = None,
-    ) -> str | None:
-        """Fenced terminal transition; None when this attempt no longer owns the run."""
-        flat = [item for pair in (fields or {}).items() for item in pair]
-        result = await self._scripts["finish"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.events(run_id),
-                self.keys.leases,
-                self._stats_key(),
-            ],
-            args=[
-                run_id,
-                attempt,
-                status,
-                event_type,
-                repr(time.time()),
-                encode_data(data),
-                self.settings.retention_seconds,
-                self.settings.stream_maxlen,
-                *flat,
-            ],
-        )
-        if result is None:
-            return None
-        self._on_finished(status)
-        return _decode(result)
-
-    async def release(self, run_id: str, attempt: int) -> str:
-        result = await self._scripts["release"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.leases,
-                self.keys.queue,
-                self.keys.arq_job(run_id),
-            ],
-            args=[
-                run_id,
-                attempt,
-                repr(time.time()),
-                run_job_payload(run_id),
-                JOB_TTL_MS,
-                self.keys.wake_channel,
-            ],
-        )
-        return _decode(result)
+        return Attempt(self._fenced, RunRecord.from_hash(raw))
 
     async def ensure_job(self, run_id: str) -> bool:
-        """Give a queued run back its arq job if a finished delivery took it away."""
+        """Give a queued run back its job if a delivery that ended took it away (the queue
+        deletes the job of every delivery that ends)."""
+        job = queued_job(run_id)
         result = await self._scripts["ensure_job"](
-            keys=[self.keys.run(run_id), self.keys.arq_job(run_id), self.keys.queue],
-            args=[run_id, run_job_payload(run_id), JOB_TTL_MS, self.keys.wake_channel],
+            keys=[self.keys.run(run_id), job.key, self.keys.queue],
+            args=[run_id, job.payload, job.ttl_ms, self.keys.wake_channel],
         )
         return bool(result)

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
+
+from hermes_queue.keys import Keys
+
+# Told the status of every run a script of this process ended (completed, failed, cancelled):
+# the metrics hook. Each run ends in exactly one script call, so summed over processes it
+# counts each run once, whichever process (worker, reaper, API stop) ended it.
+Outcomes = Callable[[str], None]
 
 
 def load_script(name: str, *preludes: str) -> str:
@@ -11,6 +20,11 @@ def load_script(name: str, *preludes: str) -> str:
     folder = resources.files("hermes_queue.runs") / "lua"
     parts = ("prelude", *preludes, name)
     return "\n".join((folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts)
+
+
+def current_stats_key(keys: Keys) -> str:
+    """This minute's outcome counters (the claim, finish, stop and reap scripts feed them)."""
+    return keys.stats(int(time.time() // 60))
 
 
 def decode(value: Any) -> str:

@@ -1,67 +1,123 @@
 """One multiplexing stream reader per API process (ARCHITECTURE.md §3).
 
-Every SSE client of this process is served from one reader. The scripts that append to a run
-stream also publish each entry on the channel named like the stream, and the hub is subscribed
-to the channels of the streams it follows (one pub/sub connection): an entry that follows the
-last one it has (by the run's ``seq``) is handed out from the message as it is. Anything else —
-a gap, the first message after a stream is followed, a subscription just confirmed — becomes a
-non-blocking ``XREAD`` of just that stream from the hub's cursor (one more connection), so the
-stream, not the channel, stays the source of truth. History is replayed with short ``XRANGE``
-calls on the shared pool. So Redis connections stay constant however many clients watch.
-
-Why not one ``XREAD BLOCK`` over every followed stream, as this hub first did: Redis registers
-and unregisters a blocked reader on every key it names, each time, and under a steady trickle
-of events each call returns with one entry, so the cost per event grew with the number of
-streams followed. At 1,000 runs in flight (~1,000 events/s) that ``XREAD`` alone took half a
-core of Redis (docs/performance.md, cost growth). A published entry, or a read of one stream,
-costs the same whatever else is followed.
-
-A message can be missed only while the pub/sub connection is down or not yet subscribed: a
-stream is read once its subscription is confirmed (so nothing written before it is missed),
-every followed stream is read again after a reconnect, and every ``poll_ms`` all of them are
-read anyway (a writer that does not publish, e.g. an older worker during a rolling upgrade, is
-then late by at most that much, never lost).
+Every SSE client of this process is served from one hub, so Redis connections stay constant
+however many clients watch: its :class:`Follower` (``follower.py``) reads every stream that has
+subscribers on two dedicated connections (entries as the run scripts publish them, ``XREAD``
+only to fill gaps), and history is replayed with short ``XRANGE`` calls on the shared pool, a
+bounded number at a time.
 
 Delivery contract of a subscription: exactly the entries with id > its cursor, in order, once.
 A subscription attaches to the hub *before* it replays history, so entries the hub reads in the
-meantime are buffered and later de-duplicated by id; a stream new to the hub is only followed
-once some subscriber has replayed it, starting at that subscriber's last id. A slow consumer
-whose bounded buffer overflows is detached and later replays from its own last id, so it costs
-neither memory nor the other subscribers' latency.
+meantime are buffered in its tap and later de-duplicated by id; a stream new to the hub is only
+followed once some subscriber has replayed it, starting at that subscriber's last id. A slow
+consumer whose bounded buffer overflows is detached and later replays from its own last id, so
+it costs neither memory nor the other subscribers' latency.
+
+Who owns what: the hub owns which subscribers are attached to which stream, their taps (the
+buffers) and the fan-out; the follower owns the cursors and connections; a ``Subscription``
+(``subscription.py``) owns one consumer's replay and hand-over, and sees the hub only through
+the ``Hub`` and ``Tap`` protocols declared there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.connection import AbstractConnection
 
 from hermes_queue.config import Settings
+from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
-from hermes_queue.redis_pipeline import dedicated_connection
+from hermes_queue.streams.follower import Follower
 from hermes_queue.streams.reader import (
     Page,
-    decode_flat,
     first_page,
+    id_key,
     normalize_cursor,
     queue_first_page,
+    read_from_cursor,
+    read_range,
 )
-from hermes_queue.streams.subscription import (
-    _BACKOFF_MAX,
-    _BACKOFF_MIN,
-    _REDIS_DOWN,
-    Subscription,
-    _bulk,
-    _Stream,
-)
+from hermes_queue.streams.subscription import Subscription
 
-log = logging.getLogger(__name__)
+
+class _Stream:
+    """A run stream with taps attached: the follower's sink for it once it is followed."""
+
+    __slots__ = ("key", "last", "run_id", "start", "taps")
+
+    def __init__(self, key: str, run_id: str) -> None:
+        self.key = key
+        self.run_id = run_id
+        self.start: str | None = None  # the cursor it was followed from; None: not followed yet
+        self.last: str | None = None  # the last entry handed to the taps (from ``start`` on)
+        self.taps: set[_Tap] = set()
+
+    def deliver(self, event: RunEvent) -> None:
+        self.last = event.id
+        for tap in list(self.taps):
+            tap._offer(event)
+
+    def undecodable(self) -> None:
+        # Every tap is detached: each replay meets the entry again and raises to its
+        # subscriber alone, and the stream, with nobody attached, is no longer followed.
+        for tap in list(self.taps):
+            tap._drop()
+
+
+class _Tap:
+    """One subscriber's attachment to a stream (the ``Tap`` protocol of subscription.py)."""
+
+    __slots__ = ("_events", "_hub", "_limit", "_start", "_stream", "_wake", "overflowed")
+
+    def __init__(self, hub: StreamHub, stream: _Stream, wake: Callable[[], None]) -> None:
+        self._hub = hub
+        self._stream: _Stream | None = stream  # None once detached
+        self._start = stream.last  # we get every entry after it; None: not followed yet
+        self._events: deque[RunEvent] = deque()
+        self._limit = hub.queue_size
+        self._wake = wake
+        self.overflowed = False
+
+    @property
+    def attached(self) -> bool:
+        return self._stream is not None
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def pop(self) -> RunEvent | None:
+        return self._events.popleft() if self._events else None
+
+    def caught_up(self, last: str, seq: int | None) -> bool:
+        stream = self._stream
+        if self._start is None and stream is not None:
+            if stream.start is None:
+                self._hub._follow(stream, last, seq)
+            self._start = stream.start
+        # We have everything after _start; a replay that reached it leaves no hole.
+        return self._start is not None and id_key(last) >= id_key(self._start)
+
+    def detach(self) -> None:
+        self._hub._detach(self)
+
+    def _offer(self, event: RunEvent) -> None:
+        if len(self._events) >= self._limit:
+            self.overflowed = True
+            self._drop()
+            return
+        self._events.append(event)
+        self._wake()
+
+    def _drop(self) -> None:
+        """Detached by the hub: wake the subscriber, which drains what is here and replays."""
+        self.detach()
+        self._wake()
 
 
 class StreamHub:
@@ -82,28 +138,15 @@ class StreamHub:
         self.redis: Redis = Redis.from_url(redis) if isinstance(redis, str) else redis
         self.keys = keys
         self.queue_size = queue_size
-        self.poll_seconds = poll_ms / 1000
         # A page never exceeds a subscriber's buffer, so one XREAD cannot overflow it alone.
-        self.count = max(1, min(count, queue_size))
-        self.client_name = client_name
-        # An XREAD names only the streams to read, each with its cursor: pack it by hand
-        # from pre-encoded pieces rather than through redis-py's generic pack_command.
-        self._xread_head = b"".join(
-            _bulk(str(arg).encode()) for arg in ("XREAD", "COUNT", self.count, "STREAMS")
+        self.page_size = max(1, min(count, queue_size))
+        self.follower = Follower(
+            self.redis, count=self.page_size, poll_seconds=poll_ms / 1000, client_name=client_name
         )
         # Bounds pool connections used by replays when many clients (re)connect at once.
         self._replay_slots = asyncio.Semaphore(replay_concurrency)
-        self._streams: dict[str, _Stream] = {}
-        self._subs: set[Subscription] = set()
-        self._dirty: set[str] = set()  # followed streams to read from their cursor
-        self._changed = asyncio.Event()  # a stream was followed, or the hub is closing
-        self._subscribed: set[str] = set()  # channels SUBSCRIBE was sent for, this connection
-        self._listener: AbstractConnection | None = None  # pub/sub: the published entries
-        self._conn: AbstractConnection | None = None  # the XREADs
-        self._task: asyncio.Task[None] | None = None
-        self._syncer: asyncio.Task[None] | None = None
-        self.xreads = 0
-        self.listener_client_id: int | None = None
+        self._streams: dict[str, _Stream] = {}  # by key: the streams with taps attached
+        self._subscribers = 0
         self.closed = False
 
     @classmethod
@@ -113,23 +156,14 @@ class StreamHub:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="stream-hub")
+        await self.follower.start()
 
     async def aclose(self) -> None:
         self.closed = True
-        for task in (self._task, self._syncer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._task = self._syncer = None
-        for conn in (self._conn, self._listener):
-            if conn is not None:
-                await conn.disconnect(nowait=True)
-        self._conn = self._listener = None
-        for sub in list(self._subs):
-            sub._wakeup.set()
+        await self.follower.aclose()
+        for stream in list(self._streams.values()):
+            for tap in stream.taps:
+                tap._wake()
         if self._owns_redis:
             await self.redis.aclose()
 
@@ -140,7 +174,7 @@ class StreamHub:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # -- subscriptions ---------------------------------------------------------------------------
+    # -- for the API -----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def subscribe(
         self, run_id: str, after: str | None = None, *, page: Page | None = None
@@ -151,12 +185,12 @@ class StreamHub:
         if self.closed:
             raise RuntimeError("StreamHub is closed")
         sub = Subscription(self, run_id, normalize_cursor(after), page)
-        self._subs.add(sub)
+        self._subscribers += 1
         try:
             yield sub
         finally:
-            self._subs.discard(sub)
-            self._detach(sub)
+            self._subscribers -= 1
+            sub.close()
 
     async def prefetch(
         self,
@@ -177,210 +211,47 @@ class StreamHub:
             if before is not None:
                 before(pipe)
             own = len(pipe)
-            queue_first_page(pipe, self.keys, run_id, cursor, self.count)
+            queue_first_page(pipe, self.keys, run_id, cursor, self.page_size)
             replies = await pipe.execute()
         return replies[:own], first_page(run_id, cursor, replies[own:])
 
     def stats(self) -> dict[str, int]:
-        """For metrics: open subscriptions, followed streams, streams in the XREAD."""
-        live = sum(1 for s in self._streams.values() if s.cursor is not None)
-        return {"subscribers": len(self._subs), "streams": len(self._streams), "reading": live}
-
-    def _attach(self, sub: Subscription) -> _Stream:
-        key = self.keys.events(sub.run_id)
-        stream = self._streams.get(key)
-        if stream is None:
-            stream = self._streams[key] = _Stream(key, sub.run_id)
-        stream.subs.add(sub)
-        sub._stream = stream
-        return stream
-
-    def _detach(self, sub: Subscription) -> None:
-        stream, sub._stream = sub._stream, None
-        if stream is None:
-            return
-        stream.subs.discard(sub)
-        if not stream.subs and self._streams.get(stream.key) is stream:
-            del self._streams[stream.key]  # the in-flight XREAD's result for it is ignored
-            self._dirty.discard(stream.key)
-            if stream.key in self._subscribed:
-                self._sync_subscriptions()
-
-    def _activate(self, stream: _Stream, cursor: str, seq: int | None = None) -> None:
-        """Follow a replayed stream from ``cursor`` (the entry numbered ``seq``, when known) on:
-        subscribe to its channel; the confirmation makes the reader read it once (whatever was
-        written meanwhile)."""
-        stream.cursor, stream.seq = cursor, seq
-        stream.start = cursor
-        self._sync_subscriptions()
-        self._changed.set()
-
-    def _sync_subscriptions(self) -> None:
-        """Bring the channels subscribed to in line with the streams followed (one task)."""
-        if self._syncer is None or self._syncer.done():
-            self._syncer = asyncio.create_task(self._sync(), name="stream-hub-subscribe")
-
-    # -- the reader ------------------------------------------------------------------------------
-    async def _sync(self) -> None:
-        """Send SUBSCRIBE / UNSUBSCRIBE for what changed; the reader reads the confirmations.
-
-        Sent from here, not the reader, because the reader is parked on the pub/sub socket
-        waiting for the next message; a write does not disturb that read.
-        """
-        await asyncio.sleep(0)  # let a burst of new streams go out in one SUBSCRIBE
-        while not self.closed:
-            listener = self._listener
-            if listener is None or not listener.is_connected:
-                return  # the reader (re)connects and subscribes to everything followed
-            wanted = {key for key, s in self._streams.items() if s.cursor is not None}
-            added, dropped = wanted - self._subscribed, self._subscribed - wanted
-            if not added and not dropped:
-                return
-            try:
-                if added:
-                    self._subscribed |= added
-                    await listener.send_command("SUBSCRIBE", *added)
-                if dropped:
-                    self._subscribed -= dropped
-                    await listener.send_command("UNSUBSCRIBE", *dropped)
-            except _REDIS_DOWN as exc:  # the reader sees the same connection fail
-                log.warning("stream hub SUBSCRIBE failed: %r", exc)
-                return
-
-    async def _connect_listener(self) -> AbstractConnection:
-        listener = dedicated_connection(
-            self.redis, f"{self.client_name}:entries", decode_responses=False
-        )
-        await listener.connect()  # type: ignore[no-untyped-call]
-        await listener.send_command("CLIENT", "ID")
-        self.listener_client_id = int(await listener.read_response(timeout=self.poll_seconds + 10))
-        self._subscribed = set()
-        self._listener = listener
-        return listener
-
-    async def _run(self) -> None:
-        backoff = _BACKOFF_MIN
-        loop = asyncio.get_running_loop()
-        next_poll = loop.time() + self.poll_seconds
-        while not self.closed:
-            if loop.time() >= next_poll:  # busy or not, everything is read once per poll
-                next_poll = loop.time() + self.poll_seconds
-                self._hear(None)
-            try:
-                if self._listener is None:
-                    if not any(s.cursor is not None for s in self._streams.values()):
-                        self._changed.clear()
-                        await self._changed.wait()  # idle: no connection, no Redis traffic
-                        continue
-                    await self._connect_listener()
-                    self._sync_subscriptions()
-                    # Nothing published while disconnected was heard: read everything.
-                    self._dirty.update(k for k, s in self._streams.items() if s.cursor is not None)
-                elif not self._dirty:
-                    wait = max(0.0, next_poll - loop.time())
-                    self._hear(await self._listener.read_response(timeout=wait))
-                while self._dirty and not self.closed:
-                    await self._read_dirty()
-                backoff = _BACKOFF_MIN
-            except Exception as exc:  # never die: Redis restarts, CLIENT KILL, errors
-                log.warning("stream hub read failed, retrying in %.1fs: %r", backoff, exc)
-                for conn in (self._listener, self._conn):
-                    if conn is not None:
-                        await conn.disconnect(nowait=True)
-                self._listener = self._conn = None
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-
-    def _hear(self, message: Any) -> None:
-        """Mark what a pub/sub reply concerns for reading; None (the poll): every stream."""
-        if message is None:
-            self._dirty.update(k for k, s in self._streams.items() if s.cursor is not None)
-            return
-        kind, channel = message[0], message[1]
-        if kind not in (b"message", b"subscribe"):
-            return
-        key = channel.decode()
-        stream = self._streams.get(key)
-        if stream is None or stream.cursor is None:
-            return
-        if kind == b"message" and key not in self._dirty and stream.seq is not None:
-            # The entry itself: hand it out if it is the next one, skip it if already read.
-            parts = message[2].split(b"\0", 6)
-            if len(parts) == 7 and parts[2].isdigit():
-                seq = int(parts[2])
-                if seq <= stream.seq:
-                    return
-                if seq == stream.seq + 1:
-                    flat = [b"t", parts[1], b"s", parts[2], b"a", parts[3]]
-                    flat += [b"ts", parts[4], b"sid", parts[5], b"d", parts[6]]
-                    self._dispatch({key: stream}, [(channel, [(parts[0], flat)])])
-                    return
-        # A gap, an entry we cannot place, or a subscription now in effect: read the stream.
-        self._dirty.add(key)
-
-    async def _read_dirty(self) -> None:
-        """One non-blocking XREAD of the streams marked; a stream that filled its page stays
-        marked (there may be more)."""
-        reading = {
-            key: stream
-            for key in self._dirty
-            if (stream := self._streams.get(key)) is not None and stream.cursor is not None
+        """For metrics: open subscriptions, streams with subscribers, streams followed."""
+        return {
+            "subscribers": self._subscribers,
+            "streams": len(self._streams),
+            "reading": self.follower.following,
         }
-        self._dirty.clear()
-        if not reading:
+
+    # -- for subscriptions (the Hub protocol of subscription.py) ---------------------------------
+    def attach(self, run_id: str, wake: Callable[[], None]) -> _Tap:
+        key = self.keys.events(run_id)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream(key, run_id)
+        tap = _Tap(self, stream, wake)
+        stream.taps.add(tap)
+        return tap
+
+    async def read_history(self, run_id: str, after: str | None, *, first: bool) -> Page:
+        async with self._replay_slots:
+            if first and after is not None:
+                return await read_from_cursor(self.redis, self.keys, run_id, after, self.page_size)
+            return None, await read_range(self.redis, self.keys, run_id, after, self.page_size)
+
+    def _follow(self, stream: _Stream, cursor: str, seq: int | None) -> None:
+        stream.start = stream.last = cursor
+        self.follower.follow(stream.key, stream.run_id, cursor, seq, stream)
+
+    def _detach(self, tap: _Tap) -> None:
+        stream, tap._stream = tap._stream, None
+        if stream is None:
             return
-        if self._conn is None or not self._conn.is_connected:
-            self._conn = dedicated_connection(self.redis, self.client_name, decode_responses=False)
-            await self._conn.connect()  # type: ignore[no-untyped-call]
-        self.xreads += 1
-        try:
-            await self._conn.send_packed_command(self._pack_xread(reading), check_health=False)
-            reply = await self._conn.read_response(timeout=self.poll_seconds + 10)
-        except BaseException:
-            self._dirty.update(reading)  # read them again once reconnected
-            raise
-        for key, count in self._dispatch(reading, reply).items():
-            if count >= self.count:
-                self._dirty.add(key)
-
-    def _pack_xread(self, reading: dict[str, _Stream]) -> bytes:
-        """``XREAD COUNT n STREAMS <keys…> <cursors…>`` in RESP."""
-        streams = list(reading.values())
-        parts = [b"*%d\r\n" % (4 + 2 * len(streams)), self._xread_head]
-        parts += [s.packed_key for s in streams]
-        parts += [_bulk(s.cursor.encode()) for s in streams if s.cursor is not None]
-        return b"".join(parts)
-
-    def _dispatch(self, reading: dict[str, _Stream], reply: Any) -> dict[str, int]:
-        """Hand the entries of an XREAD reply to the subscribers; entries read per stream."""
-        counts: dict[str, int] = {}
-        if not reply:
-            return counts  # nothing new
-        for raw_key, entries in reply.items() if isinstance(reply, dict) else reply:
-            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-            stream = reading.get(key)
-            if stream is None or self._streams.get(key) is not stream:
-                continue  # dropped (or dropped and re-added) while the XREAD was in flight
-            run_id, subs = stream.run_id, stream.subs
-            counts[key] = len(entries)
-            for raw_id, flat in entries:
-                try:
-                    event = decode_flat(run_id, raw_id, flat)
-                except (ValueError, TypeError):
-                    # A malformed entry must not kill the reader for every run. Its subscribers
-                    # are detached: their replay meets the entry again and raises to them alone.
-                    log.exception("undecodable entry %r in %s", raw_id, key)
-                    for sub in list(stream.subs):
-                        self._detach(sub)
-                        sub._wakeup.set()
-                    break
-                stream.cursor, stream.seq = event.id, event.seq
-                for sub in list(subs):
-                    if not sub._offer(event, self.queue_size):
-                        sub.overflows += 1
-                        self._detach(sub)
-                        sub._wakeup.set()
-        return counts
+        stream.taps.discard(tap)
+        if not stream.taps and self._streams.get(stream.key) is stream:
+            del self._streams[stream.key]
+            if stream.start is not None:
+                self.follower.unfollow(stream.key)
 
 
 __all__ = ["StreamHub", "Subscription"]

@@ -1,8 +1,8 @@
 """Short request/response reads of a run's event stream: catch-up pages and gap detection.
 
-These go through the shared connection pool, never the hub's dedicated blocking connection, so
-they are usable without a hub (non-streaming endpoints, tests). The hub uses them to replay
-history before switching a subscriber to its live tail.
+These go through the shared connection pool, never the hub's dedicated connections, so they are
+usable without a hub (non-streaming endpoints, tests). The hub uses them to replay history
+before switching a subscriber to its live tail.
 """
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
 
 ZERO_ID = "0-0"
+
+# What a read raises while Redis is away (restarting, connection killed): the stream readers
+# retry it after a pause that doubles from BACKOFF_MIN up to BACKOFF_MAX seconds.
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+BACKOFF_MIN = 0.1
+BACKOFF_MAX = 2.0
 
 
 # A first replay page: the gap event (if the cursor fell off the stream) and the events after it.
@@ -170,6 +178,9 @@ def first_page(run_id: str, cursor: str | None, replies: list[Any]) -> Page:
 
 
 __all__ = [
+    "BACKOFF_MAX",
+    "BACKOFF_MIN",
+    "REDIS_DOWN",
     "ZERO_ID",
     "Page",
     "decode_entry",

@@ -1,7 +1,11 @@
 """A subscriber's exactly-once, ordered view of one run stream, fed by the StreamHub.
 
-Split from ``hub.py``: the hub owns the blocking XREAD and the set of followed streams; a
-``Subscription`` owns one consumer's buffer, its replay from history and its overflow recovery.
+A ``Subscription`` owns one consumer's side: its replay of history, the hand-over from replay
+to the live entries without a hole or a duplicate, the ``stream.gap`` event, and recovery once
+the hub drops it for being slow. It sees the hub only through the two protocols below, which
+``StreamHub`` implements: :class:`Hub` (attach, read a replay page) and :class:`Tap` (one
+attachment's buffer of live entries). The hub owns which stream is followed from where and how
+it is read (published entries, ``XREAD`` only to fill gaps: see ``follower.py``).
 """
 
 from __future__ import annotations
@@ -9,57 +13,76 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
-
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from collections.abc import Callable
+from typing import Protocol
 
 from hermes_queue.events import RunEvent
 from hermes_queue.streams.reader import (
+    BACKOFF_MAX,
+    BACKOFF_MIN,
+    REDIS_DOWN,
     ZERO_ID,
     Page,
     gap_event,
     id_key,
-    read_from_cursor,
-    read_range,
 )
-
-if TYPE_CHECKING:
-    from hermes_queue.streams.hub import StreamHub
 
 log = logging.getLogger(__name__)
 
-_BACKOFF_MIN = 0.1
-_BACKOFF_MAX = 2.0
-_REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
+
+class Tap(Protocol):
+    """One attachment to the hub's live tail of a run's stream.
+
+    While attached, every entry the hub reads after its start point is buffered here, in
+    order; the hub detaches it when the buffer is full (``overflowed``) or the stream holds an
+    entry that cannot be decoded. What is buffered can still be taken after that.
+    """
+
+    @property
+    def attached(self) -> bool: ...
+
+    @property
+    def overflowed(self) -> bool: ...
+
+    def __len__(self) -> int:
+        """Entries buffered, not yet taken."""
+
+    def pop(self) -> RunEvent | None:
+        """The oldest buffered entry, None when there is none."""
+
+    def caught_up(self, last: str, seq: int | None) -> bool:
+        """A replay has reached ``last`` (the entry numbered ``seq``, when known): True when
+        the tap has every entry after it. Follows the stream from ``last`` if nobody does yet,
+        so call it only once a replay page came back short (the end of the stream as read),
+        and only while attached."""
+
+    def detach(self) -> None:
+        """No more entries; the hub stops reading a stream nobody is attached to."""
 
 
-class _Stream:
-    """One followed stream. ``cursor`` None = not yet replayed by anyone, so not in the XREAD."""
+class Hub(Protocol):
+    """What a subscription needs from the hub that feeds it."""
 
-    __slots__ = ("cursor", "key", "packed_key", "run_id", "seq", "start", "subs")
+    @property
+    def closed(self) -> bool: ...
 
-    def __init__(self, key: str, run_id: str) -> None:
-        self.key = key
-        self.packed_key = _bulk(key.encode())  # as it goes into every XREAD
-        self.run_id = run_id
-        self.cursor: str | None = None  # last id the hub read
-        self.seq: int | None = None  # that entry's seq: the next published one must follow it
-        self.start: str | None = None  # the cursor the hub started from
-        self.subs: set[Subscription] = set()
+    @property
+    def page_size(self) -> int:
+        """Entries per replay page at most."""
 
+    def attach(self, run_id: str, wake: Callable[[], None]) -> Tap:
+        """A new tap on ``run_id``'s stream, buffering from now on; ``wake`` is called when an
+        entry is buffered or the hub detaches the tap (or closes)."""
 
-def _bulk(value: bytes) -> bytes:
-    """One RESP bulk string."""
-    return b"$%d\r\n%s\r\n" % (len(value), value)
+    async def read_history(self, run_id: str, after: str | None, *, first: bool) -> Page:
+        """One replay page after ``after`` (None: from the start); ``first``: check whether
+        ``after`` fell off the stream, and start the page with a gap event if so."""
 
 
 class Subscription:
     """One consumer's ordered, exactly-once view of a run's events (see module docstring)."""
 
-    def __init__(
-        self, hub: StreamHub, run_id: str, after: str | None, page: Page | None = None
-    ) -> None:
+    def __init__(self, hub: Hub, run_id: str, after: str | None, page: Page | None = None) -> None:
         self._hub = hub
         self.run_id = run_id
         self._last = after  # last id handed out; None = fresh, nothing handed out yet
@@ -68,21 +91,35 @@ class Subscription:
         # it yet; None: unknown, e.g. a client's cursor not yet met), so the hub can take the
         # next entry straight from its published message.
         self._last_seq: int | None = 0 if after is None else None
-        self._queue: deque[RunEvent] = deque()  # live entries from the hub, bounded
         self._out: deque[RunEvent] = deque()  # ready to hand out (at most one page)
         self._wakeup = asyncio.Event()
-        self._stream: _Stream | None = None  # set while attached to the hub
-        self._need: str | None = None  # replay must reach this id before going live
+        self._tap: Tap | None = None  # attached as replay starts; replaced once the hub drops it
         self._live = False
         self._first_page = True
         self._prefetched = page  # the first replay page, already read (StreamHub.prefetch)
         self._ending = False  # terminal event queued: no more reads
         self.finished = False  # terminal event delivered (or hub closed)
-        self.overflows = 0  # times the hub detached us for being slow
+        self._overflows = 0  # of the taps before the current one
 
     @property
     def last_id(self) -> str | None:
         return self._last
+
+    @property
+    def overflows(self) -> int:
+        """Times the hub detached us for being slow (each time, we replayed from our last id)."""
+        tap = self._tap
+        return self._overflows + (tap is not None and tap.overflowed)
+
+    @property
+    def buffered(self) -> int:
+        """Live entries the hub has buffered for us and we have not taken yet."""
+        return 0 if self._tap is None else len(self._tap)
+
+    def close(self) -> None:
+        """Stop taking live entries (the hub's ``subscribe`` does this on exit)."""
+        if self._tap is not None:
+            self._tap.detach()
 
     def __aiter__(self) -> Subscription:
         return self
@@ -101,7 +138,7 @@ class Subscription:
         """
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        backoff = _BACKOFF_MIN
+        backoff = BACKOFF_MIN
         while True:
             self._wakeup.clear()
             if self._out:
@@ -114,19 +151,19 @@ class Subscription:
             if not self._live:
                 try:
                     await self._replay_page()
-                except _REDIS_DOWN as exc:
+                except REDIS_DOWN as exc:
                     # Redis is away: wait (within the caller's timeout) and retry the page.
                     log.warning("stream replay of run %s failed: %r", self.run_id, exc)
                     pause = backoff if deadline is None else min(backoff, deadline - loop.time())
                     if pause <= 0:
                         return None
                     await asyncio.sleep(pause)
-                    backoff = min(backoff * 2, _BACKOFF_MAX)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
             self._take_live()
             if self._out:
                 continue
-            if self._stream is None:  # detached for overflow and drained: replay from _last
+            if self._tap is None or not self._tap.attached:  # dropped and drained: replay
                 self._live = False
                 continue
             remaining = None if deadline is None else deadline - loop.time()
@@ -176,10 +213,9 @@ class Subscription:
         return event
 
     def _take_live(self) -> None:
-        """Move buffered live entries to ``_out`` until one is new (dropping replayed ones)."""
-        queue, out = self._queue, self._out
-        while queue and not out:
-            event = queue.popleft()
+        """Move live entries from the tap to ``_out`` until one is new (dropping replayed ones)."""
+        tap, out = self._tap, self._out
+        while tap is not None and not out and (event := tap.pop()) is not None:
             if self._last_key is None or id_key(event.id) > self._last_key:
                 self._hand_out(event)
 
@@ -194,58 +230,33 @@ class Subscription:
         self._out.append(event)
         if event.terminal:
             self._ending = True
-            self._hub._detach(self)
+            self.close()
 
     async def _replay_page(self) -> None:
-        """Replay one XRANGE page after ``_last``; go live once replay meets the hub's cursor."""
-        hub = self._hub
-        if self._stream is None:
+        """Replay one page after ``_last``; go live once replay meets what the tap has."""
+        tap = self._tap
+        if tap is None or not tap.attached:
+            if tap is not None:
+                self._overflows += tap.overflowed
             # Attach first: whatever the hub reads from now on is buffered, so nothing written
-            # between our last XRANGE and the switch to live can fall through.
-            self._queue.clear()
-            self._need = hub._attach(self).cursor
+            # between our last page and the switch to live can fall through.
+            tap = self._tap = self._hub.attach(self.run_id, self._wakeup.set)
             self._first_page = True
-        gap = None
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None:
             # Read before we attached: as good as reading it now, because going live below
             # still needs the replay to reach what the hub had read when we attached.
             gap, events = prefetched
         else:
-            gap, events = await self._read_page()
+            gap, events = await self._hub.read_history(
+                self.run_id, self._last, first=self._first_page
+            )
         self._first_page = False
         if gap is not None:
             self._out.append(gap)
         for event in events:
             self._hand_out(event)
-        stream = self._stream
-        if len(events) >= hub.count or self._ending or stream is None:
+        if len(events) >= self._hub.page_size or self._ending or not tap.attached:
             return  # more history, done, or detached meanwhile (next call re-attaches)
-        last = self._last or ZERO_ID
-        if self._need is None:
-            if stream.start is None:
-                hub._activate(stream, last, self._last_seq)
-            self._need = stream.start
-        # The hub delivered us everything after _need; replay must have reached it.
-        if self._need is not None and id_key(last) >= id_key(self._need):
+        if tap.caught_up(self._last or ZERO_ID, self._last_seq):
             self._live = True
-
-    async def _read_page(self) -> Page:
-        hub = self._hub
-        gap = None
-        async with hub._replay_slots:
-            if self._first_page and self._last is not None:
-                gap, events = await read_from_cursor(
-                    hub.redis, hub.keys, self.run_id, self._last, hub.count
-                )
-            else:
-                events = await read_range(hub.redis, hub.keys, self.run_id, self._last, hub.count)
-        return gap, events
-
-    def _offer(self, event: RunEvent, limit: int) -> bool:
-        """Buffer a live event; False (caller detaches us) when the buffer is full."""
-        if len(self._queue) >= limit:
-            return False
-        self._queue.append(event)
-        self._wakeup.set()
-        return True

@@ -23,7 +23,8 @@ import redis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.leases import Leases
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class LeaseKeeper:
     def __init__(
         self,
         settings: Settings,
-        repository: RunRepository,
+        leases: Leases,
         worker_id: str,
         loop: asyncio.AbstractEventLoop,
         on_signal: Callable[[str, int], None],
@@ -44,7 +45,7 @@ class LeaseKeeper:
         metrics_port: int | None = None,
     ) -> None:
         self.settings = settings
-        self.repository = repository
+        self.leases = leases
         self.worker_id = worker_id
         self.keys = Keys(settings.namespace)
         self._loop = loop
@@ -57,7 +58,7 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
-        self._renew = self._client.register_script(repository.renew_script)
+        self._renew = self._client.register_script(leases.renew_script)
         self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
 
     def start(self) -> None:
@@ -75,14 +76,15 @@ class LeaseKeeper:
             log.warning("could not remove worker %s from the registry", self.worker_id)
         self._client.close()
 
-    def track(self, run_id: str, attempt: int) -> None:
+    def track(self, attempt: Attempt) -> None:
         with self._lock:
-            self._runs[run_id] = attempt
+            self._runs[attempt.run_id] = attempt.number
 
-    def untrack(self, run_id: str, attempt: int) -> None:
+    def untrack(self, attempt: Attempt) -> None:
+        """Stop renewing, unless a later attempt at the run took over the entry."""
         with self._lock:
-            if self._runs.get(run_id) == attempt:
-                del self._runs[run_id]
+            if self._runs.get(attempt.run_id) == attempt.number:
+                del self._runs[attempt.run_id]
 
     def _loop_forever(self) -> None:
         while not self._stop.is_set():
@@ -99,7 +101,7 @@ class LeaseKeeper:
             runs = list(self._runs.items())
         with self._client.pipeline(transaction=False) as pipe:
             for run_id, attempt in runs:
-                keys, args = self.repository.renew_args(run_id, attempt)
+                keys, args = self.leases.renew_args(run_id, attempt)
                 self._renew(keys=keys, args=args, client=pipe)
             now_ms = int(time.time() * 1000)
             pipe.zadd(self.keys.workers, {self.worker_id: now_ms})

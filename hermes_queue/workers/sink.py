@@ -1,4 +1,5 @@
-"""The worker's EventSink: backend callbacks become fenced appends to the run stream.
+"""The worker's EventSink around the run's ``Attempt``: backend callbacks become its fenced
+appends to the run stream.
 
 Appends are group-committed: an event waits only while the previous append is in flight, and
 everything that piled up meanwhile goes in the next script call. A turn streaming slowly pays
@@ -28,7 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
 from hermes_queue.events import EventType, message_id_for
-from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.attempt import Attempt
 
 log = logging.getLogger(__name__)
 
@@ -74,19 +75,16 @@ class Wakeup:
 class RunEventSink:
     def __init__(
         self,
-        repository: RunRepository,
-        run_id: str,
-        attempt: int,
+        attempt: Attempt,
         cancel: CancelToken | None = None,
         wakeup: Wakeup | None = None,
     ) -> None:
-        self.repository = repository
-        self.run_id = run_id
         self.attempt = attempt
+        self.run_id = attempt.run_id
         # The run's stop signal and answer doorbell, for approval waits.
         self.cancel = cancel or CancelToken()
         self.wakeup = wakeup or Wakeup()
-        self.message_id = message_id_for(run_id)
+        self.message_id = message_id_for(self.run_id)
         self.events_written = 0
         self._message_started = False
         self._backlog: list[Event] = []
@@ -135,9 +133,7 @@ class RunEventSink:
 
     async def _append(self, batch: list[Event]) -> None:
         token = uuid.uuid4().hex
-        ids = await self._retrying(
-            "append", lambda: self.repository.append(self.run_id, self.attempt, batch, token)
-        )
+        ids = await self._retrying("append", lambda: self.attempt.append(batch, token))
         if ids is None:
             raise LeaseLost(self.run_id)
         self.events_written += len(ids)
@@ -199,19 +195,18 @@ class RunEventSink:
         if self.cancel.cancelled:
             raise TurnCancelled(self.cancel.reason)
         await self.flush()  # the request follows everything the agent emitted before it
-        approvals = self.repository.approvals
+        attempt = self.attempt
         request_id = f"apr_{uuid.uuid4().hex}"
         data = request.as_event_data(request_id)
         verdict = await self._retrying(
-            "approval request",
-            lambda: approvals.request(self.run_id, self.attempt, request_id, data),
+            "approval request", lambda: attempt.request_approval(request_id, data)
         )
         if verdict is None:
             raise LeaseLost(self.run_id)
         if verdict == "stopping":
             raise TurnCancelled("Stop requested via API")
         self.events_written += 1
-        settings = self.repository.settings
+        settings = attempt.settings
         loop = asyncio.get_running_loop()
         deadline = loop.time() + settings.approval_timeout_seconds
         stopped = asyncio.ensure_future(self.cancel.wait())
@@ -220,7 +215,7 @@ class RunEventSink:
                 woken = self.wakeup.future()
                 try:
                     choice = await self._retrying(
-                        "approval poll", lambda: approvals.choice(self.run_id, request_id)
+                        "approval poll", lambda: attempt.approval_choice(request_id)
                     )
                     if choice is not None:
                         return choice
@@ -242,8 +237,7 @@ class RunEventSink:
     async def _time_out(self, request_id: str) -> str:
         """Silence is not consent: deny, unless an answer won the race."""
         settled = await self._retrying(
-            "approval timeout",
-            lambda: self.repository.approvals.settle(self.run_id, self.attempt, request_id),
+            "approval timeout", lambda: self.attempt.settle_approval(request_id)
         )
         if settled is None:
             raise LeaseLost(self.run_id)

@@ -1,9 +1,10 @@
-"""The arq job: claim the run, drive the agent backend, publish every event, settle the run.
+"""The run job: claim the run, drive the agent backend, publish every event, settle the run.
 
-arq delivers at least once, so the job starts by claiming the run; a run that is finished,
-gone or held by a live attempt makes the job a no-op. Whatever happens after a successful
-claim, the run ends with exactly one terminal event written by this attempt, or is handed back
-to the queue (worker shutdown), or is left to the reaper (this attempt lost its lease).
+The queue delivers at least once, so the job starts by claiming the run; a run that is finished,
+gone or held by a live attempt makes the job a no-op. A claim is an ``Attempt``
+(``runs/attempt.py``), through which every write of this turn goes. Whatever happens after it,
+the run ends with exactly one terminal event written by this attempt, or is handed back to the
+queue (worker shutdown), or is left to the reaper (this attempt lost its lease).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from hermes_queue.events import EventType
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
 from hermes_queue.routing import LockMismatch, Selection, check_lock_runtime, runtime_metadata
-from hermes_queue.runs.repository import Claim, RunRepository
+from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.model import FailReason
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store.base import SessionStore, StoreError
-from hermes_queue.workers import outcome
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink, Wakeup
@@ -44,7 +46,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ActiveRun:
-    attempt: int
+    attempt: Attempt
     token: CancelToken
     lease_lost: bool = False
     timed_out: bool = False
@@ -54,7 +56,7 @@ class ActiveRun:
 
 @dataclass
 class WorkerRuntime:
-    """What every job of one worker process shares (kept in arq's ctx)."""
+    """What every job of one worker process shares."""
 
     worker_id: str
     repository: RunRepository
@@ -135,7 +137,7 @@ class FirstEventProbe:
         return await self._sink.approval(request)
 
 
-def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> AgentRequest:
+def build_request(claim: Attempt, history: list[dict[str, Any]] | None = None) -> AgentRequest:
     record, turn = claim.record, claim.record.request
     return AgentRequest(
         run_id=record.run_id,
@@ -145,53 +147,53 @@ def build_request(claim: Claim, history: list[dict[str, Any]] | None = None) -> 
         instructions=turn.instructions,
         route=record.route,
         options={"model_options": dict(record.route.get("model_options") or {})},
-        attempt=claim.attempt,
+        attempt=claim.number,
     )
 
 
-async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
-    runtime: WorkerRuntime = ctx["hq"]
+async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
+    """One delivery of a run's job (the queue delivers at least once)."""
     run_id_var.set(run_id)
-    claim = await _claim(runtime, run_id)
-    if claim is None:
+    attempt = await _claim(runtime, run_id)
+    if attempt is None:
         return "skipped"
-    # Every log line of this attempt (agent, store, sink) then names it; arq runs each job in
-    # its own task, so these settings end with the job.
-    session_id_var.set(claim.record.session_id)
-    attempt_var.set(claim.attempt)
+    # Every log line of this attempt (agent, store, sink) then names it; the queue runs each
+    # job in its own task, so these settings end with the job.
+    session_id_var.set(attempt.record.session_id)
+    attempt_var.set(attempt.number)
     worker_var.set(runtime.worker_id)
     claimed = time.monotonic()
-    if runtime.metrics is not None and claim.attempt == 1:
-        runtime.metrics.picked_up(claim.record.created_at)
-    active = ActiveRun(attempt=claim.attempt, token=CancelToken())
+    if runtime.metrics is not None and attempt.number == 1:
+        runtime.metrics.picked_up(attempt.record.created_at)
+    active = ActiveRun(attempt=attempt, token=CancelToken())
     runtime.active[run_id] = active
     if runtime.keeper is not None:
-        runtime.keeper.track(run_id, claim.attempt)
+        runtime.keeper.track(attempt)
     timer = asyncio.get_running_loop().call_later(runtime.turn_timeout, _time_out, active)
     try:
-        ended = await _drive(runtime, claim, active)
+        ended = await _drive(runtime, active)
     finally:
         timer.cancel()
         # A later delivery of the same run may have replaced this entry: leave that one alone.
         if runtime.active.get(run_id) is active:
             del runtime.active[run_id]
         if runtime.keeper is not None:
-            runtime.keeper.untrack(run_id, claim.attempt)
+            runtime.keeper.untrack(attempt)
     if runtime.metrics is not None and ended in OUTCOMES:
         runtime.metrics.ended(ended, time.monotonic() - claimed)
     return ended
 
 
-async def _claim(runtime: WorkerRuntime, run_id: str) -> Claim | None:
+async def _claim(runtime: WorkerRuntime, run_id: str) -> Attempt | None:
     """Claim, and if the job is cancelled mid-claim, still hand back what was claimed."""
     claiming = asyncio.ensure_future(runtime.repository.claim(run_id, runtime.worker_id))
     try:
         return await asyncio.shield(claiming)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
-            claim = await claiming
-            if claim is not None:
-                await outcome.hand_back(runtime.repository, run_id, claim.attempt)
+            attempt = await claiming
+            if attempt is not None:
+                await attempt.hand_back()
         raise
 
 
@@ -200,80 +202,101 @@ def _time_out(active: ActiveRun) -> None:
     active.token.cancel("turn timed out")
 
 
-async def _drive(runtime: WorkerRuntime, claim: Claim, active: ActiveRun) -> str:
-    repo, run_id, attempt = runtime.repository, claim.record.run_id, claim.attempt
-    sink = RunEventSink(repo, run_id, attempt, cancel=active.token, wakeup=active.approvals)
+async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
+    """Run the turn; whatever happens, end it with one terminal write, a hand-back, or
+    nothing at all when the lease is lost (the reaper's then)."""
+    attempt = active.attempt
+    sink = RunEventSink(attempt, cancel=active.token, wakeup=active.approvals)
     turn_log = None
-    if claim.record.persist and runtime.store is not None:
-        turn_log = SessionTurnLog(runtime.store, run_id, claim.record.session_id)
+    if attempt.record.persist and runtime.store is not None:
+        turn_log = SessionTurnLog(runtime.store, attempt.run_id, attempt.record.session_id)
     try:
-        request = await _start(claim, sink, turn_log)
+        request = await _start(attempt, sink, turn_log)
         agent_sink: EventSink = sink
-        if runtime.metrics is not None and claim.attempt == 1:
-            agent_sink = FirstEventProbe(sink, runtime.metrics, claim.record.created_at)
+        if runtime.metrics is not None and attempt.number == 1:
+            agent_sink = FirstEventProbe(sink, runtime.metrics, attempt.record.created_at)
         result = await runtime.backend.run_turn(request, agent_sink, active.token)
-        result = _checked_runtime(claim, result)
+        result = _checked_runtime(attempt, result)
         await sink.flush()
         if turn_log:
             await turn_log.record_reply(result)
     except TurnCancelled:
-        return await _end_cancelled(repo, sink, claim, active)
-    except ProviderAuthError as exc:
-        # Upstream's controlled reply: session chat shows it as the assistant's answer.
-        return await _end_failed(repo, sink, claim, str(exc), "provider_auth")
-    except LockMismatch as exc:
-        return await _end_failed(repo, sink, claim, str(exc), "lock_mismatch")
-    except AgentError as exc:
-        return await _end_failed(repo, sink, claim, str(exc), "agent_error")
-    except StoreError as exc:
-        log.error("run %s: session store failed: %s", run_id, exc)
-        return await _end_failed(
-            repo, sink, claim, "session store unavailable", "session_db_unavailable"
-        )
+        return await _end_cancelled(sink, active)
     except LeaseLost:
-        log.warning("run %s attempt %d lost its lease; its writes are fenced", run_id, attempt)
+        log.warning(
+            "run %s attempt %d lost its lease; its writes are fenced",
+            attempt.run_id,
+            attempt.number,
+        )
         return "lease_lost"
     except EventPublishFailed as exc:
-        log.error("run %s: Redis unreachable while publishing: %s", run_id, exc)
-        await outcome.fail(repo, run_id, attempt, "event publishing failed", "redis")
+        log.error("run %s: Redis unreachable while publishing: %s", attempt.run_id, exc)
+        await attempt.fail(FailReason.REDIS, "event publishing failed")
         return "failed"
     except asyncio.CancelledError:
         if runtime.shutting_down():
-            await asyncio.shield(outcome.hand_back(repo, run_id, attempt))
-        else:  # arq's own job timeout, a backstop behind ours
-            await asyncio.shield(outcome.fail(repo, run_id, attempt, "turn timed out", "timeout"))
+            await asyncio.shield(attempt.hand_back())
+        else:  # the queue's own job timeout, a backstop behind ours
+            await asyncio.shield(attempt.fail(FailReason.TIMEOUT, "turn timed out"))
         raise
     except Exception as exc:
-        log.exception("run %s failed in the worker", run_id)
-        return await _end_failed(
-            repo, sink, claim, f"internal error ({type(exc).__name__})", "internal"
-        )
-    await outcome.complete(repo, run_id, attempt, result)
+        reason, error = _failure(attempt.run_id, exc)
+        return await _end_failed(sink, reason, error)
+    await attempt.complete(
+        output=result.output,
+        usage=result.usage.as_dict(),
+        messages=result.messages,
+        runtime=result.runtime,
+    )
     return "completed"
 
 
-async def _start(claim: Claim, sink: RunEventSink, turn_log: SessionTurnLog | None) -> AgentRequest:
+# What the turn's own errors fail the run with (the first that matches), the message being
+# the error's text, which holds no secret.
+_TURN_ERRORS: tuple[tuple[type[Exception], FailReason], ...] = (
+    # Upstream's controlled reply: session chat shows it as the assistant's answer.
+    (ProviderAuthError, FailReason.PROVIDER_AUTH),
+    (LockMismatch, FailReason.LOCK_MISMATCH),
+    (AgentError, FailReason.AGENT_ERROR),
+)
+
+
+def _failure(run_id: str, exc: Exception) -> tuple[FailReason, str]:
+    """Why a turn that raised fails, and the error clients are shown."""
+    for kind, reason in _TURN_ERRORS:
+        if isinstance(exc, kind):
+            return reason, str(exc)
+    if isinstance(exc, StoreError):
+        log.error("run %s: session store failed: %s", run_id, exc)
+        return FailReason.SESSION_DB_UNAVAILABLE, "session store unavailable"
+    log.error("run %s failed in the worker", run_id, exc_info=exc)
+    return FailReason.INTERNAL, f"internal error ({type(exc).__name__})"
+
+
+async def _start(
+    attempt: Attempt, sink: RunEventSink, turn_log: SessionTurnLog | None
+) -> AgentRequest:
     history = await turn_log.history() if turn_log else None
-    request = build_request(claim, history)
+    request = build_request(attempt, history)
     if turn_log:
         await turn_log.record_user(request.message)
     # An attempt whose predecessors wrote nothing is, for clients, the start of the run.
-    if claim.attempt == 1 or claim.record.seq == 0:
+    if attempt.number == 1 or attempt.record.seq == 0:
         data = {
-            "attempt": claim.attempt,
+            "attempt": attempt.number,
             "user_message": {"role": "user", "content": request.message},
-            "runtime": runtime_metadata(Selection.from_dict(claim.record.route), None),
+            "runtime": runtime_metadata(Selection.from_dict(attempt.record.route), None),
         }
         await sink.emit(EventType.RUN_STARTED, data)
     else:
-        await sink.emit(EventType.RUN_RESTARTED, {"attempt": claim.attempt})
+        await sink.emit(EventType.RUN_RESTARTED, {"attempt": attempt.number})
     return request
 
 
-def _checked_runtime(claim: Claim, result: AgentResult) -> AgentResult:
+def _checked_runtime(attempt: Attempt, result: AgentResult) -> AgentResult:
     """Under a confirmed lock the turn must have run on the locked provider and model; the
     result then reports the runtime metadata clients see (HERMES_API §6.3 rules 6–7)."""
-    selection = Selection.from_dict(claim.record.route)
+    selection = Selection.from_dict(attempt.record.route)
     actual = result.runtime or {}
     if selection.confirmed_lock:
         check_lock_runtime(
@@ -293,24 +316,22 @@ async def _flushed(sink: RunEventSink) -> bool:
     return True
 
 
-async def _end_cancelled(
-    repo: RunRepository, sink: RunEventSink, claim: Claim, active: ActiveRun
-) -> str:
-    run_id, attempt = claim.record.run_id, claim.attempt
+async def _end_cancelled(sink: RunEventSink, active: ActiveRun) -> str:
+    attempt = active.attempt
     if active.lease_lost or not await _flushed(sink):
-        log.warning("run %s attempt %d lost its lease; stopped the turn", run_id, attempt)
+        log.warning(
+            "run %s attempt %d lost its lease; stopped the turn", attempt.run_id, attempt.number
+        )
         return "lease_lost"
     if active.timed_out:
-        await outcome.fail(repo, run_id, attempt, "turn timed out", "timeout")
+        await attempt.fail(FailReason.TIMEOUT, "turn timed out")
         return "failed"
-    await outcome.cancel(repo, run_id, attempt)
+    await attempt.cancel()
     return "cancelled"
 
 
-async def _end_failed(
-    repo: RunRepository, sink: RunEventSink, claim: Claim, error: str, reason: str
-) -> str:
+async def _end_failed(sink: RunEventSink, reason: FailReason, error: str) -> str:
     if not await _flushed(sink):
         return "lease_lost"
-    await outcome.fail(repo, claim.record.run_id, claim.attempt, error, reason)
+    await sink.attempt.fail(reason, error)
     return "failed"

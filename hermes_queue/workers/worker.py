@@ -1,8 +1,9 @@
-"""The worker process: a wakeable arq worker wired to hermes-queue, with its side tasks.
+"""The worker process: the queue's worker (``jobqueue``) handing each run to ``run_turn``,
+with its side tasks.
 
-Beside arq's job loop a worker runs: a pub/sub listener (enqueue wake-ups and stop requests),
-the lease keeper thread, a reaper, and the publisher of its backend's catalog (skills and
-toolsets, if the backend has them). Jobs are msgpack, never pickle.
+Beside the job loop a worker runs: a pub/sub listener (enqueue wake-ups, stop requests and
+approval answers), the lease keeper thread, a reaper, and the publisher of its backend's catalog
+(skills and toolsets, if the backend has them).
 """
 
 from __future__ import annotations
@@ -16,25 +17,22 @@ import uuid
 from typing import Any
 
 import redis.asyncio as aioredis
-from arq.connections import RedisSettings
-from arq.worker import func
 
 from hermes_queue.agents import load_backend
 from hermes_queue.aio import cancel_and_wait, cancel_requested
 from hermes_queue.catalog import publish_forever
 from hermes_queue.config import Settings
-from hermes_queue.jobs import RUN_TURN, arq_job_timeout, deserialize, serialize
+from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
 from hermes_queue.redis_client import connect
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
+from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
-from hermes_queue.workers.reaper import reap_forever
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
-from hermes_queue.workers.wakeable import WakeableWorker
 
 log = logging.getLogger(__name__)
 
@@ -106,48 +104,27 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-async def on_shutdown(ctx: dict[str, Any]) -> None:
-    """Stop the side tasks, the lease keeper, the backend, the store and the clients."""
-    metrics: WorkerMetrics | None = ctx.get("hq_metrics")
-    if metrics is not None:
-        await asyncio.to_thread(metrics.close)
-    await cancel_and_wait(*ctx.get("hq_background", []))
-    runtime: WorkerRuntime | None = ctx.get("hq")
-    if runtime is not None:
-        if runtime.keeper is not None:
-            await asyncio.to_thread(runtime.keeper.stop)
-        await runtime.backend.aclose()
-        await runtime.repository.aclose()
-        if runtime.store is not None:
-            await runtime.store.close()
-    for client in ctx.get("hq_redis", []):
-        await client.aclose()
+class WorkerProcess:
+    """One worker process's side of the queue: what each delivered job runs, and what runs
+    beside the jobs (listener, lease keeper, reaper, catalog publisher)."""
 
+    def __init__(self, settings: Settings, worker_id: str, metrics: WorkerMetrics) -> None:
+        self.settings = settings
+        self.worker_id = worker_id
+        self.metrics = metrics
+        self.runtime: WorkerRuntime | None = None
+        self._clients: list[aioredis.Redis] = []
+        self._background: list[asyncio.Task[None]] = []
 
-async def after_job_end(ctx: dict[str, Any]) -> None:
-    """arq deletes the job of every delivery that ends: give a requeued run its job back."""
-    runtime: WorkerRuntime = ctx["hq"]
-    try:
-        await runtime.repository.ensure_job(ctx["job_id"])
-    except Exception:
-        log.exception("could not check the queue entry of %s", ctx["job_id"])
-
-
-def build_worker(
-    settings: Settings, *, handle_signals: bool = True, burst: bool = False
-) -> WakeableWorker:
-    """An arq worker wired to hermes-queue: msgpack jobs, our run job, our lifecycle hooks."""
-    keys = Keys(settings.namespace)
-    worker_id = new_worker_id()
-    metrics = WorkerMetrics()
-
-    async def on_startup(ctx: dict[str, Any]) -> None:
+    async def start(self, worker: WakeableWorker) -> None:
+        settings, metrics = self.settings, self.metrics
         redis = connect(settings)
         listener = connect(settings, for_pubsub=True)
+        self._clients = [redis, listener]
         repository = RunRepository(redis, settings, on_finished=metrics.count_outcome)
         backend = load_backend(settings.agent_backend, **backend_options(settings))
         runtime = WorkerRuntime(
-            worker_id=worker_id,
+            worker_id=self.worker_id,
             repository=repository,
             backend=backend,
             store=await open_store(settings),
@@ -155,56 +132,69 @@ def build_worker(
             shutting_down=lambda: worker.shutting_down,
             metrics=metrics,
         )
+        self.runtime = runtime
         metrics.active_runs.set_function(lambda: len(runtime.active))
         metrics_port = metrics.serve(
             settings.metrics_host, settings.metrics_port, settings.metrics_port_span
         )
-        loop = asyncio.get_running_loop()
         runtime.keeper = LeaseKeeper(
             settings,
-            repository,
-            worker_id,
-            loop,
+            repository.leases,
+            self.worker_id,
+            asyncio.get_running_loop(),
             runtime.signal,
             settings.worker_concurrency,
             metrics_port=metrics_port,
         )
         runtime.keeper.start()
-        ctx["hq"] = runtime
-        ctx["hq_redis"] = [redis, listener]
-        ctx["hq_metrics"] = metrics
-        ctx["hq_background"] = [
+        keys = Keys(settings.namespace)
+        self._background = [
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
             asyncio.create_task(reap_forever(repository, settings.reaper_interval_seconds)),
             asyncio.create_task(publish_forever(redis, keys, backend)),
         ]
         log.info(
             "worker %s ready (%d slots, backend %s)",
-            worker_id,
+            self.worker_id,
             settings.worker_concurrency,
             backend.name,
         )
 
-    worker = WakeableWorker(
-        functions=[func(run_turn, name=RUN_TURN, max_tries=1000)],
-        queue_name=keys.queue,
-        redis_settings=RedisSettings.from_dsn(settings.redis_url),
-        burst=burst,
-        on_startup=on_startup,
-        on_shutdown=on_shutdown,
-        after_job_end=after_job_end,
-        handle_signals=handle_signals,
-        job_completion_wait=int(settings.drain_seconds),
-        max_jobs=settings.worker_concurrency,
-        # Our own turn timeout fails the run cleanly; arq's is only a backstop behind it.
-        job_timeout=arq_job_timeout(settings.job_timeout_seconds),
-        keep_result=0,
-        poll_delay=settings.poll_seconds,
-        max_tries=1000,
-        health_check_key=keys.health_check,
-        job_serializer=serialize,
-        job_deserializer=deserialize,
-        log_results=False,
-    )
+    async def run(self, run_id: str) -> str:
+        assert self.runtime is not None, "a job before the worker started"
+        return await run_turn(self.runtime, run_id)
+
+    async def delivery_ended(self, run_id: str) -> None:
+        """The queue deletes the job of every delivery that ends: give a requeued run its job
+        back."""
+        assert self.runtime is not None
+        try:
+            await self.runtime.repository.ensure_job(run_id)
+        except Exception:
+            log.exception("could not check the queue entry of %s", run_id)
+
+    async def stop(self) -> None:
+        """Stop the side tasks, the lease keeper, the backend, the store and the clients."""
+        await asyncio.to_thread(self.metrics.close)
+        await cancel_and_wait(*self._background)
+        runtime = self.runtime
+        if runtime is not None:
+            if runtime.keeper is not None:
+                await asyncio.to_thread(runtime.keeper.stop)
+            await runtime.backend.aclose()
+            await runtime.repository.aclose()
+            if runtime.store is not None:
+                await runtime.store.close()
+        for client in self._clients:
+            await client.aclose()
+
+
+def build_worker(
+    settings: Settings, *, handle_signals: bool = True, burst: bool = False
+) -> WakeableWorker:
+    """The queue's worker, handing every delivery to this process's ``WorkerProcess``."""
+    metrics = WorkerMetrics()
+    process = WorkerProcess(settings, new_worker_id(), metrics)
+    worker = queue_worker(settings, process, handle_signals=handle_signals, burst=burst)
     worker.metrics = metrics
     return worker

@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from hermes_queue.api.app import create_app
 from hermes_queue.config import Settings
-from hermes_queue.workers.wakeable import WakeableWorker
+from hermes_queue.jobqueue.worker import WakeableWorker
 from hermes_queue.workers.worker import build_worker
 
 

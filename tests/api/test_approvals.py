@@ -125,10 +125,10 @@ async def test_all_and_resolve_all_answer_every_pending_request_of_that_run_only
     repo = RunRepository(redis, settings)
     runs = [await start(api, f"run {n}") for n in range(2)]
     for run_id in runs:
-        claim = await repo.claim(run_id, "w")
-        assert claim is not None
+        attempt = await repo.claim(run_id, "w")
+        assert attempt is not None
         for n in range(3):
-            await repo.approvals.request(run_id, claim.attempt, f"apr_{n}", {"n": n})
+            await attempt.request_approval(f"apr_{n}", {"n": n})
     first, second = runs
 
     status, body = await answer(api, first, choice="once", all="false")  # a string false

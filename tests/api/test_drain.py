@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from hermes_queue.api.app import create_app
 from hermes_queue.api.state import STATE, DrainState
 from hermes_queue.config import Settings
+from hermes_queue.jobqueue.worker import WakeableWorker
 from hermes_queue.keys import Keys
-from hermes_queue.workers.wakeable import WakeableWorker
 
 
 @contextlib.asynccontextmanager

@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
 from hermes_queue.config import Settings
+from hermes_queue.jobqueue.worker import WakeableWorker
 from hermes_queue.keys import Keys
-from hermes_queue.workers.wakeable import WakeableWorker
 from tests.api.conftest import running_api
 
 

@@ -12,7 +12,6 @@ from hermes_queue.api.openai_render import chat_renderer
 from hermes_queue.api.responses_render import ResponseFold, ResponseMeta
 from hermes_queue.config import Settings
 from hermes_queue.events import SUBAGENT_FIELDS, EventType, RunEvent
-from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers.sink import RunEventSink
 from tests.api.test_runs_inprocess import read_all
@@ -74,12 +73,13 @@ async def test_a_workers_subagent_events_reach_the_runs_stream(
     repo = RunRepository(redis, settings)
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={})
-    await repo.claim(run_id, "w")
-    sink = RunEventSink(repo, run_id, 1)
+    attempt = await repo.claim(run_id, "w")
+    assert attempt is not None
+    sink = RunEventSink(attempt)
     await sink.subagent("start", START)
     await sink.subagent("complete", COMPLETE)
     await sink.flush()
-    await repo.finish(run_id, 1, RunStatus.COMPLETED, EventType.RUN_COMPLETED, {"output": "ok"})
+    await attempt.complete(output="ok", usage={}, messages=[], runtime=None)
     frames = [payload for _, payload in await read_all(api, run_id) if payload]
     assert [f["event"] for f in frames] == ["subagent.start", "subagent.complete", "run.completed"]
     assert frames[0]["goal"] == "survey the logs" and frames[0]["run_id"] == run_id

@@ -8,9 +8,11 @@ import msgpack
 import pytest
 
 from hermes_queue.config import Settings
-from hermes_queue.events import EventType, RunEvent
+from hermes_queue.events import RunEvent
+from hermes_queue.jobqueue.jobs import job_key
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.model import FailReason, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
 
 
@@ -23,6 +25,12 @@ async def create(repo: RunRepository, **kw: Any) -> str:
     run_id = new_run_id()
     assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"}, **kw)
     return run_id
+
+
+async def claimed(repo: RunRepository, run_id: str, worker_id: str = "w1") -> Attempt:
+    attempt = await repo.claim(run_id, worker_id)
+    assert attempt is not None
+    return attempt
 
 
 async def expire_lease(redis: Any, keys: Keys, run_id: str) -> None:
@@ -41,17 +49,18 @@ async def test_create_stores_record_and_a_msgpack_job(
     record = await repo.get(run_id)
     assert record is not None and record.status == RunStatus.QUEUED
     assert await redis.zscore(keys.queue, run_id) is not None
-    job = msgpack.unpackb(await redis.get(keys.arq_job(run_id)), raw=False)
+    job = msgpack.unpackb(await redis.get(job_key(run_id)), raw=False)
     assert job["f"] == "run_turn" and job["k"] == {"run_id": run_id}
     assert not await repo.create(run_id=run_id, session_id="s1", request={})
 
 
 async def test_claim_is_exclusive_and_terminal_runs_are_no_ops(repo: RunRepository) -> None:
     run_id = await create(repo)
-    claim = await repo.claim(run_id, "w1")
-    assert claim is not None and claim.attempt == 1
+    attempt = await claimed(repo, run_id)
+    assert attempt.number == 1 and attempt.run_id == run_id
+    assert attempt.record.status == RunStatus.RUNNING and attempt.record.worker == "w1"
     assert await repo.claim(run_id, "w2") is None
-    await repo.finish(run_id, 1, RunStatus.COMPLETED, EventType.RUN_COMPLETED, {"output": "x"})
+    assert await attempt.complete(output="x", usage={}, messages=[], runtime=None)
     assert await repo.claim(run_id, "w3") is None
 
 
@@ -59,19 +68,18 @@ async def test_reaper_requeues_and_the_old_attempt_is_fenced(
     repo: RunRepository, redis: Any, keys: Keys
 ) -> None:
     run_id = await create(repo)
-    await repo.claim(run_id, "w1")
-    assert await repo.append(run_id, 1, [("message.delta", {"delta": "a"})])
+    first = await claimed(repo, run_id)
+    assert await first.append([("message.delta", {"delta": "a"})])
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "requeued"
+    assert await repo.leases.reap(run_id) == "requeued"
     # The frozen first attempt wakes up: every write is refused.
-    assert await repo.append(run_id, 1, [("message.delta", {"delta": "late"})]) is None
-    second = await repo.claim(run_id, "w2")
-    assert second is not None and second.attempt == 2
-    assert await repo.append(run_id, 1, [("message.delta", {"delta": "late"})]) is None
-    assert await repo.finish(run_id, 1, RunStatus.COMPLETED, EventType.RUN_COMPLETED, {}) is None
-    assert (
-        await repo.finish(run_id, 2, RunStatus.COMPLETED, EventType.RUN_COMPLETED, {}) is not None
-    )
+    assert await first.append([("message.delta", {"delta": "late"})]) is None
+    second = await claimed(repo, run_id, "w2")
+    assert second.number == 2
+    assert await first.append([("message.delta", {"delta": "late"})]) is None
+    assert not await first.complete(output="late", usage={}, messages=[], runtime=None)
+    assert not await first.fail(FailReason.INTERNAL, "late")
+    assert await second.complete(output="ok", usage={}, messages=[], runtime=None)
     deltas = [
         e.data["delta"] for e in await events(redis, keys, run_id) if e.type == "message.delta"
     ]
@@ -85,7 +93,7 @@ async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "failed"
+    assert await repo.leases.reap(run_id) == "failed"
     record = await repo.get(run_id)
     assert record is not None and record.status == "failed" and record.reason == "worker_lost"
     last = (await events(redis, keys, run_id))[-1]
@@ -96,8 +104,8 @@ async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
 async def test_live_lease_is_left_alone(repo: RunRepository) -> None:
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
-    assert await repo.reap(run_id) == "alive"
-    assert await repo.reap_expired() == {}
+    assert await repo.leases.reap(run_id) == "alive"
+    assert await repo.leases.reap_expired() == {}
 
 
 async def test_stopping_run_whose_worker_died_ends_cancelled(
@@ -107,7 +115,7 @@ async def test_stopping_run_whose_worker_died_ends_cancelled(
     await repo.claim(run_id, "w1")
     assert (await repo.request_stop(run_id)).status == "stopping"
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "cancelled"
+    assert await repo.leases.reap(run_id) == "cancelled"
     assert (await events(redis, keys, run_id))[-1].type == "run.cancelled"
 
 
@@ -116,7 +124,7 @@ async def test_stop_queued_run_removes_its_job(repo: RunRepository, redis: Any, 
     outcome = await repo.request_stop(run_id)
     assert outcome.found and outcome.status == "cancelled"
     assert await redis.zscore(keys.queue, run_id) is None
-    assert not await redis.exists(keys.arq_job(run_id))
+    assert not await redis.exists(job_key(run_id))
     assert await repo.claim(run_id, "w1") is None
     assert (await repo.request_stop(run_id)).status == "cancelled"
     assert not (await repo.request_stop("run_missing")).found
@@ -126,17 +134,13 @@ async def test_events_carry_seq_attempt_and_session(
     repo: RunRepository, redis: Any, keys: Keys
 ) -> None:
     run_id = await create(repo)
-    await repo.claim(run_id, "w1")
-    await repo.append(
-        run_id, 1, [("message.delta", {"delta": "a"}), ("message.delta", {"delta": "b"})]
-    )
+    attempt = await claimed(repo, run_id)
+    await attempt.append([("message.delta", {"delta": "a"}), ("message.delta", {"delta": "b"})])
     got = await events(redis, keys, run_id)
     assert [e.seq for e in got] == [1, 2]
     assert {e.attempt for e in got} == {1} and {e.session_id for e in got} == {"s1"}
     # A later batch continues the numbering; the record shows the batch's last event.
-    await repo.append(
-        run_id, 1, [("reasoning.available", {"text": "c"}), ("tool.started", {"tool": "t"})]
-    )
+    await attempt.append([("reasoning.available", {"text": "c"}), ("tool.started", {"tool": "t"})])
     got = await events(redis, keys, run_id)
     assert [e.seq for e in got] == [1, 2, 3, 4]
     assert [e.type for e in got][2:] == ["reasoning.available", "tool.started"]
@@ -149,12 +153,11 @@ async def test_released_run_goes_back_to_the_queue_for_another_attempt(
     repo: RunRepository,
 ) -> None:
     run_id = await create(repo)
-    await repo.claim(run_id, "w1")
-    assert await repo.release(run_id, 1) == "released"
+    await (await claimed(repo, run_id)).hand_back()
     record = await repo.get(run_id)
     assert record is not None and record.status == "queued"
-    again = await repo.claim(run_id, "w2")
-    assert again is not None and again.attempt == 2
+    again = await claimed(repo, run_id, "w2")
+    assert again.number == 2
 
 
 async def test_claim_takes_the_job_out_of_the_queue(
@@ -171,12 +174,12 @@ async def test_requeued_run_gets_its_job_back_after_a_stale_delivery_ends(
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
     await expire_lease(redis, keys, run_id)
-    assert await repo.reap(run_id) == "requeued"
+    assert await repo.leases.reap(run_id) == "requeued"
     # The frozen attempt's arq delivery ends: arq deletes the job and its queue entry.
-    await redis.delete(keys.arq_job(run_id))
+    await redis.delete(job_key(run_id))
     await redis.zrem(keys.queue, run_id)
     assert await repo.ensure_job(run_id)
-    assert await redis.exists(keys.arq_job(run_id))
+    assert await redis.exists(job_key(run_id))
     assert await redis.zscore(keys.queue, run_id) is not None
     # Nothing to do for a run that is running or finished.
     claim = await repo.claim(run_id, "w2")
@@ -188,10 +191,10 @@ async def test_retried_append_with_the_same_token_does_not_duplicate(
     repo: RunRepository, redis: Any, keys: Keys
 ) -> None:
     run_id = await create(repo)
-    await repo.claim(run_id, "w1")
+    attempt = await claimed(repo, run_id)
     batch = [("message.delta", {"delta": "a"}), ("message.delta", {"delta": "b"})]
-    first = await repo.append(run_id, 1, batch, batch_token="tok-1")
-    again = await repo.append(run_id, 1, batch, batch_token="tok-1")
+    first = await attempt.append(batch, batch_token="tok-1")
+    again = await attempt.append(batch, batch_token="tok-1")
     assert first == again and first is not None and len(first) == 2
     assert [e.data["delta"] for e in await events(redis, keys, run_id)] == ["a", "b"]
 
@@ -200,13 +203,13 @@ async def test_released_run_is_queued_with_a_job_and_workers_are_woken(
     repo: RunRepository, redis: Any, keys: Keys
 ) -> None:
     run_id = await create(repo)
-    await repo.claim(run_id, "w1")
+    attempt = await claimed(repo, run_id)
     pubsub = redis.pubsub()
     await pubsub.subscribe(keys.wake_channel)
     await pubsub.get_message(timeout=1)  # the subscribe confirmation
-    assert await repo.release(run_id, 1) == "released"
+    await attempt.hand_back()
     assert await redis.zscore(keys.queue, run_id) is not None
-    assert await redis.exists(keys.arq_job(run_id))
+    assert await redis.exists(job_key(run_id))
     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
     assert message is not None and message["data"].decode() == run_id
     await pubsub.aclose()
@@ -217,6 +220,70 @@ async def test_expired_leases_use_the_redis_clock(
 ) -> None:
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
-    assert await repo.expired_leases() == []
+    assert await repo.leases.expired() == []
     await expire_lease(redis, keys, run_id)
-    assert await repo.expired_leases() == [run_id]
+    assert await repo.leases.expired() == [run_id]
+
+
+async def test_each_ending_writes_its_event_and_record_fields(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    done, failed, cancelled = await create(repo), await create(repo), await create(repo)
+    usage = {"input_tokens": 3, "output_tokens": 2}
+    messages = [{"role": "assistant", "content": "hi"}]
+    ok = await (await claimed(repo, done)).complete(
+        output="hi", usage=usage, messages=messages, runtime={"model": "m"}
+    )
+    assert ok
+    assert await (await claimed(repo, failed)).fail(FailReason.PROVIDER_AUTH, "bad key")
+    assert await (await claimed(repo, cancelled)).cancel()
+
+    record = await repo.get(done)
+    assert record is not None and (record.status, record.output) == ("completed", "hi")
+    assert record.usage == usage
+    last = (await events(redis, keys, done))[-1]
+    assert last.type == "run.completed"
+    assert last.data == {
+        "output": "hi",
+        "usage": usage,
+        "messages": messages,
+        "runtime": {"model": "m"},
+    }
+
+    record = await repo.get(failed)
+    assert record is not None and record.status == "failed"
+    assert (record.error, record.reason) == ("bad key", "provider_auth")
+    last = (await events(redis, keys, failed))[-1]
+    assert last.type == "run.failed"
+    assert last.data == {"error": "bad key", "reason": "provider_auth"}
+
+    record = await repo.get(cancelled)
+    assert record is not None and record.status == "cancelled"
+    assert (await events(redis, keys, cancelled))[-1].type == "run.cancelled"
+    # Every ending also drops the lease.
+    assert await redis.zcard(keys.leases) == 0
+
+
+async def test_hand_back_of_a_run_being_stopped_cancels_it(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    run_id = await create(repo)
+    attempt = await claimed(repo, run_id)
+    assert (await repo.request_stop(run_id)).status == "stopping"
+    await attempt.hand_back()
+    record = await repo.get(run_id)
+    assert record is not None and record.status == "cancelled"
+    assert await redis.zscore(keys.queue, run_id) is None
+
+
+async def test_a_terminal_write_redis_refuses_is_logged_not_raised(
+    repo: RunRepository, redis: Any, keys: Keys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reaper settles the run once its lease lapses; the worker must go on."""
+    run_id = await create(repo)
+    attempt = await claimed(repo, run_id)
+    await redis.set(keys.events(run_id), "not a stream")  # XADD now fails inside the script
+    assert not await attempt.fail(FailReason.INTERNAL, "boom")
+    assert "could not write its terminal event" in caplog.text
+    record = await repo.get(run_id)
+    assert record is not None and record.status == "running"

@@ -51,7 +51,7 @@ async def batches_until_end(sub: Subscription, max_items: int = 256) -> list[lis
 
 async def wait_buffered(sub: Subscription, n: int) -> None:
     async def poll() -> None:
-        while len(sub._queue) < n:  # noqa: ASYNC110 - observing the hub's buffer, no event
+        while sub.buffered < n:  # noqa: ASYNC110 - observing the hub's buffer, no event
             await asyncio.sleep(0.005)
 
     await asyncio.wait_for(poll(), 5)

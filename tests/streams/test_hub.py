@@ -221,13 +221,13 @@ async def test_reading_cost_does_not_grow_with_the_streams_followed(
     the hub knows where the stream is, the published entry itself is enough."""
     hub = await make_hub(poll_ms=30_000)
     sizes: list[int] = []
-    pack = hub._pack_xread
+    pack = hub.follower._pack_xread
 
     def counting_pack(reading: dict[str, Any]) -> bytes:
         sizes.append(len(reading))
         return pack(reading)
 
-    hub._pack_xread = counting_pack  # type: ignore[method-assign]
+    hub.follower._pack_xread = counting_pack  # type: ignore[method-assign]
     async with contextlib.AsyncExitStack() as stack:
         for i in range(50):
             idle = await stack.enter_async_context(hub.subscribe(f"idle{i}"))
@@ -324,7 +324,7 @@ async def test_slow_consumer_is_detached_then_replays(
             event = await asyncio.wait_for(fast.get(), 5)
             assert event is not None and event.id == ids[-1]
         assert fast.overflows == 0
-        assert slow.overflows >= 1 and len(slow._queue) <= size
+        assert slow.overflows >= 1 and slow.buffered <= size
         ids.append(await xadd(redis, keys, "r1", 5 * size + 1, EventType.RUN_CANCELLED))
         events = await drain(slow)
     assert [e.id for e in events] == ids
@@ -381,14 +381,14 @@ async def test_survives_client_kill(redis: aioredis.Redis, keys: Keys, make_hub:
         assert await sub.get(timeout=0.01) is None
         first = await write_run(redis, keys, "r1", 3)
         assert [e.id for e in await take(sub, 3)] == first  # via the hub's connection
-        killed = hub.listener_client_id
+        killed = hub.follower.listener_client_id
         assert killed is not None
         assert await redis.client_kill_filter(_id=killed) == 1
         # Written while the hub is deaf: read after it reconnects, not at the 30 s poll.
         more = await write_run(redis, keys, "r1", 3, start=4, end=True)
         rest = await asyncio.wait_for(drain(sub), 10)
     assert [e.id for e in rest] == more
-    assert hub.listener_client_id not in (None, killed)
+    assert hub.follower.listener_client_id not in (None, killed)
 
 
 async def test_malformed_entry_does_not_stop_the_hub(
@@ -408,10 +408,10 @@ async def test_malformed_entry_does_not_stop_the_hub(
 async def test_idle_hub_and_lifecycle(redis_url: str, keys: Keys) -> None:
     hub = StreamHub(redis_url, keys)
     async with hub:
-        xreads = hub.xreads
+        xreads = hub.follower.xreads
         await asyncio.sleep(0.05)  # observe an idle period
-        assert hub.xreads == xreads == 0  # no subscribers: the loop waits, no Redis traffic
-        assert hub._listener is None  # not even a connection
+        assert hub.follower.xreads == xreads == 0  # no subscribers: the loop waits, no traffic
+        assert hub.follower.listener_client_id is None  # not even a connection
         assert hub.stats() == {"subscribers": 0, "streams": 0, "reading": 0}
     assert hub.closed
     with pytest.raises(RuntimeError):

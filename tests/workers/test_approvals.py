@@ -16,18 +16,19 @@ from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.runs.approvals import approval_message
+from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers.sink import LeaseLost, RunEventSink, Wakeup
 
 REQUEST = ApprovalRequest(command="rm -rf /tmp/x", description="delete", pattern_key="rm")
 
 
-async def _claimed(repo: RunRepository) -> tuple[str, int]:
+async def _claimed(repo: RunRepository) -> Attempt:
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={"message": "m"})
-    claim = await repo.claim(run_id, "w")
-    assert claim is not None
-    return run_id, claim.attempt
+    attempt = await repo.claim(run_id, "w")
+    assert attempt is not None
+    return attempt
 
 
 async def _events(redis: Any, settings: Settings, run_id: str) -> list[RunEvent]:
@@ -46,9 +47,10 @@ async def _wait_status(repo: RunRepository, run_id: str, status: str) -> None:
 
 async def test_answer_wakes_the_sink_and_the_run_resumes(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings.replace(heartbeat_seconds=5.0, lease_seconds=20.0))
-    run_id, attempt = await _claimed(repo)
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
     wakeup = Wakeup()
-    sink = RunEventSink(repo, run_id, attempt, cancel=CancelToken(), wakeup=wakeup)
+    sink = RunEventSink(attempt, cancel=CancelToken(), wakeup=wakeup)
     await sink.delta("before ")
     waiting = asyncio.create_task(sink.approval(REQUEST))
     await _wait_status(repo, run_id, "waiting_for_approval")
@@ -84,8 +86,9 @@ async def test_answer_wakes_the_sink_and_the_run_resumes(redis: Any, settings: S
 
 async def test_a_lost_pubsub_message_only_delays_the_answer(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings)  # heartbeat 0.5 s in tests
-    run_id, attempt = await _claimed(repo)
-    sink = RunEventSink(repo, run_id, attempt)
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
+    sink = RunEventSink(attempt)
     waiting = asyncio.create_task(sink.approval(REQUEST))
     await _wait_status(repo, run_id, "waiting_for_approval")
     await repo.approvals.answer(run_id, "deny")  # nobody rings the sink's wakeup
@@ -96,8 +99,9 @@ async def test_the_answer_is_published_on_the_control_channel(
     redis: Any, settings: Settings
 ) -> None:
     repo = RunRepository(redis, settings)
-    run_id, attempt = await _claimed(repo)
-    await repo.approvals.request(run_id, attempt, "apr_1", {"request_id": "apr_1"})
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
+    await attempt.request_approval("apr_1", {"request_id": "apr_1"})
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
     await pubsub.subscribe(Keys(settings.namespace).control_channel)
     try:
@@ -116,8 +120,9 @@ async def test_unanswered_request_is_denied_after_the_timeout(
     redis: Any, settings: Settings
 ) -> None:
     repo = RunRepository(redis, settings.replace(approval_timeout_seconds=0.3))
-    run_id, attempt = await _claimed(repo)
-    sink = RunEventSink(repo, run_id, attempt)
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
+    sink = RunEventSink(attempt)
     assert await asyncio.wait_for(sink.approval(REQUEST), 3) == "deny"
     events = await _events(redis, settings, run_id)
     assert events[-1].type == "approval.responded"
@@ -130,9 +135,10 @@ async def test_unanswered_request_is_denied_after_the_timeout(
 
 async def test_stop_request_ends_the_wait(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings)
-    run_id, attempt = await _claimed(repo)
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
     token = CancelToken()
-    sink = RunEventSink(repo, run_id, attempt, cancel=token)
+    sink = RunEventSink(attempt, cancel=token)
     waiting = asyncio.create_task(sink.approval(REQUEST))
     await _wait_status(repo, run_id, "waiting_for_approval")
     assert (await repo.request_stop(run_id)).status == "stopping"
@@ -147,19 +153,21 @@ async def test_stop_request_ends_the_wait(redis: Any, settings: Settings) -> Non
 
 async def test_stopping_run_does_not_ask(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings)
-    run_id, attempt = await _claimed(repo)
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
     await repo.request_stop(run_id)
     with pytest.raises(TurnCancelled):
-        await RunEventSink(repo, run_id, attempt).approval(REQUEST)
+        await RunEventSink(attempt).approval(REQUEST)
     record = await repo.get(run_id)
     assert record is not None and record.status == "stopping"
 
 
 async def test_fifo_all_and_request_id(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings)
-    run_id, attempt = await _claimed(repo)
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
     for request_id in ("apr_a", "apr_b", "apr_c", "apr_d"):
-        assert await repo.approvals.request(run_id, attempt, request_id, {}) == "waiting"
+        assert await attempt.request_approval(request_id, {}) == "waiting"
     assert (await repo.approvals.answer(run_id, "once")).request_ids == ("apr_a",)
     named = await repo.approvals.answer(run_id, "deny", request_id="apr_c")
     assert named.request_ids == ("apr_c",)
@@ -170,37 +178,39 @@ async def test_fifo_all_and_request_id(redis: Any, settings: Settings) -> None:
     assert rest.request_ids == ("apr_b", "apr_d")
     record = await repo.get(run_id)
     assert record is not None and record.status == "running"
-    assert await repo.approvals.choice(run_id, "apr_c") == "deny"
-    assert await repo.approvals.choice(run_id, "apr_d") == "always"
+    assert await attempt.approval_choice("apr_c") == "deny"
+    assert await attempt.approval_choice("apr_d") == "always"
     last = (await _events(redis, settings, run_id))[-1]
     assert last.data["resolved"] == 2 and last.data["request_ids"] == ["apr_b", "apr_d"]
 
 
 async def test_retried_request_is_not_asked_twice(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings)
-    run_id, attempt = await _claimed(repo)
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
     for _ in range(2):
-        assert await repo.approvals.request(run_id, attempt, "apr_1", {"n": 1}) == "waiting"
+        assert await attempt.request_approval("apr_1", {"n": 1}) == "waiting"
     types = [e.type for e in await _events(redis, settings, run_id)]
     assert types == ["approval.request"]
 
 
 async def test_stale_attempt_cannot_ask_or_time_out(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings)
-    run_id, attempt = await _claimed(repo)
-    await repo.approvals.request(run_id, attempt, "apr_old", {})
+    attempt = await _claimed(repo)
+    run_id = attempt.run_id
+    await attempt.request_approval("apr_old", {})
     # The attempt's lease lapses; the run is requeued and claimed again.
     await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
-    assert await repo.reap(run_id) == "requeued"
+    assert await repo.leases.reap(run_id) == "requeued"
     assert (await repo.approvals.answer(run_id, "once")).verdict == "not_active"
-    claim = await repo.claim(run_id, "w2")
-    assert claim is not None and claim.attempt == attempt + 1
-    assert await repo.approvals.request(run_id, attempt, "apr_stale", {}) is None
-    assert await repo.approvals.settle(run_id, attempt, "apr_old") is None
+    live = await repo.claim(run_id, "w2")
+    assert live is not None and live.number == attempt.number + 1
+    assert await attempt.request_approval("apr_stale", {}) is None
+    assert await attempt.settle_approval("apr_old") is None
     with pytest.raises(LeaseLost):
-        await RunEventSink(repo, run_id, attempt).approval(REQUEST)
+        await RunEventSink(attempt).approval(REQUEST)
     # The live attempt's request does not inherit the dead one's.
-    await repo.approvals.request(run_id, claim.attempt, "apr_new", {})
+    await live.request_approval("apr_new", {})
     assert (await repo.approvals.answer(run_id, "once", resolve_all=True)).request_ids == (
         "apr_new",
     )
@@ -209,5 +219,5 @@ async def test_stale_attempt_cannot_ask_or_time_out(redis: Any, settings: Settin
 async def test_answer_codes_for_missing_and_idle_runs(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings)
     assert (await repo.approvals.answer("run_missing", "once")).verdict == "missing"
-    run_id, _attempt = await _claimed(repo)
+    run_id = (await _claimed(repo)).run_id
     assert (await repo.approvals.answer(run_id, "once")).verdict == "not_active"

@@ -52,17 +52,17 @@ async def test_stale_attempt_ending_does_not_untrack_the_live_one(
     runtime = WorkerRuntime(worker_id="w", repository=repo, backend=backend)
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={"message": "a b c d e f g h i j"})
-    first = asyncio.create_task(run_turn({"hq": runtime}, run_id))
+    first = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[1].wait()
     # Its lease lapses (say the process froze) and the reaper puts the run back in the queue;
     # the same worker takes it again as attempt 2.
     await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
-    assert await repo.reap(run_id) == "requeued"
-    second = asyncio.create_task(run_turn({"hq": runtime}, run_id))
+    assert await repo.leases.reap(run_id) == "requeued"
+    second = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[2].wait()
     assert await first == "lease_lost"
-    assert runtime.active[run_id].attempt == 2
-    assert await run_turn({"hq": runtime}, run_id) == "skipped"
+    assert runtime.active[run_id].attempt.number == 2
+    assert await run_turn(runtime, run_id) == "skipped"
     assert await second == "completed"
     assert run_id not in runtime.active
 
@@ -71,17 +71,18 @@ async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Se
     repo = RunRepository(redis, settings)
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={})
-    await repo.claim(run_id, "w")
+    attempt = await repo.claim(run_id, "w")
+    assert attempt is not None
     calls = 0
-    original = repo.append
+    original = attempt.scripts.appends.evalsha
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
         return await original(*args, **kwargs)
 
-    repo.append = counting  # type: ignore[method-assign]
-    sink = RunEventSink(repo, run_id, 1)
+    attempt.scripts.appends.evalsha = counting  # type: ignore[method-assign]
+    sink = RunEventSink(attempt)
     for index in range(200):
         await sink.delta(f"t{index} ")
     await sink.flush()

@@ -3,7 +3,7 @@
 -- queue (its arq job recreated when needed) and the next claim announces run.restarted.
 -- KEYS: record, events, leases, queue, arq_job, arq_in_progress, stats
 -- ARGV: run_id, max_attempts, ts, retention_s, maxlen, job_payload, job_ttl_ms, wake_channel,
---       failed_data, cancelled_data, error_text
+--       failed_data, cancelled_data, error_text, reason (worker_lost)
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not deadline then return 'gone' end
 if tonumber(deadline) > now_ms() then return 'alive' end
@@ -19,7 +19,7 @@ if status == 'stopping' then
   return 'cancelled'
 end
 if lost >= tonumber(ARGV[2]) then
-  redis.call('HSET', KEYS[1], 'error', ARGV[11], 'reason', 'worker_lost')
+  redis.call('HSET', KEYS[1], 'error', ARGV[11], 'reason', ARGV[12])
   finish(KEYS[1], KEYS[2], KEYS[3], KEYS[7], ARGV[1], 'failed', 'run.failed', attempt, ARGV[3], ARGV[9], ARGV[4], ARGV[5])
   return 'failed'
 end

@@ -1,38 +1,51 @@
-"""Leases and their reaping: the part of the run repository the lease keeper and the reapers
-use. A run's lease is renewed by its worker's heartbeat; one that lapsed is settled by any
-reaper (requeued, failed ``worker_lost`` or cancelled), and a job whose worker died between
-arq's pickup and the claim is freed for another worker.
+"""The leases of running runs (``repository.leases``): what the lease keeper renews and the
+reapers settle.
+
+A claim gives the run a lease in the ``leases`` sorted set (deadline by the Redis clock); its
+worker's heartbeat renews it. One that lapsed is settled by any reaper: requeued, failed
+``worker_lost`` or cancelled. A job whose worker died between the queue's pickup and the claim
+is freed for another worker.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
+import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
 from hermes_queue.events import encode_data
-from hermes_queue.jobs import JOB_TTL_MS, arq_in_progress_seconds, run_job_payload
+from hermes_queue.jobqueue.jobs import (
+    IN_PROGRESS_PREFIX,
+    in_progress_key,
+    in_progress_ttl_ms,
+    queued_job,
+)
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import RunStatus
-from hermes_queue.runs.scripts import decode, load_script
+from hermes_queue.runs.model import FailReason, RunStatus
+from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
 
-class LeaseReaping:
-    """Mixed into ``RunRepository``, which provides these attributes."""
-
-    keys: Keys
-    settings: Settings
-    _scripts: dict[str, AsyncScript]
-    _on_finished: Callable[[str], None]
-
-    def _stats_key(self) -> str:
-        """This minute's outcome counters (``finish`` and ``reap`` feed them)."""
-        return self.keys.stats(int(time.time() // 60))
+class Leases:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        keys: Keys,
+        on_finished: Outcomes,
+    ) -> None:
+        self.settings = settings
+        self.keys = keys
+        # Told of each run a reap ends (failed or cancelled): the repository's metrics hook.
+        self._on_finished = on_finished
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(load_script(name))
+            for name in ("expired", "reap", "orphaned")
+        }
 
     def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
         """Keys and args of one lease renewal (the lease keeper pipelines many)."""
@@ -45,21 +58,23 @@ class LeaseReaping:
     def renew_script(self) -> str:
         return load_script("renew")
 
-    async def expired_leases(self, limit: int = 100) -> list[str]:
+    async def expired(self, limit: int = 100) -> list[str]:
+        """Runs whose lease deadline passed, oldest first."""
         ids = await self._scripts["expired"](keys=[self.keys.leases], args=[limit])
         return [decode(run_id) for run_id in ids]
 
     async def reap(self, run_id: str) -> str:
         """Settle one run whose lease expired: requeue, fail (worker_lost) or cancel it."""
+        job = queued_job(run_id)
         result = await self._scripts["reap"](
             keys=[
                 self.keys.run(run_id),
                 self.keys.events(run_id),
                 self.keys.leases,
                 self.keys.queue,
-                self.keys.arq_job(run_id),
-                self.keys.arq_in_progress(run_id),
-                self._stats_key(),
+                job.key,
+                in_progress_key(run_id),
+                current_stats_key(self.keys),
             ],
             args=[
                 run_id,
@@ -67,12 +82,13 @@ class LeaseReaping:
                 repr(time.time()),
                 self.settings.retention_seconds,
                 self.settings.stream_maxlen,
-                run_job_payload(run_id),
-                JOB_TTL_MS,
+                job.payload,
+                job.ttl_ms,
                 self.keys.wake_channel,
-                encode_data({"error": WORKER_LOST_ERROR, "reason": "worker_lost"}),
-                encode_data({"reason": "worker_lost"}),
+                encode_data({"error": WORKER_LOST_ERROR, "reason": FailReason.WORKER_LOST}),
+                encode_data({"reason": FailReason.WORKER_LOST}),
                 WORKER_LOST_ERROR,
+                FailReason.WORKER_LOST,
             ],
         )
         verdict = decode(result)
@@ -81,15 +97,15 @@ class LeaseReaping:
         return verdict
 
     async def release_orphaned_pickups(self, limit: int = 100) -> list[str]:
-        """Let any worker run the jobs whose worker died between arq's pickup and our claim;
+        """Let any worker run the jobs whose worker died between the queue's pickup and our claim;
         their ids. A pickup older than a lease without a claim is a dead one."""
         older_than_ms = int(self.settings.lease_seconds * 1000)
         ids = await self._scripts["orphaned"](
             keys=[self.keys.queue],
             args=[
                 older_than_ms,
-                arq_in_progress_seconds(self.settings.job_timeout_seconds) * 1000,
-                self.keys.arq_in_progress(""),
+                in_progress_ttl_ms(self.settings.job_timeout_seconds),
+                IN_PROGRESS_PREFIX,
                 limit,
                 self.keys.wake_channel,
             ],
@@ -97,4 +113,4 @@ class LeaseReaping:
         return [decode(run_id) for run_id in ids]
 
     async def reap_expired(self) -> dict[str, str]:
-        return {run_id: await self.reap(run_id) for run_id in await self.expired_leases()}
+        return {run_id: await self.reap(run_id) for run_id in await self.expired()}

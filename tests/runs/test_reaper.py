@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from hermes_queue.config import Settings
-from hermes_queue.jobs import arq_in_progress_seconds
+from hermes_queue.jobqueue.jobs import in_progress_key, in_progress_ttl_ms
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
@@ -19,8 +19,8 @@ async def picked_up_long_ago(redis: Any, keys: Keys, settings: Settings, run_id:
     lease_ms = int(settings.lease_seconds * 1000)
     now_ms = int((await redis.time())[0] * 1000)
     await redis.zadd(keys.queue, {run_id: now_ms - 2 * lease_ms})
-    full_ms = arq_in_progress_seconds(settings.job_timeout_seconds) * 1000
-    await redis.psetex(keys.arq_in_progress(run_id), full_ms - 2 * lease_ms, b"1")
+    full_ms = in_progress_ttl_ms(settings.job_timeout_seconds)
+    await redis.psetex(in_progress_key(run_id), full_ms - 2 * lease_ms, b"1")
 
 
 async def create(repo: RunRepository) -> str:
@@ -37,18 +37,18 @@ async def test_only_old_unclaimed_pickups_are_released(
     await picked_up_long_ago(redis, keys, settings, orphan)
     # Picked up just now (its claim is milliseconds away), though enqueued long ago.
     await picked_up_long_ago(redis, keys, settings, fresh)
-    full_ms = arq_in_progress_seconds(settings.job_timeout_seconds) * 1000
-    await redis.psetex(keys.arq_in_progress(fresh), full_ms, b"1")
+    full_ms = in_progress_ttl_ms(settings.job_timeout_seconds)
+    await redis.psetex(in_progress_key(fresh), full_ms, b"1")
     # Waiting in a backlog: old, but never picked up.
     lease_ms = int(settings.lease_seconds * 1000)
     await redis.zadd(keys.queue, {waiting: int((await redis.time())[0] * 1000) - 2 * lease_ms})
     try:
-        assert await repo.release_orphaned_pickups() == [orphan]
-        assert not await redis.exists(keys.arq_in_progress(orphan))
-        assert await redis.exists(keys.arq_in_progress(fresh))
-        assert await repo.release_orphaned_pickups() == []
+        assert await repo.leases.release_orphaned_pickups() == [orphan]
+        assert not await redis.exists(in_progress_key(orphan))
+        assert await redis.exists(in_progress_key(fresh))
+        assert await repo.leases.release_orphaned_pickups() == []
     finally:
-        await redis.delete(*(keys.arq_in_progress(r) for r in (orphan, fresh, waiting)))
+        await redis.delete(*(in_progress_key(r) for r in (orphan, fresh, waiting)))
 
 
 async def test_a_run_whose_worker_died_before_claiming_it_runs_on_another(
@@ -66,4 +66,4 @@ async def test_a_run_whose_worker_died_before_claiming_it_runs_on_another(
                 await asyncio.sleep(0.05)
         assert record is not None and record.status == RunStatus.COMPLETED
     finally:
-        await redis.delete(keys.arq_in_progress(run_id))
+        await redis.delete(in_progress_key(run_id))

@@ -1,0 +1,210 @@
+"""One claimed attempt at a run: its fencing token, and every write it may make.
+
+``RunRepository.claim`` returns an ``Attempt``. Its number (the run's ``attempt`` field, which
+each claim increments) is the fencing token: every write below is one script that checks it,
+and that the run is still active, so a worker whose lease lapsed and whose run moved on — it
+froze, was partitioned or was just slow — can neither append events nor end the run.
+
+How a claimed run ends is decided here too: completed, failed (with a ``FailReason``),
+cancelled, or handed back to the queue (worker shutdown). These terminal writes never raise:
+one that cannot reach Redis leaves the lease to lapse and the reaper settles the run, and one
+that is fenced off means the reaper or another attempt already did; both are logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from hermes_queue.config import Settings
+from hermes_queue.events import EventType, encode_data
+from hermes_queue.jobqueue.jobs import queued_job
+from hermes_queue.keys import Keys
+from hermes_queue.redis_pipeline import PipelinedConnection
+from hermes_queue.runs.approvals import Approvals
+from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
+from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
+
+log = logging.getLogger(__name__)
+
+
+class FencedScripts:
+    """The scripts every attempt of one repository writes through, and what they share."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        keys: Keys,
+        approvals: Approvals,
+        on_finished: Outcomes,
+    ) -> None:
+        self.settings = settings
+        self.keys = keys
+        self.approvals = approvals
+        self.on_finished = on_finished
+        self.append = redis.register_script(load_script("append"))
+        self.finish = redis.register_script(load_script("finish"))
+        self.release = redis.register_script(load_script("release"))
+        # Appends are the hot path of a turn: pipelined on one connection of their own
+        # (connected on first use, so API processes never open it).
+        self.appends = PipelinedConnection(redis, "hermes-queue:appends")
+
+    async def aclose(self) -> None:
+        await self.appends.aclose()
+
+
+@dataclass(frozen=True)
+class Attempt:
+    scripts: FencedScripts = field(repr=False)
+    # The run as the claim left it (status running, this attempt's number).
+    record: RunRecord
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def number(self) -> int:
+        """The fencing token."""
+        return self.record.attempt
+
+    @property
+    def settings(self) -> Settings:
+        return self.scripts.settings
+
+    # -- events ------------------------------------------------------------------------------
+    async def append(
+        self, events: list[tuple[str, dict[str, Any]]], batch_token: str | None = None
+    ) -> list[str] | None:
+        """The events' stream ids; None when this attempt no longer owns the run.
+
+        Retrying with the same ``batch_token`` after a lost reply never appends twice.
+        """
+        settings, keys = self.settings, self.scripts.keys
+        args: list[Any] = [
+            self.number,
+            settings.stream_maxlen,
+            settings.retention_seconds,
+            repr(time.time()),
+            batch_token or uuid.uuid4().hex,
+        ]
+        for event_type, data in events:
+            args += [event_type, encode_data(data)]
+        result = await self.scripts.appends.evalsha(
+            self.scripts.append, [keys.run(self.run_id), keys.events(self.run_id)], args
+        )
+        if result is None:
+            return None
+        return [decode(entry_id) for entry_id in result]
+
+    # -- how the run ends ------------------------------------------------------------------
+    async def complete(
+        self,
+        *,
+        output: str,
+        usage: dict[str, Any],
+        messages: list[dict[str, Any]],
+        runtime: dict[str, Any] | None,
+    ) -> bool:
+        """``run.completed`` with the reply; the record keeps output and usage."""
+        data = {"output": output, "usage": usage, "messages": messages, "runtime": runtime}
+        fields = {"output": output, "usage": json.dumps(usage)}
+        return await self._end(RunStatus.COMPLETED, EventType.RUN_COMPLETED, data, fields)
+
+    async def fail(self, reason: FailReason, error: str) -> bool:
+        details = {"error": error, "reason": reason}
+        return await self._end(RunStatus.FAILED, EventType.RUN_FAILED, details, details)
+
+    async def cancel(self) -> bool:
+        return await self._end(RunStatus.CANCELLED, EventType.RUN_CANCELLED, {})
+
+    async def hand_back(self) -> None:
+        """Worker shutdown: give the run back to the queue, or cancel it if a stop is pending."""
+        try:
+            if await self._release() == "stopping":
+                await self.cancel()
+        except Exception:
+            log.exception("run %s: hand-back failed; the reaper will settle it", self.run_id)
+
+    async def _end(
+        self,
+        status: RunStatus,
+        event_type: EventType,
+        data: dict[str, Any],
+        fields: dict[str, str] | None = None,
+    ) -> bool:
+        """The terminal event and status; False when not written (logged, see above)."""
+        try:
+            written = await self._finish(status, event_type, data, fields or {})
+        except Exception:
+            log.exception("run %s: could not write its terminal event", self.run_id)
+            return False
+        if not written:
+            log.warning("run %s attempt %d: terminal write fenced off", self.run_id, self.number)
+        return written
+
+    async def _finish(
+        self, status: RunStatus, event_type: EventType, data: dict[str, Any], fields: dict[str, str]
+    ) -> bool:
+        keys, settings = self.scripts.keys, self.settings
+        result = await self.scripts.finish(
+            keys=[
+                keys.run(self.run_id),
+                keys.events(self.run_id),
+                keys.leases,
+                current_stats_key(keys),
+            ],
+            args=[
+                self.run_id,
+                self.number,
+                status,
+                event_type,
+                repr(time.time()),
+                encode_data(data),
+                settings.retention_seconds,
+                settings.stream_maxlen,
+                *[item for pair in fields.items() for item in pair],
+            ],
+        )
+        if result is None:
+            return False
+        self.scripts.on_finished(status)
+        return True
+
+    async def _release(self) -> str:
+        """``released`` (queued again, workers woken), ``stopping`` or ``lost`` (fenced)."""
+        keys, job = self.scripts.keys, queued_job(self.run_id)
+        result = await self.scripts.release(
+            keys=[keys.run(self.run_id), keys.leases, keys.queue, job.key],
+            args=[
+                self.run_id,
+                self.number,
+                repr(time.time()),
+                job.payload,
+                job.ttl_ms,
+                keys.wake_channel,
+            ],
+        )
+        return decode(result)
+
+    # -- approvals (runs/approvals.py) -----------------------------------------------------
+    async def request_approval(self, request_id: str, data: dict[str, Any]) -> str | None:
+        """``waiting`` or ``stopping``; None when this attempt no longer owns the run. Retrying
+        with the same ``request_id`` after a lost reply never asks twice."""
+        return await self.scripts.approvals.request(self.run_id, self.number, request_id, data)
+
+    async def approval_choice(self, request_id: str) -> str | None:
+        """The answer recorded for the request, if any."""
+        return await self.scripts.approvals.choice(self.run_id, request_id)
+
+    async def settle_approval(self, request_id: str) -> tuple[str, str] | None:
+        """Time the request out: ``("timed_out", "deny")``, or ``("answered", choice)`` when an
+        answer won the race; None when this attempt no longer owns the run."""
+        return await self.scripts.approvals.settle(self.run_id, self.number, request_id)

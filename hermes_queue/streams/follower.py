@@ -1,0 +1,298 @@
+"""The hub's Redis side: keeps the streams it follows read to their end, on two connections.
+
+The scripts that append to a run stream also publish each entry on the channel named like the
+stream, and the follower is subscribed to the channels of the streams it follows (one pub/sub
+connection): an entry that follows the last one it has (by the run's ``seq``) is handed on from
+the message as it is. Anything else — a gap, the first message after a stream is followed, a
+subscription just confirmed — becomes a non-blocking ``XREAD`` of just that stream from the
+follower's cursor (one more connection), so the stream, not the channel, stays the source of
+truth. So Redis connections stay constant however many streams are followed.
+
+Why not one ``XREAD BLOCK`` over every followed stream, as the hub first did: Redis registers
+and unregisters a blocked reader on every key it names, each time, and under a steady trickle
+of events each call returns with one entry, so the cost per event grew with the number of
+streams followed. At 1,000 runs in flight (~1,000 events/s) that ``XREAD`` alone took half a
+core of Redis (docs/performance.md, cost growth). A published entry, or a read of one stream,
+costs the same whatever else is followed.
+
+A message can be missed only while the pub/sub connection is down or not yet subscribed: a
+stream is read once its subscription is confirmed (so nothing written before it is missed),
+every followed stream is read again after a reconnect, and every ``poll_seconds`` all of them
+are read anyway (a writer that does not publish, e.g. an older worker during a rolling upgrade,
+is then late by at most that much, never lost).
+
+The follower knows streams, cursors and connections, not subscribers: it hands every entry, in
+order and once, to the :class:`Sink` it was given with the stream (the hub's fan-out).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
+
+from hermes_queue.events import RunEvent
+from hermes_queue.redis_pipeline import dedicated_connection
+from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, decode_flat
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """Where the entries of one followed stream go."""
+
+    def deliver(self, event: RunEvent) -> None:
+        """The stream's next entry: every entry after the cursor it was followed from, in
+        order, once."""
+
+    def undecodable(self) -> None:
+        """The stream's next entry cannot be decoded. The follower does not skip it (the
+        stream stays the truth), so the sink is expected to stop following the stream."""
+
+
+def _bulk(value: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+class _Followed:
+    """One followed stream: how far it has been read, and where its entries go."""
+
+    __slots__ = ("cursor", "packed_key", "run_id", "seq", "sink")
+
+    def __init__(self, key: str, run_id: str, cursor: str, seq: int | None, sink: Sink) -> None:
+        self.packed_key = _bulk(key.encode())  # as it goes into every XREAD
+        self.run_id = run_id
+        self.cursor = cursor  # last id read
+        self.seq = seq  # that entry's seq (None: unknown): the next published one must follow it
+        self.sink = sink
+
+
+class Follower:
+    """``follow()`` and ``unfollow()`` streams between ``start()`` and ``aclose()``."""
+
+    def __init__(self, redis: Redis, *, count: int, poll_seconds: float, client_name: str) -> None:
+        self.redis = redis
+        self.count = count  # entries per stream per XREAD
+        self.poll_seconds = poll_seconds
+        self.client_name = client_name
+        # An XREAD names only the streams to read, each with its cursor: pack it by hand
+        # from pre-encoded pieces rather than through redis-py's generic pack_command.
+        self._xread_head = b"".join(
+            _bulk(str(arg).encode()) for arg in ("XREAD", "COUNT", count, "STREAMS")
+        )
+        self._streams: dict[str, _Followed] = {}
+        self._dirty: set[str] = set()  # followed streams to read from their cursor
+        self._changed = asyncio.Event()  # a stream was followed
+        self._subscribed: set[str] = set()  # channels SUBSCRIBE was sent for, this connection
+        self._listener: AbstractConnection | None = None  # pub/sub: the published entries
+        self._conn: AbstractConnection | None = None  # the XREADs
+        self._task: asyncio.Task[None] | None = None
+        self._syncer: asyncio.Task[None] | None = None
+        self.xreads = 0
+        self.listener_client_id: int | None = None
+        self.closed = False
+
+    @property
+    def following(self) -> int:
+        """How many streams are followed."""
+        return len(self._streams)
+
+    def follow(self, key: str, run_id: str, cursor: str, seq: int | None, sink: Sink) -> None:
+        """Hand ``sink`` every entry of ``key`` after ``cursor`` (the entry numbered ``seq``,
+        when known): subscribe to its channel; the confirmation makes the reader read the
+        stream once (whatever was written meanwhile)."""
+        self._streams[key] = _Followed(key, run_id, cursor, seq, sink)
+        self._sync_subscriptions()
+        self._changed.set()
+
+    def unfollow(self, key: str) -> None:
+        """Stop following ``key``; the result of a read of it in flight is ignored."""
+        if self._streams.pop(key, None) is None:
+            return
+        self._dirty.discard(key)
+        if key in self._subscribed:
+            self._sync_subscriptions()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="stream-hub")
+
+    async def aclose(self) -> None:
+        self.closed = True
+        for task in (self._task, self._syncer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._syncer = None
+        for conn in (self._conn, self._listener):
+            if conn is not None:
+                await conn.disconnect(nowait=True)
+        self._conn = self._listener = None
+
+    # -- the pub/sub subscriptions ---------------------------------------------------------------
+    def _sync_subscriptions(self) -> None:
+        """Bring the channels subscribed to in line with the streams followed (one task)."""
+        if self._syncer is None or self._syncer.done():
+            self._syncer = asyncio.create_task(self._sync(), name="stream-hub-subscribe")
+
+    async def _sync(self) -> None:
+        """Send SUBSCRIBE / UNSUBSCRIBE for what changed; the reader reads the confirmations.
+
+        Sent from here, not the reader, because the reader is parked on the pub/sub socket
+        waiting for the next message; a write does not disturb that read.
+        """
+        await asyncio.sleep(0)  # let a burst of new streams go out in one SUBSCRIBE
+        while not self.closed:
+            listener = self._listener
+            if listener is None or not listener.is_connected:
+                return  # the reader (re)connects and subscribes to everything followed
+            wanted = set(self._streams)
+            added, dropped = wanted - self._subscribed, self._subscribed - wanted
+            if not added and not dropped:
+                return
+            try:
+                if added:
+                    self._subscribed |= added
+                    await listener.send_command("SUBSCRIBE", *added)
+                if dropped:
+                    self._subscribed -= dropped
+                    await listener.send_command("UNSUBSCRIBE", *dropped)
+            except REDIS_DOWN as exc:  # the reader sees the same connection fail
+                log.warning("stream hub SUBSCRIBE failed: %r", exc)
+                return
+
+    async def _connect_listener(self) -> AbstractConnection:
+        listener = dedicated_connection(
+            self.redis, f"{self.client_name}:entries", decode_responses=False
+        )
+        await listener.connect()  # type: ignore[no-untyped-call]
+        await listener.send_command("CLIENT", "ID")
+        self.listener_client_id = int(await listener.read_response(timeout=self.poll_seconds + 10))
+        self._subscribed = set()
+        self._listener = listener
+        return listener
+
+    # -- the reader ------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        backoff = BACKOFF_MIN
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + self.poll_seconds
+        while not self.closed:
+            if loop.time() >= next_poll:  # busy or not, everything is read once per poll
+                next_poll = loop.time() + self.poll_seconds
+                self._hear(None)
+            try:
+                if self._listener is None:
+                    if not self._streams:
+                        self._changed.clear()
+                        await self._changed.wait()  # idle: no connection, no Redis traffic
+                        continue
+                    await self._connect_listener()
+                    self._sync_subscriptions()
+                    # Nothing published while disconnected was heard: read everything.
+                    self._dirty.update(self._streams)
+                elif not self._dirty:
+                    wait = max(0.0, next_poll - loop.time())
+                    self._hear(await self._listener.read_response(timeout=wait))
+                while self._dirty and not self.closed:
+                    await self._read_dirty()
+                backoff = BACKOFF_MIN
+            except Exception as exc:  # never die: Redis restarts, CLIENT KILL, errors
+                log.warning("stream hub read failed, retrying in %.1fs: %r", backoff, exc)
+                for conn in (self._listener, self._conn):
+                    if conn is not None:
+                        await conn.disconnect(nowait=True)
+                self._listener = self._conn = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _hear(self, message: Any) -> None:
+        """Mark what a pub/sub reply concerns for reading; None (the poll): every stream."""
+        if message is None:
+            self._dirty.update(self._streams)
+            return
+        kind, channel = message[0], message[1]
+        if kind not in (b"message", b"subscribe"):
+            return
+        key = channel.decode()
+        stream = self._streams.get(key)
+        if stream is None:
+            return
+        if kind == b"message" and key not in self._dirty and stream.seq is not None:
+            # The entry itself: hand it on if it is the next one, skip it if already read.
+            parts = message[2].split(b"\0", 6)
+            if len(parts) == 7 and parts[2].isdigit():
+                seq = int(parts[2])
+                if seq <= stream.seq:
+                    return
+                if seq == stream.seq + 1:
+                    flat = [b"t", parts[1], b"s", parts[2], b"a", parts[3]]
+                    flat += [b"ts", parts[4], b"sid", parts[5], b"d", parts[6]]
+                    self._dispatch({key: stream}, [(channel, [(parts[0], flat)])])
+                    return
+        # A gap, an entry we cannot place, or a subscription now in effect: read the stream.
+        self._dirty.add(key)
+
+    async def _read_dirty(self) -> None:
+        """One non-blocking XREAD of the streams marked; a stream that filled its page stays
+        marked (there may be more)."""
+        reading = {
+            key: stream for key in self._dirty if (stream := self._streams.get(key)) is not None
+        }
+        self._dirty.clear()
+        if not reading:
+            return
+        if self._conn is None or not self._conn.is_connected:
+            self._conn = dedicated_connection(self.redis, self.client_name, decode_responses=False)
+            await self._conn.connect()  # type: ignore[no-untyped-call]
+        self.xreads += 1
+        try:
+            await self._conn.send_packed_command(self._pack_xread(reading), check_health=False)
+            reply = await self._conn.read_response(timeout=self.poll_seconds + 10)
+        except BaseException:
+            self._dirty.update(reading)  # read them again once reconnected
+            raise
+        for key, count in self._dispatch(reading, reply).items():
+            if count >= self.count:
+                self._dirty.add(key)
+
+    def _pack_xread(self, reading: dict[str, _Followed]) -> bytes:
+        """``XREAD COUNT n STREAMS <keys…> <cursors…>`` in RESP."""
+        streams = list(reading.values())
+        parts = [b"*%d\r\n" % (4 + 2 * len(streams)), self._xread_head]
+        parts += [s.packed_key for s in streams]
+        parts += [_bulk(s.cursor.encode()) for s in streams]
+        return b"".join(parts)
+
+    def _dispatch(self, reading: dict[str, _Followed], reply: Any) -> dict[str, int]:
+        """Hand the entries of an XREAD reply to their sinks; entries read per stream."""
+        counts: dict[str, int] = {}
+        if not reply:
+            return counts  # nothing new
+        for raw_key, entries in reply.items() if isinstance(reply, dict) else reply:
+            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            stream = reading.get(key)
+            if stream is None or self._streams.get(key) is not stream:
+                continue  # unfollowed (or unfollowed and followed again) while being read
+            counts[key] = len(entries)
+            for raw_id, flat in entries:
+                try:
+                    event = decode_flat(stream.run_id, raw_id, flat)
+                except (ValueError, TypeError):
+                    # A malformed entry must not kill the reader for every run.
+                    log.exception("undecodable entry %r in %s", raw_id, key)
+                    stream.sink.undecodable()
+                    break
+                stream.cursor, stream.seq = event.id, event.seq
+                stream.sink.deliver(event)
+        return counts
+
+
+__all__ = ["Follower", "Sink"]
