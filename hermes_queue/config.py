@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from hermes_queue.booleans import parse_bool
 from hermes_queue.logs import LOG_FORMATS
 from hermes_queue.providers import (
     ProviderConfigError,
@@ -34,8 +35,6 @@ CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
 # Variables under these prefixes belong to the test suite and tooling, not to the settings.
 _RESERVED_ENV_PREFIXES = ("HERMES_QUEUE_TEST_", "HERMES_QUEUE_BENCH_")
 _SECRET_FIELDS = frozenset({"api_key"})
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 class ConfigError(ValueError):
@@ -223,12 +222,10 @@ def _cast(name: str, raw: Any, default: Any) -> Any:
     text = str(raw).strip()
     try:
         if kind is bool:
-            lowered = text.lower()
-            if lowered in _TRUE:
-                return True
-            if lowered in _FALSE:
-                return False
-            raise ValueError
+            parsed = parse_bool(text)
+            if parsed is None:
+                raise ValueError
+            return parsed
         if kind is int:
             return int(text)
         if kind is float:

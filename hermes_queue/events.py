@@ -40,6 +40,10 @@ TERMINAL_EVENTS = frozenset(
     {EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED}
 )
 
+# The answers to an approval request: offered in ``approval.request`` (``choices``) by the
+# worker's agent, accepted by ``POST /v1/runs/{id}/approval`` on any API replica (HERMES_API §4.3).
+APPROVAL_CHOICES = ("once", "session", "always", "deny")
+
 # What a subagent event may carry (HERMES_API §3.3), in upstream's order. Producers keep only
 # these and readers render only these, so a new field of Hermes' never reaches clients
 # unreviewed. The free-text ones are redacted by their producer before they are stored.
@@ -124,7 +128,8 @@ class RunEvent:
 
 
 def message_id_for(run_id: str) -> str:
-    """Stable per run, so every attempt and every dialect names the reply message the same."""
+    """Stable per run, so every attempt and dialect names the reply message the same (the
+    Responses dialect has item ids of its own: ``api/responses_render.output_message_id``)."""
     return "msg_" + run_id.removeprefix("run_")
 
 

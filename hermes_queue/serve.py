@@ -13,7 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from hermes_queue.api.app import create_app
-from hermes_queue.api.middlewares import DRAIN, DrainState
+from hermes_queue.api.state import STATE, DrainState
 from hermes_queue.config import ConfigError, Settings
 from hermes_queue.redis_server import EmbeddedRedis
 from hermes_queue.workers.worker import build_worker
@@ -71,9 +71,9 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
     check_bind_safety(settings)
     stop = _stop_on_signals()
     app = create_app(settings)
-    drain_state = app[DRAIN] = DrainState()
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
+    drain_state = app[STATE].drain
     site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=5.0)
     await site.start()
     if announce:

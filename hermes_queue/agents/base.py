@@ -12,6 +12,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from hermes_queue.events import APPROVAL_CHOICES
+
 
 @dataclass(frozen=True)
 class AgentRequest:
@@ -68,9 +70,6 @@ class ProviderAuthError(AgentError):
     def __init__(self, reason: str) -> None:
         super().__init__(PROVIDER_AUTH_FAILED.format(reason=reason))
         self.reason = reason
-
-
-APPROVAL_CHOICES = ("once", "session", "always", "deny")
 
 
 @dataclass(frozen=True)

@@ -1,80 +1,41 @@
-"""The API application factory: the only way to build the app, in production and in tests."""
+"""The API application factory: the only way to build the app, in production and in tests.
+
+A request goes through the middlewares (``middlewares.py``), is routed by the one route table
+(``routes.py``) to its handler, and the handler uses the process's services (``state.py``).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from hermes_queue import __version__
 from hermes_queue.aio import cancel_and_wait
-from hermes_queue.api import (
-    approvals,
-    catalog,
-    chat_completions,
-    dashboard,
-    discovery,
-    jobs,
-    operations,
-    responses,
-    runs,
-    runtime_selection,
-    session_chat,
-    sessions,
-    unsupported,
-)
-from hermes_queue.api.appkeys import HUB, REDIS, RUNS, SETTINGS, STORE
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
+from hermes_queue.api.routes import ROUTES
+from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.config import Settings
-from hermes_queue.redis_client import connect
 from hermes_queue.runs.reaper import reap_forever
-from hermes_queue.runs.repository import RunRepository
-from hermes_queue.store import open_store
-from hermes_queue.streams.hub import StreamHub
 
 
-async def health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "platform": "hermes-agent", "version": __version__})
+def _lifetime(settings: Settings) -> Callable[[web.Application], AsyncIterator[None]]:
+    """The app's cleanup context: open the process's state at startup, close it at cleanup."""
 
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        state = app[STATE] = await ApiState.open(settings)
+        # The API reaps too, so a run whose only worker died is still settled.
+        reaper = asyncio.create_task(reap_forever(state.runs, settings.reaper_interval_seconds))
+        yield
+        await cancel_and_wait(reaper)
+        await state.aclose()
 
-async def _backends(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    redis = connect(settings)
-    hub = StreamHub.from_settings(settings, redis=redis)
-    await hub.start()
-    app[REDIS] = redis
-    # Runs this process ends (stop of a queued run, reaper) count in its runs_total.
-    app[RUNS] = RunRepository(redis, settings, on_finished=app[operations.METRICS].count_outcome)
-    app[HUB] = hub
-    app[STORE] = await open_store(settings)
-    # The API reaps too, so a run whose only worker died is still settled.
-    reaper = asyncio.create_task(reap_forever(app[RUNS], settings.reaper_interval_seconds))
-    yield
-    await cancel_and_wait(reaper)
-    await hub.aclose()
-    await app[STORE].close()
-    await redis.aclose()
+    return lifetime
 
 
 def create_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.body_limit_bytes)
-    app[SETTINGS] = settings
-    app.cleanup_ctx.append(_backends)
+    app.cleanup_ctx.append(_lifetime(settings))
     app.on_response_prepare.append(add_security_headers)
-    app.router.add_get("/health", health)
-    app.router.add_get("/v1/health", health)
-    runtime_selection.install(app)
-    runs.add_routes(app)
-    approvals.add_routes(app)
-    sessions.add_routes(app)
-    session_chat.add_routes(app)
-    discovery.add_routes(app)
-    catalog.add_routes(app)
-    chat_completions.add_routes(app)
-    responses.add_routes(app)
-    operations.setup(app)
-    dashboard.add_routes(app)
-    jobs.add_routes(app)
-    unsupported.add_routes(app)  # last: skips any path another module serves
+    app.add_routes(ROUTES)
     return app

@@ -11,10 +11,11 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.agents.base import APPROVAL_CHOICES
-from hermes_queue.api.appkeys import RUNS
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.validation import coerce_bool, json_object
+from hermes_queue.api.state import STATE
+from hermes_queue.api.validation import json_object
+from hermes_queue.booleans import coerce_bool
+from hermes_queue.events import APPROVAL_CHOICES
 
 MAX_ID_LENGTH = 128
 # Upstream's aliases for a one-time approval.
@@ -55,7 +56,7 @@ async def answer_approval(request: web.Request) -> web.Response:
     choice = parse_choice(body.get("choice"))
     resolve_all = coerce_bool(body.get("all"), False) or coerce_bool(body.get("resolve_all"), False)
     request_id = parse_request_id(body)
-    outcome = await request.app[RUNS].approvals.answer(
+    outcome = await request.app[STATE].runs.approvals.answer(
         run_id, choice, resolve_all=resolve_all, request_id=request_id
     )
     if outcome.verdict == "missing":
@@ -78,7 +79,3 @@ async def answer_approval(request: web.Request) -> web.Response:
     if request_id:
         payload["request_id"] = request_id
     return web.json_response(payload)
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/runs/{run_id}/approval", answer_approval)

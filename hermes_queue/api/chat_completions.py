@@ -10,34 +10,37 @@ client whose stream dropped follows the rest on ``/v1/runs/{run_id}/events``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api import idempotency
-from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
 from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.openai_render import (
     chat_renderer,
     completion_id_for,
     hermes_block,
     usage_of,
 )
-from hermes_queue.api.operations import admit
 from hermes_queue.api.runtime_selection import select_for_body
-from hermes_queue.api.sse import open_stream, pump_run_events
+from hermes_queue.api.sse import Renderer, open_stream
+from hermes_queue.api.state import STATE, ApiState
+from hermes_queue.api.turns import NewTurn, RunSession, StoredSession, turn_headers
 from hermes_queue.api.validation import (
-    coerce_bool,
     json_object,
     session_id_value,
     session_key_header,
 )
+from hermes_queue.booleans import coerce_bool
+from hermes_queue.config import Settings
 from hermes_queue.events import EventType
-from hermes_queue.runs.repository import new_run_id
-from hermes_queue.store import SessionExists
+from hermes_queue.routing import RoutingConfig
+from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.hub import StreamHub
 
 SESSION_HEADER = "X-Hermes-Session-Id"
 
@@ -97,12 +100,12 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-def _session_header(request: web.Request) -> str | None:
+def _session_header(request: web.Request, settings: Settings) -> str | None:
     """The validated ``X-Hermes-Session-Id``, or None when the client sent none."""
     raw = request.headers.get(SESSION_HEADER)
     if raw is None:
         return None
-    if not request.app[SETTINGS].api_key:
+    if not settings.api_key:
         raise ApiError(
             403,
             None,
@@ -112,103 +115,84 @@ def _session_header(request: web.Request) -> str | None:
     return session_id_value(raw, param=SESSION_HEADER)
 
 
-async def _continue_session(request: web.Request, session_id: str) -> str:
-    """The live tip of the continued session, which is created on first use."""
-    store = request.app[STORE]
-    if await store.get_session(session_id) is None:
-        try:
-            await store.create_session(session_id, source="api_server")
-        except SessionExists:
-            pass  # a concurrent first turn created it
-    return await store.resolve_tip(session_id)
+def parse_completion(
+    body: dict[str, Any], continued: str | None, routing: RoutingConfig
+) -> NewTurn:
+    """The turn a completion request starts: on the ``continued`` session (whose stored
+    transcript is the history), else on the session derived from the conversation it sends."""
+    system_prompt, conversation = parse_messages(body)
+    turn = TurnRequest(conversation[-1]["content"], instructions=system_prompt or None)
+    session: RunSession | StoredSession
+    if continued is not None:
+        session = StoredSession(continued, "enqueue", create_missing=True)
+    else:
+        first_user = next(m for m in conversation if m["role"] == "user")
+        session = RunSession(derived_session_id(system_prompt, flatten_text(first_user["content"])))
+        turn = dataclasses.replace(turn, history=conversation[:-1])
+    named = body.get("model")
+    named = named if isinstance(named, str) else ""
+    return NewTurn(turn, select_for_body(routing, body), session, named_model=named)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    session_key = session_key_header(request)
-    continued = _session_header(request)
+    state = request.app[STATE]
+    session_key = session_key_header(request, state.settings)
+    continued = _session_header(request, state.settings)
     body = await json_object(request)
-    system_prompt, conversation = parse_messages(body)
+    turn = parse_completion(body, continued, state.routing)
     stream = coerce_bool(body.get("stream"), False)
     # The response names the model the client asked for (upstream echoes its alias).
-    model = body.get("model") if isinstance(body.get("model"), str) else ""
-    model = model or request.app[SETTINGS].model_name
-    headers: dict[str, str] = {}
-    runs = request.app[RUNS]
-    async with await idempotency.begin(request, "chat", body, headers=(SESSION_HEADER,)) as idem:
+    model = turn.named_model or state.settings.model_name
+    replayed: dict[str, str] = {}
+    idempotency = state.idempotency
+    async with await idempotency.begin(
+        request.headers, "chat", body, headers=(SESSION_HEADER,)
+    ) as idem:
         if idem.replay_of is None:
-            run_id = await _start(request, body, system_prompt, conversation, continued, model)
+            run_id = (await state.turns.enqueue_turn(turn)).run_id
             idem.record(run_id)
     if idem.replay_of is not None:
         # A retry: the same run, rendered the same way (a stream replays from its start).
         run_id = idem.replay_of
-        headers[idempotency.REPLAYED_HEADER] = "true"
-    record = await runs.get(run_id)
+        replayed[REPLAYED_HEADER] = "true"
+    record = await state.runs.get(run_id)
     if record is None:  # only a replay can miss it: records expire before their runs
-        raise idempotency.replay_gone(run_id)
+        raise replay_gone(run_id)
     created = int(record.created_at)
-    headers = {SESSION_HEADER: record.session_id, "X-Hermes-Run-Id": run_id, **headers}
-    if session_key:
-        headers["X-Hermes-Session-Key"] = session_key
+    headers = {**turn_headers(record.session_id, run_id, session_key), **replayed}
     if stream:
-        response = await open_stream(request, headers)
         renderer = chat_renderer(completion_id_for(run_id), created, model)
         cancel = _cancel_on_disconnect(request, body)
-        try:
-            finished = await pump_run_events(request, response, run_id, None, renderer)
-        except asyncio.CancelledError:  # aiohttp cancels the handler when the client leaves
-            if cancel:
-                await asyncio.shield(request.app[RUNS].request_stop(run_id))
-            raise
-        if not finished and cancel and _client_gone(request):
-            await request.app[RUNS].request_stop(run_id)
-        return response
-    return await _complete(request, run_id, created, model, headers)
+        return await _stream(request, state, run_id, renderer, headers, cancel)
+    return await _complete(state.hub, run_id, created, model, headers)
 
 
-async def _start(
+async def _stream(
     request: web.Request,
-    body: dict[str, Any],
-    system_prompt: str,
-    conversation: list[dict[str, Any]],
-    continued: str | None,
-    model: str,
-) -> str:
-    """Enqueue the turn as a run (on the continued session, else the derived one); its id."""
-    await admit(request)  # backpressure: 429 before anything is written
-    if continued is not None:
-        continued = await _continue_session(request, continued)
-    selection = select_for_body(request, body)
-    turn = {"message": conversation[-1]["content"], "instructions": system_prompt or None}
-    run_id, runs = new_run_id(), request.app[RUNS]
-    common: dict[str, Any] = {"route": selection.as_dict(), "model": selection.model or model}
-    if continued is not None:
-        await runs.create_session_run(
-            run_id=run_id,
-            session_id=continued,
-            strategy="enqueue",
-            request=turn,
-            extra={"persist": "1", "kind": "chat_completions"},
-            **common,
-        )
-    else:
-        first_user = next(m for m in conversation if m["role"] == "user")
-        session_id = derived_session_id(system_prompt, flatten_text(first_user["content"]))
-        turn["history"] = conversation[:-1]
-        await runs.create(
-            run_id=run_id,
-            session_id=session_id,
-            request=turn,
-            extra={"kind": "chat_completions"},
-            **common,
-        )
-    return run_id
+    state: ApiState,
+    run_id: str,
+    renderer: Renderer,
+    headers: dict[str, str],
+    cancel: bool,
+) -> web.StreamResponse:
+    """The completion as chunks; with ``cancel`` a client that leaves stops the run."""
+    response = await open_stream(request, headers)
+    try:
+        finished = await state.feed.pump(response, run_id, None, renderer)
+    except asyncio.CancelledError:  # aiohttp cancels the handler when the client leaves
+        if cancel:
+            await asyncio.shield(state.runs.request_stop(run_id))
+        raise
+    if not finished and cancel and _client_gone(request):
+        await state.runs.request_stop(run_id)
+    return response
 
 
 async def _complete(
-    request: web.Request, run_id: str, created: int, model: str, headers: dict[str, str]
+    hub: StreamHub, run_id: str, created: int, model: str, headers: dict[str, str]
 ) -> web.Response:
     text: list[str] = []
-    async with request.app[HUB].subscribe(run_id, None) as subscription:
+    async with hub.subscribe(run_id, None) as subscription:
         async for event in subscription:
             if event.type == EventType.MESSAGE_DELTA:
                 text.append(str(event.data.get("delta", "")))
@@ -260,7 +244,3 @@ async def _complete(
     if hermes is not None:
         body["hermes"] = hermes
     return web.json_response(body, headers=headers)
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/chat/completions", chat_completions)

@@ -45,8 +45,3 @@ async def serve_asset(request: web.Request) -> web.Response:
             "Cache-Control": "no-cache",
         },
     )
-
-
-def add_routes(app: web.Application) -> None:
-    for path in ASSETS:
-        app.router.add_get(path, serve_asset)

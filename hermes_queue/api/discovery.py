@@ -1,11 +1,11 @@
-"""Discovery documents (HERMES_API §5): capabilities, models and readiness.
+"""Discovery documents (HERMES_API §5): health, capabilities, models and readiness.
 
 Clients (hermes-webui, desktop apps) read ``/v1/capabilities`` to decide which UI to offer, so a
 claim this server cannot honour breaks them. Upstream keeps its endpoint list and feature flags
 by hand and they drift from the routes it really serves. Here both are derived from the app's
 router at request time: an endpoint is listed only if a route for it is registered, and a
 feature tied to a route flips to true the moment that route is added. ``skills_api`` also
-needs a worker to have published its backend's catalog (``api/catalog.py``), read per request.
+needs a worker to have published its backend's catalog (``catalog.py``), read per request.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue import __version__
-from hermes_queue.api.appkeys import REDIS, SETTINGS, STORE
-from hermes_queue.api.catalog import published
+from hermes_queue.api.state import STATE
 from hermes_queue.api.unsupported import is_not_implemented
-from hermes_queue.keys import Keys
+from hermes_queue.catalog import CachedCatalog
 from hermes_queue.store.migrations import LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -173,21 +172,26 @@ def features(endpoints: dict[str, Any], *, catalog: bool = False) -> dict[str, A
     return flags
 
 
-async def _catalog_published(app: web.Application) -> bool:
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "platform": PLATFORM, "version": __version__})
+
+
+async def _catalog_published(catalog: CachedCatalog) -> bool:
     """Whether a worker's catalog is in Redis. Capabilities must answer even when Redis cannot
     (clients read it before anything else), so a failed or slow read counts as no catalog."""
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
-            return await published(app) is not None
+            return await catalog.get() is not None
     except Exception as exc:
         log.warning("capabilities: backend catalog unavailable (%r); skills_api false", exc)
         return False
 
 
 async def capabilities(request: web.Request) -> web.Response:
-    settings = request.app[SETTINGS]
+    state = request.app[STATE]
+    settings = state.settings
     endpoints = routed_endpoints(request.app)
-    catalog = "skills" in endpoints and await _catalog_published(request.app)
+    catalog = "skills" in endpoints and await _catalog_published(state.catalog)
     return web.json_response(
         {
             "object": "hermes.api_server.capabilities",
@@ -212,7 +216,7 @@ async def capabilities(request: web.Request) -> web.Response:
 
 async def models(request: web.Request) -> web.Response:
     """OpenAI model list. Only the advertised name: provider details and keys never leave."""
-    name = request.app[SETTINGS].model_name
+    name = request.app[STATE].settings.model_name
     entry = {
         "id": name,
         "object": "model",
@@ -246,10 +250,8 @@ async def _guarded(name: str, check: Check, *fields: str) -> dict[str, Any]:
 
 
 async def health_detailed(request: web.Request) -> web.Response:
-    app = request.app
-    settings = app[SETTINGS]
-    redis = app[REDIS]
-    keys = Keys(settings.namespace)
+    state = request.app[STATE]
+    settings, redis, keys = state.settings, state.redis, state.keys
 
     async def check_redis() -> dict[str, Any]:
         started = time.perf_counter()
@@ -258,7 +260,7 @@ async def health_detailed(request: web.Request) -> web.Response:
         return {"status": "ok", "latency_ms": latency}
 
     async def check_store() -> dict[str, Any]:
-        store = app[STORE]
+        store = state.store
         await store.ping()
         version = await store.schema_version()
         # A reachable but unmigrated database still fails every session request.
@@ -302,9 +304,3 @@ async def health_detailed(request: web.Request) -> web.Response:
             "queue": {"ready": queue_check.get("ready")},
         }
     )
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/capabilities", capabilities)
-    app.router.add_get("/v1/models", models)
-    app.router.add_get("/health/detailed", health_detailed)

@@ -23,17 +23,17 @@ import logging
 import re
 import time
 import uuid
-from functools import cache
-from importlib import resources
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 import redis.asyncio as aioredis
-from aiohttp import web
+from redis.commands.core import AsyncScript
 
-from hermes_queue.api.appkeys import REDIS, SETTINGS
 from hermes_queue.api.errors import ApiError
+from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
+from hermes_queue.runs.scripts import load_script
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,9 @@ WAIT_SECONDS = 10.0
 POLL_SECONDS = 0.02
 
 
-def read_key(request: web.Request) -> str | None:
+def read_key(headers: Mapping[str, str]) -> str | None:
     """The request's ``Idempotency-Key``, or None; 400 ``invalid_idempotency_key`` if malformed."""
-    raw = request.headers.get(HEADER)
+    raw = headers.get(HEADER)
     if raw is None:
         return None
     if not _VALID_KEY.match(raw):
@@ -75,16 +75,10 @@ def fingerprint(body: dict[str, Any], header_values: list[str | None]) -> str:
     return digest.hexdigest()
 
 
-def _scope(request: web.Request) -> str:
+def _scope(headers: Mapping[str, str]) -> str:
     """A hash of the caller's bearer token: tenants with different keys never share records."""
-    token = request.headers.get("Authorization", "").partition(" ")[2].strip()
+    token = headers.get("Authorization", "").partition(" ")[2].strip()
     return hashlib.sha256(token.encode()).hexdigest()[:32]
-
-
-@cache
-def _settle_source() -> str:
-    folder = resources.files("hermes_queue.runs") / "lua"
-    return (folder / "idempotency_settle.lua").read_text(encoding="utf-8")
 
 
 class Idempotency:
@@ -98,7 +92,7 @@ class Idempotency:
 
     def __init__(
         self,
-        redis: aioredis.Redis | None = None,
+        settle: AsyncScript | None = None,
         record_key: str = "",
         fp: str = "",
         ttl: int = 0,
@@ -107,7 +101,7 @@ class Idempotency:
         replay_of: str | None = None,
     ) -> None:
         self.replay_of = replay_of
-        self._redis = redis
+        self._settle = settle
         self._record_key = record_key
         self._fp = fp
         self._ttl = ttl
@@ -117,7 +111,7 @@ class Idempotency:
     @property
     def used(self) -> bool:
         """Whether the request carried an Idempotency-Key (so the answer says ``replayed``)."""
-        return self._redis is not None
+        return self._settle is not None
 
     def record(self, run_id: str) -> None:
         self._run_id = run_id
@@ -131,14 +125,13 @@ class Idempotency:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._redis is None or self._pending is None:
+        if self._settle is None or self._pending is None:
             return
         final = ""
         if exc_type is None and self._run_id is not None:
             final = json.dumps({"fp": self._fp, "run_id": self._run_id})
-        settle = self._redis.register_script(_settle_source())
         try:
-            await settle(keys=[self._record_key], args=[self._pending, final, self._ttl])
+            await self._settle(keys=[self._record_key], args=[self._pending, final, self._ttl])
         except Exception:
             # The pending claim then expires by itself within PENDING_TTL_SECONDS.
             log.warning("could not settle idempotency record %s", self._record_key, exc_info=True)
@@ -146,54 +139,66 @@ class Idempotency:
             self._pending = None
 
 
-async def begin(
-    request: web.Request, route: str, body: dict[str, Any], *, headers: tuple[str, ...] = ()
-) -> Idempotency:
-    """Claim the request's Idempotency-Key for ``route``, or find the run to replay.
+class IdempotencyRecords:
+    """The process's access to Idempotency-Key records (its settle script registered once)."""
 
-    ``headers``: request headers besides ``X-Hermes-Session-Key`` that change the request's
-    meaning and so belong to its fingerprint. Raises 409 ``idempotency_key_conflict`` when the
-    key was used with a different request, and 409 ``idempotency_key_in_progress`` when the
-    first request did not record its run within :data:`WAIT_SECONDS`.
-    """
-    key = read_key(request)
-    if key is None:
-        return Idempotency()
-    settings = request.app[SETTINGS]
-    redis = request.app[REDIS]
-    names = (SESSION_KEY_HEADER, *headers)
-    fp = fingerprint(body, [request.headers.get(name) for name in names])
-    record_key = Keys(settings.namespace).idempotency(
-        _scope(request), route, hashlib.sha256(key.encode()).hexdigest()
-    )
-    ttl = max(1, min(settings.idempotency_ttl_seconds, settings.retention_seconds))
-    pending = json.dumps({"fp": fp, "run_id": None, "claim": uuid.uuid4().hex})
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        if await redis.set(record_key, pending, nx=True, ex=PENDING_TTL_SECONDS):
-            return Idempotency(redis, record_key, fp, ttl, pending=pending)
-        raw = await redis.get(record_key)
-        if raw is None:
-            continue  # released or expired since the SET: claim it again
-        stored = json.loads(raw)
-        if stored.get("fp") != fp:
-            raise ApiError(
-                409,
-                "idempotency_key_conflict",
-                "This Idempotency-Key was already used with a different request",
-                param=HEADER,
-            )
-        if stored.get("run_id"):
-            return Idempotency(redis, record_key, fp, ttl, replay_of=str(stored["run_id"]))
-        if time.monotonic() > deadline:
-            raise ApiError(
-                409,
-                "idempotency_key_in_progress",
-                "A request with this Idempotency-Key is still being processed; retry shortly",
-                param=HEADER,
-                headers={"Retry-After": "1"},
-            )
-        await asyncio.sleep(POLL_SECONDS)
+    def __init__(self, redis: aioredis.Redis, keys: Keys, settings: Settings) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._settle = redis.register_script(load_script("idempotency_settle"))
+        self._ttl = max(1, min(settings.idempotency_ttl_seconds, settings.retention_seconds))
+
+    async def begin(
+        self,
+        request_headers: Mapping[str, str],
+        route: str,
+        body: dict[str, Any],
+        *,
+        headers: tuple[str, ...] = (),
+    ) -> Idempotency:
+        """Claim the request's Idempotency-Key for ``route``, or find the run to replay.
+
+        ``headers``: request headers besides ``X-Hermes-Session-Key`` that change the request's
+        meaning and so belong to its fingerprint. Raises 409 ``idempotency_key_conflict`` when
+        the key was used with a different request, and 409 ``idempotency_key_in_progress`` when
+        the first request did not record its run within :data:`WAIT_SECONDS`.
+        """
+        key = read_key(request_headers)
+        if key is None:
+            return Idempotency()
+        names = (SESSION_KEY_HEADER, *headers)
+        fp = fingerprint(body, [request_headers.get(name) for name in names])
+        record_key = self._keys.idempotency(
+            _scope(request_headers), route, hashlib.sha256(key.encode()).hexdigest()
+        )
+        pending = json.dumps({"fp": fp, "run_id": None, "claim": uuid.uuid4().hex})
+        deadline = time.monotonic() + WAIT_SECONDS
+        redis, settle, ttl = self._redis, self._settle, self._ttl
+        while True:
+            if await redis.set(record_key, pending, nx=True, ex=PENDING_TTL_SECONDS):
+                return Idempotency(settle, record_key, fp, ttl, pending=pending)
+            raw = await redis.get(record_key)
+            if raw is None:
+                continue  # released or expired since the SET: claim it again
+            stored = json.loads(raw)
+            if stored.get("fp") != fp:
+                raise ApiError(
+                    409,
+                    "idempotency_key_conflict",
+                    "This Idempotency-Key was already used with a different request",
+                    param=HEADER,
+                )
+            if stored.get("run_id"):
+                return Idempotency(settle, record_key, fp, ttl, replay_of=str(stored["run_id"]))
+            if time.monotonic() > deadline:
+                raise ApiError(
+                    409,
+                    "idempotency_key_in_progress",
+                    "A request with this Idempotency-Key is still being processed; retry shortly",
+                    param=HEADER,
+                    headers={"Retry-After": "1"},
+                )
+            await asyncio.sleep(POLL_SECONDS)
 
 
 def replay_gone(run_id: str) -> ApiError:

@@ -20,9 +20,8 @@ from typing import Any
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from hermes_queue.api.appkeys import RUNS, SETTINGS, STORE
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.operations import METRICS, admit
+from hermes_queue.api.state import STATE
 from hermes_queue.schedules.definitions import (
     JobInputError,
     job_json,
@@ -44,8 +43,8 @@ RECENT_RUNS = 20
 
 
 def _firing(request: web.Request) -> Firing:
-    app = request.app
-    return Firing(app[SETTINGS], app[STORE], app[RUNS], app[METRICS])
+    state = request.app[STATE]
+    return Firing(state.settings, state.store, state.runs, state.metrics)
 
 
 def _error(message: str, status: int, headers: dict[str, str] | None = None) -> web.Response:
@@ -95,7 +94,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 
 async def _load(request: web.Request) -> JobRow:
-    job = await request.app[STORE].get_job(_job_id(request))
+    job = await request.app[STATE].store.get_job(_job_id(request))
     if job is None:
         raise JobInputError("Job not found", 404)
     return job
@@ -104,7 +103,7 @@ async def _load(request: web.Request) -> JobRow:
 def _answer(request: web.Request, job: JobRow | None, **extra: Any) -> web.Response:
     if job is None:  # deleted meanwhile
         raise JobInputError("Job not found", 404)
-    tz = job_timezone(request.app[SETTINGS])
+    tz = job_timezone(request.app[STATE].settings)
     return web.json_response({"job": job_json(job, tz), **extra})
 
 
@@ -113,7 +112,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     include_disabled = request.query.get("include_disabled", "").lower() in TRUE_QUERY
     firing = _firing(request)
     await firing.settle_open()
-    jobs = await request.app[STORE].list_jobs(include_disabled=include_disabled)
+    jobs = await request.app[STATE].store.list_jobs(include_disabled=include_disabled)
     return web.json_response({"jobs": [job_json(job, firing.tz) for job in jobs]})
 
 
@@ -121,14 +120,14 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def create_job(request: web.Request) -> web.Response:
     body = await _body(request)
     origin = {"platform": "api_server", "chat_id": "api", "source_ip": request.remote}
-    tz = job_timezone(request.app[SETTINGS])
+    tz = job_timezone(request.app[STATE].settings)
     job = parse_create(body, now=time.time(), tz=tz, origin=origin)
-    return _answer(request, await request.app[STORE].create_job(job))
+    return _answer(request, await request.app[STATE].store.create_job(job))
 
 
 @jobs_endpoint
 async def get_job(request: web.Request) -> web.Response:
-    store, firing = request.app[STORE], _firing(request)
+    store, firing = request.app[STATE].store, _firing(request)
     job_id = _job_id(request)
     await firing.settle(await store.job_runs(job_id, RECENT_RUNS))
     job = await store.get_job(job_id)
@@ -141,14 +140,14 @@ async def get_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def update_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    tz = job_timezone(request.app[SETTINGS])
+    tz = job_timezone(request.app[STATE].settings)
     changes = patch_changes(job, await _body(request), now=time.time(), tz=tz)
-    return _answer(request, await request.app[STORE].update_job(job.id, changes))
+    return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
 
 @jobs_endpoint
 async def delete_job(request: web.Request) -> web.Response:
-    if not await request.app[STORE].delete_job(_job_id(request)):
+    if not await request.app[STATE].store.delete_job(_job_id(request)):
         raise JobInputError("Job not found", 404)
     return web.json_response({"ok": True})
 
@@ -157,31 +156,20 @@ async def delete_job(request: web.Request) -> web.Response:
 async def pause_job(request: web.Request) -> web.Response:
     job = await _load(request)
     changes = pause_changes(job, time.time())
-    return _answer(request, await request.app[STORE].update_job(job.id, changes))
+    return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
 
 @jobs_endpoint
 async def resume_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    changes = resume_changes(job, time.time(), job_timezone(request.app[SETTINGS]))
-    return _answer(request, await request.app[STORE].update_job(job.id, changes))
+    changes = resume_changes(job, time.time(), job_timezone(request.app[STATE].settings))
+    return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
 
 @jobs_endpoint
 async def run_job(request: web.Request) -> web.Response:
     """Fire now; the schedule, its next tick and ``repeat`` are left as they were."""
     job = await _load(request)
-    await admit(request)  # backpressure: 429 before anything is written
+    await request.app[STATE].backpressure.admit()  # 429 before anything is written
     run_id = await _firing(request).fire_now(job, time.time())
-    return _answer(request, await request.app[STORE].get_job(job.id), run_id=run_id)
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/jobs", list_jobs)
-    app.router.add_post("/api/jobs", create_job)
-    app.router.add_get("/api/jobs/{job_id}", get_job)
-    app.router.add_patch("/api/jobs/{job_id}", update_job)
-    app.router.add_delete("/api/jobs/{job_id}", delete_job)
-    app.router.add_post("/api/jobs/{job_id}/pause", pause_job)
-    app.router.add_post("/api/jobs/{job_id}/resume", resume_job)
-    app.router.add_post("/api/jobs/{job_id}/run", run_job)
+    return _answer(request, await request.app[STATE].store.get_job(job.id), run_id=run_id)

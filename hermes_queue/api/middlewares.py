@@ -8,15 +8,14 @@ import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.api.appkeys import SETTINGS
 from hermes_queue.api.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.errors import ApiError, auth_error
+from hermes_queue.api.state import STATE
 from hermes_queue.logs import request_id_var
 from hermes_queue.store.base import StoreUnavailable
 
@@ -84,7 +83,7 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if request.method == "OPTIONS":  # a preflight always names its origin
             return web.Response(status=403)
         return await handler(request)
-    if cors_headers(origin, request.app[SETTINGS].cors_origins) is None:
+    if cors_headers(origin, request.app[STATE].settings.cors_origins) is None:
         return web.Response(status=403)
     if request.method == "OPTIONS":
         return web.Response(status=200)
@@ -95,7 +94,7 @@ def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> Non
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    headers = cors_headers(origin, request.app[SETTINGS].cors_origins)
+    headers = cors_headers(origin, request.app[STATE].settings.cors_origins)
     if headers is None:
         return
     for name, value in headers.items():
@@ -108,16 +107,6 @@ def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> Non
 
 
 # -- Drain (HERMES_API §1.4) ------------------------------------------------------------------
-@dataclass
-class DrainState:
-    """Mutable so serve.py can flip it on a running (frozen) app: while ``draining``, new
-    agent turns are refused so a load balancer retries them on another replica, while reads
-    and open streams keep working until the listener closes."""
-
-    draining: bool = False
-
-
-DRAIN = web.AppKey("drain", DrainState)
 # Routes (method POST) that start an agent turn: refused while the process drains.
 DRAIN_ROUTES = frozenset(
     {
@@ -135,8 +124,7 @@ DRAIN_ROUTES = frozenset(
 async def drain_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """503 ``gateway_draining`` on run-creating routes while the process drains (after auth,
     as upstream: 401 comes first)."""
-    state = request.app.get(DRAIN)
-    if state is not None and state.draining and request.method == "POST":
+    if request.app[STATE].drain.draining and request.method == "POST":
         resource = request.match_info.route.resource
         if resource is not None and resource.canonical in DRAIN_ROUTES:
             raise ApiError(
@@ -200,14 +188,14 @@ async def body_limit_middleware(request: web.Request, handler: Handler) -> web.S
     """Refuse a declared oversize body before reading it (aiohttp's HTTP parser already
     answers a malformed Content-Length with a plain 400; chunked bodies hit client_max_size)."""
     length = request.content_length
-    if length is not None and length > request.app[SETTINGS].body_limit_bytes:
+    if length is not None and length > request.app[STATE].settings.body_limit_bytes:
         raise ApiError(413, "body_too_large", "Request body too large")
     return await handler(request)
 
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    settings = request.app[SETTINGS]
+    settings = request.app[STATE].settings
     key = settings.api_key
     # /metrics is public only when metrics_public says so (a scraper without the API key).
     public = request.path in PUBLIC_PATHS or (

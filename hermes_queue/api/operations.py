@@ -1,11 +1,8 @@
-"""Operations endpoints: ``/metrics``, ``/v1/queue``, ``/v1/queue/stream``, and backpressure.
+"""Operations endpoints: ``/metrics``, ``/v1/queue`` and ``/v1/queue/stream``.
 
 All three read ``queue_state.snapshot`` (cheap at any queue size), so Prometheus, the JSON view
-and the dashboard's live stream can never disagree about what the queue holds.
-
-``admit`` is called by every run-creating endpoint after it validated the request and before
-it writes anything: while the ready queue is over its configured depth or age, new work is
-refused with 429 ``queue_full`` rather than piled onto a backlog that only grows.
+and the dashboard's live stream can never disagree about what the queue holds. (Backpressure,
+which reads the same structures, is ``api/backpressure.py``.)
 """
 
 from __future__ import annotations
@@ -17,51 +14,30 @@ import logging
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from hermes_queue.api.appkeys import HUB, REDIS, SETTINGS
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.sse import open_stream
-from hermes_queue.metrics import CONTENT_TYPE, ApiMetrics
-from hermes_queue.queue_state import MAX_PAGE, admission, snapshot
+from hermes_queue.api.state import STATE
+from hermes_queue.metrics import CONTENT_TYPE
+from hermes_queue.queue_state import MAX_PAGE, snapshot
 
 log = logging.getLogger(__name__)
 
-METRICS = web.AppKey("metrics", ApiMetrics)
 DEFAULT_PAGE = 50
-
-
-async def admit(request: web.Request) -> None:
-    """Raise 429 ``queue_full`` (with Retry-After) when the ready queue is over its limits."""
-    app = request.app
-    refusal = await admission(app[REDIS], app[SETTINGS])
-    if refusal is None:
-        return
-    app[METRICS].rejected(refusal.reason)
-    what = (
-        "too many runs are waiting for a worker"
-        if refusal.reason == "depth"
-        else "runs have been waiting too long for a worker"
-    )
-    raise ApiError(
-        429,
-        "queue_full",
-        f"The queue is full ({what}); retry after {refusal.retry_after} s",
-        headers={"Retry-After": str(refusal.retry_after)},
-    )
 
 
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus text format; the queue is read from Redis now, for this scrape."""
-    app = request.app
-    registry = app[METRICS]
+    state = request.app[STATE]
+    registry = state.metrics
     try:
-        registry.queue.snapshot = await snapshot(app[REDIS], app[SETTINGS])
+        registry.queue.snapshot = await snapshot(state.redis, state.settings)
     except Exception as exc:
         # A scrape must answer (with redis_up 0) precisely when Redis is in trouble.
         log.warning("metrics: queue state unavailable: %r", exc)
         registry.queue.snapshot = None
         registry.failed("queue_state")
     registry.safely(
-        "sse_clients", lambda: registry.sse_clients.set(app[HUB].stats()["subscribers"])
+        "sse_clients", lambda: registry.sse_clients.set(state.hub.stats()["subscribers"])
     )
     return web.Response(body=registry.render(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -89,8 +65,9 @@ def _page(request: web.Request) -> tuple[int, int]:
 async def queue(request: web.Request) -> web.Response:
     """``hermes.queue``: depth by state, workers, throughput and a page of in-flight runs."""
     limit, offset = _page(request)
-    state = await snapshot(request.app[REDIS], request.app[SETTINGS], limit=limit, offset=offset)
-    return web.json_response(state.to_json())
+    state = request.app[STATE]
+    queued = await snapshot(state.redis, state.settings, limit=limit, offset=offset)
+    return web.json_response(queued.to_json())
 
 
 async def queue_stream(request: web.Request) -> web.StreamResponse:
@@ -100,13 +77,13 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
     when a write finds the client gone.
     """
     limit, offset = _page(request)
-    app = request.app
-    interval = app[SETTINGS].queue_stream_interval_seconds
+    state = request.app[STATE]
+    interval = state.settings.queue_stream_interval_seconds
     response = await open_stream(request)
     while True:
         try:
-            state = await snapshot(app[REDIS], app[SETTINGS], limit=limit, offset=offset)
-            data = json.dumps(state.to_json(), separators=(",", ":"))
+            queued = await snapshot(state.redis, state.settings, limit=limit, offset=offset)
+            data = json.dumps(queued.to_json(), separators=(",", ":"))
             frame = f"event: queue\ndata: {data}\n\n"
         except RedisError as exc:  # keep the stream: the next tick may read again
             log.warning("queue stream: queue state unavailable: %r", exc)
@@ -116,11 +93,3 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
             return response
         await asyncio.sleep(interval)
-
-
-def setup(app: web.Application) -> None:
-    """Register the metrics registry and the routes (``create_app`` calls this)."""
-    app[METRICS] = ApiMetrics()
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/v1/queue", queue)
-    app.router.add_get("/v1/queue/stream", queue_stream)

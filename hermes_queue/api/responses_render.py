@@ -22,8 +22,10 @@ from typing import Any
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
 from hermes_queue.api.sse import Frame, Renderer
 from hermes_queue.events import EventType, RunEvent
+from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 
-TERMINAL_STATUSES = frozenset({"completed", "failed", "incomplete"})
+# A response in one of these statuses is final (unlike a run's, "incomplete" is one of them).
+FINAL_RESPONSE_STATUSES = frozenset({"completed", "failed", "incomplete"})
 
 
 def response_id_for(run_id: str) -> str:
@@ -31,7 +33,10 @@ def response_id_for(run_id: str) -> str:
     return "resp_" + run_id.removeprefix("run_")[:28]
 
 
-def message_id_for(run_id: str) -> str:
+def output_message_id(run_id: str) -> str:
+    """The id of a response's assistant message item, derived from the run like the response
+    id: ``msg_`` + 24 hex, shorter than the reply id the other dialects use
+    (``events.message_id_for``), so the two must not be mixed up."""
     return "msg_" + run_id.removeprefix("run_")[:24]
 
 
@@ -48,7 +53,8 @@ def response_usage(usage: dict[str, Any] | None) -> dict[str, int]:
 @dataclass(frozen=True)
 class ResponseMeta:
     """What a response object says besides its output; fixed when the run is created and kept
-    in the run's request (``request["response"]``), so any replica can rebuild it."""
+    in the run's turn request (its ``response`` and ``instructions``), so any replica can
+    rebuild it."""
 
     id: str
     run_id: str
@@ -60,29 +66,19 @@ class ResponseMeta:
     store: bool = True
     background: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "created_at": self.created_at,
-            "model": self.model,
-            "previous_response_id": self.previous_response_id,
-            "conversation": self.conversation,
-            "store": self.store,
-            "background": self.background,
-        }
-
     @classmethod
-    def from_request(cls, run_id: str, request: dict[str, Any]) -> ResponseMeta:
-        meta = dict(request.get("response") or {})
+    def from_request(cls, run_id: str, turn: TurnRequest) -> ResponseMeta:
+        settings = turn.response or ResponseSettings(created_at=0, model="")
         return cls(
             id=response_id_for(run_id),
             run_id=run_id,
-            created_at=int(meta.get("created_at") or 0),
-            model=str(meta.get("model") or ""),
-            instructions=request.get("instructions"),
-            previous_response_id=meta.get("previous_response_id"),
-            conversation=meta.get("conversation"),
-            store=bool(meta.get("store", True)),
-            background=bool(meta.get("background", False)),
+            created_at=settings.created_at,
+            model=settings.model,
+            instructions=turn.instructions,
+            previous_response_id=settings.previous_response_id,
+            conversation=settings.conversation,
+            store=settings.store,
+            background=settings.background,
         )
 
     def envelope(
@@ -173,7 +169,7 @@ class ResponseFold:
             return []
         self.message_index = len(self.items)
         item = {
-            "id": message_id_for(self.meta.run_id),
+            "id": output_message_id(self.meta.run_id),
             "type": "message",
             "status": "in_progress",
             "role": "assistant",
@@ -192,7 +188,7 @@ class ResponseFold:
         frames.append(
             self._frame(
                 "response.output_text.delta",
-                item_id=message_id_for(self.meta.run_id),
+                item_id=output_message_id(self.meta.run_id),
                 output_index=self.message_index,
                 content_index=0,
                 delta=delta,
@@ -242,7 +238,7 @@ class ResponseFold:
         if self.message_index is None:
             return []
         full = "".join(self.text) if text is None else text
-        item_id = message_id_for(self.meta.run_id)
+        item_id = output_message_id(self.meta.run_id)
         item = {
             **self.items[self.message_index],
             "status": status,

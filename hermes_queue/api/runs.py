@@ -6,19 +6,13 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api import idempotency
-from hermes_queue.api.appkeys import RUNS, SETTINGS
 from hermes_queue.api.dialects import render_runs
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.operations import admit
+from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.runtime_selection import select_for_body
-from hermes_queue.api.sse import (
-    STREAM_CLOSED,
-    open_stream,
-    prefetch_run,
-    pump_run_events,
-    resume_cursor,
-)
+from hermes_queue.api.sse import STREAM_CLOSED, open_stream, resume_cursor
+from hermes_queue.api.state import STATE
+from hermes_queue.api.turns import NewTurn, RunSession
 from hermes_queue.api.validation import (
     is_empty,
     json_object,
@@ -26,14 +20,16 @@ from hermes_queue.api.validation import (
     optional_string,
     session_id_value,
 )
+from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import RunRecord
-from hermes_queue.runs.repository import new_run_id
+from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.turn_request import TurnRequest
 
 MAX_RUN_ID_LENGTH = 128
 
 
-def parse_run_body(body: dict[str, Any]) -> dict[str, Any]:
-    """Validate a ``POST /v1/runs`` body into the stored turn request (HERMES_API §4.1)."""
+def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
+    """Validate a ``POST /v1/runs`` body (HERMES_API §4.1) into the turn it starts."""
     raw_input = body.get("input")
     if raw_input is None or (isinstance(raw_input, str | list) and len(raw_input) == 0):
         raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
@@ -62,64 +58,53 @@ def parse_run_body(body: dict[str, Any]) -> dict[str, Any]:
     session_id = body.get("session_id")
     if session_id is not None:
         session_id = session_id_value(session_id)
-    return {
-        "message": message,
-        "history": history,
-        "instructions": instructions,
-        "model": model,
-        "session_id": session_id,
-    }
+    return NewTurn(
+        TurnRequest(message, history, instructions),
+        select_for_body(routing, body),
+        RunSession(session_id),
+        named_model=model or "",
+    )
 
 
 async def start_run(request: web.Request) -> web.Response:
-    raw = await json_object(request)
-    body = parse_run_body(raw)
-    selection = select_for_body(request, raw)
-    async with await idempotency.begin(request, "runs", raw) as idem:
-        if idem.replay_of is not None:
-            return await _replay_start(request, idem.replay_of)
-        await admit(request)  # backpressure: 429 before anything is written (never on replays)
-        run_id = new_run_id()
-        body.pop("model")
-        session_id = body.pop("session_id") or run_id
-        await request.app[RUNS].create(
-            run_id=run_id,
-            session_id=session_id,
-            request=body,
-            route=selection.as_dict(),
-            model=selection.model or request.app[SETTINGS].model_name,
-        )
-        idem.record(run_id)
-    answer: dict[str, Any] = {"run_id": run_id, "status": "started"}
+    state = request.app[STATE]
+    body = await json_object(request)
+    turn = parse_run_body(body, state.routing)
+    async with await state.idempotency.begin(request.headers, "runs", body) as idem:
+        if idem.replay_of is not None:  # nothing is admitted or created again
+            return await _replay_start(state.runs, idem.replay_of)
+        started = await state.turns.enqueue_turn(turn)
+        idem.record(started.run_id)
+    answer: dict[str, Any] = {"run_id": started.run_id, "status": "started"}
     if idem.used:
         answer["replayed"] = False
     return web.json_response(answer, status=202)
 
 
-async def _replay_start(request: web.Request, run_id: str) -> web.Response:
+async def _replay_start(runs: RunRepository, run_id: str) -> web.Response:
     """The run an earlier request with this Idempotency-Key started, with its current status."""
-    record = await request.app[RUNS].get(run_id)
+    record = await runs.get(run_id)
     if record is None:
-        raise idempotency.replay_gone(run_id)
+        raise replay_gone(run_id)
     return web.json_response(
         {"run_id": run_id, "status": record.status, "replayed": True},
         status=202,
-        headers={idempotency.REPLAYED_HEADER: "true"},
+        headers={REPLAYED_HEADER: "true"},
     )
 
 
-async def _load(request: web.Request) -> RunRecord:
+async def _load(request: web.Request, runs: RunRepository) -> RunRecord:
     run_id = request.match_info["run_id"]
     record = None
     if len(run_id) <= MAX_RUN_ID_LENGTH:
-        record = await request.app[RUNS].get(run_id)
+        record = await runs.get(run_id)
     if record is None:
         raise run_not_found(run_id[:MAX_RUN_ID_LENGTH])
     return record
 
 
 async def get_run(request: web.Request) -> web.Response:
-    return web.json_response((await _load(request)).to_status())
+    return web.json_response((await _load(request, request.app[STATE].runs)).to_status())
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:
@@ -127,37 +112,33 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     run_id = request.match_info["run_id"]
     if len(run_id) > MAX_RUN_ID_LENGTH:
         raise run_not_found(run_id[:MAX_RUN_ID_LENGTH])
+    feed = request.app[STATE].feed
     # Run record, cursor check and first replay page: one round trip.
-    raw, at_end, page = await prefetch_run(request, run_id, cursor)
-    if not raw:
+    found = await feed.prefetch(run_id, cursor)
+    record = found.record
+    if record is None:
         raise run_not_found(run_id)
-    record = RunRecord.from_hash(raw)
+    at_end = found.at_end(cursor)
     response = await open_stream(request)
     if at_end and record.terminal:
         await response.write_eof(STREAM_CLOSED)
     else:
-        await pump_run_events(
-            request, response, record.run_id, cursor, render_runs, page=page, end=STREAM_CLOSED
+        await feed.pump(
+            response, record.run_id, cursor, render_runs, page=found.page, end=STREAM_CLOSED
         )
     return response
 
 
 async def stop_run(request: web.Request) -> web.Response:
-    record = await _load(request)
+    runs = request.app[STATE].runs
+    record = await _load(request, runs)
     if record.terminal:
         return web.json_response(record.to_status())
-    outcome = await request.app[RUNS].request_stop(record.run_id)
+    outcome = await runs.request_stop(record.run_id)
     if not outcome.found:
         raise run_not_found(record.run_id)
     if outcome.status not in ("stopping", "cancelled"):
-        refreshed = await request.app[RUNS].get(record.run_id)
+        refreshed = await runs.get(record.run_id)
         if refreshed is not None:
             return web.json_response(refreshed.to_status())
     return web.json_response({"run_id": record.run_id, "status": outcome.status})
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/runs", start_run)
-    app.router.add_get("/v1/runs/{run_id}", get_run)
-    app.router.add_get("/v1/runs/{run_id}/events", run_events)
-    app.router.add_post("/v1/runs/{run_id}/stop", stop_run)

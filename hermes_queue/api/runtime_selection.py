@@ -10,14 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aiohttp import web
-
-from hermes_queue.api.appkeys import SETTINGS, STORE
 from hermes_queue.api.errors import ApiError
-from hermes_queue.config import Settings
 from hermes_queue.routing import (
     LOCK_KEY,
-    RouteTarget,
     RoutingConfig,
     RoutingError,
     Selection,
@@ -30,58 +25,36 @@ from hermes_queue.routing import (
     select_runtime,
 )
 from hermes_queue.store import SessionRow, StoreError
-
-ROUTING = web.AppKey("routing", RoutingConfig)
-
-
-def routing_config(settings: Settings) -> RoutingConfig:
-    return RoutingConfig(
-        model_name=settings.model_name,
-        model_routes={
-            alias: RouteTarget(
-                model=route.model,
-                provider=route.provider,
-                model_options=dict(route.model_options or {}),
-            )
-            for alias, route in settings.model_routes.items()
-        },
-        providers=frozenset(settings.providers),
-        default_provider=settings.default_provider,
-        default_model=settings.default_model,
-        fallback_model=settings.fallback_model or None,
-        direct_model_requests=settings.direct_model_requests,
-    )
+from hermes_queue.store.base import SessionStore
 
 
 def _api_error(exc: RoutingError) -> ApiError:
     return ApiError(exc.status, exc.code, exc.message, param=exc.param)
 
 
-def select_for_body(request: web.Request, body: dict[str, Any]) -> Selection:
+def select_for_body(routing: RoutingConfig, body: dict[str, Any]) -> Selection:
     """``/v1/*`` endpoints: the body alone decides (no session state)."""
     try:
-        return select_request(parse_requested(body), request.app[ROUTING], openai_compat=True)
+        return select_request(parse_requested(body), routing, openai_compat=True)
     except RoutingError as exc:
         raise _api_error(exc) from None
 
 
-def select_for_session(request: web.Request, row: SessionRow, body: dict[str, Any]) -> Selection:
+def select_for_session(routing: RoutingConfig, row: SessionRow, body: dict[str, Any]) -> Selection:
     """Session chat: stored confirmed lock, session model, body, defaults (HERMES_API §6.3).
     When ``selection.persist_lock`` the caller persists it (``persist_lock``) before enqueueing."""
     try:
-        return select_runtime(
-            parse_requested(body), row.model_config, row.model, request.app[ROUTING]
-        )
+        return select_runtime(parse_requested(body), row.model_config, row.model, routing)
     except RoutingError as exc:
         raise _api_error(exc) from None
 
 
-async def _persist(
-    request: web.Request, row: SessionRow, lock: dict[str, Any], selection: Selection
-) -> SessionRow:
+async def persist_lock(store: SessionStore, row: SessionRow, selection: Selection) -> SessionRow:
+    """Merge the selection's confirmed lock into the session's ``model_config``."""
+    lock = selection.lock_record(time.time())
     model_config = merge_lock(parse_model_config(row.model_config), lock)
     try:
-        return await request.app[STORE].set_model_config(
+        return await store.set_model_config(
             row.id,
             model_config,
             model=column_model(selection.route) if selection.route else None,
@@ -94,7 +67,7 @@ async def _persist(
 
 
 def creation_lock(
-    request: web.Request, body: dict[str, Any]
+    routing: RoutingConfig, body: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, str | None]:
     """``POST /api/sessions``: the lock to store (confirmed iff ``require_model_lock``) and the
     ``model`` column, when the body names a model or provider."""
@@ -102,7 +75,7 @@ def creation_lock(
         requested = parse_requested(body)
         if not requested.names_runtime and not requested.require_model_lock:
             return None, None
-        selection = select_request(requested, request.app[ROUTING])
+        selection = select_request(requested, routing)
     except RoutingError as exc:
         raise _api_error(exc) from None
     if selection.route is None:
@@ -113,17 +86,9 @@ def creation_lock(
     return {LOCK_KEY: lock}, column_model(selection.route)
 
 
-def lock_selection(request: web.Request, body: dict[str, Any]) -> Selection:
+def lock_selection(routing: RoutingConfig, body: dict[str, Any]) -> Selection:
     """``POST /api/sessions/{id}/model``: the body's runtime, always as a confirmed lock."""
     try:
-        return select_request(parse_requested(body, force_lock=True), request.app[ROUTING])
+        return select_request(parse_requested(body, force_lock=True), routing)
     except RoutingError as exc:
         raise _api_error(exc) from None
-
-
-async def persist_lock(request: web.Request, row: SessionRow, selection: Selection) -> SessionRow:
-    return await _persist(request, row, selection.lock_record(time.time()), selection)
-
-
-def install(app: web.Application) -> None:
-    app[ROUTING] = routing_config(app[SETTINGS])

@@ -11,23 +11,26 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS, STORE
 from hermes_queue.api.content import has_visible_payload, normalize_content
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, render_session
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.operations import admit
-from hermes_queue.api.runtime_selection import persist_lock, select_for_session
+from hermes_queue.api.runtime_selection import select_for_session
 from hermes_queue.api.sessions import load_session
-from hermes_queue.api.sse import check_cursor, open_stream, pump_run_events, resume_cursor
+from hermes_queue.api.sse import open_stream, resume_cursor
+from hermes_queue.api.state import STATE, ApiState
+from hermes_queue.api.turns import Enqueued, NewTurn, StoredSession, Strategy, turn_headers
 from hermes_queue.api.validation import json_object, session_key_header
 from hermes_queue.events import EventType
-from hermes_queue.runs.model import RunRecord
-from hermes_queue.runs.repository import new_run_id
+from hermes_queue.routing import RoutingConfig
+from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.store import SessionRow
 
-STRATEGIES = frozenset({"reject", "enqueue", "interrupt"})
+STRATEGIES: frozenset[Strategy] = frozenset({"reject", "enqueue", "interrupt"})
+MAX_RUN_ID_LENGTH = 128
 
 
-def parse_chat_body(body: dict[str, Any]) -> dict[str, Any]:
+def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfig) -> NewTurn:
+    """The turn a chat body starts on the session ``row``, under its ``multitask_strategy``."""
     raw = body.get("message", body.get("input"))
     if raw is None or not has_visible_payload(raw):
         raise ApiError(400, "missing_message", "Missing 'message' field", param="message")
@@ -48,60 +51,30 @@ def parse_chat_body(body: dict[str, Any]) -> dict[str, Any]:
             f"'multitask_strategy' must be one of {sorted(STRATEGIES)}",
             param="multitask_strategy",
         )
-    return {"message": message, "instructions": system or None, "strategy": strategy}
-
-
-async def start_turn(request: web.Request) -> tuple[RunRecord, dict[str, str]]:
-    """Validate, admit and enqueue one turn; returns its run record and the response headers."""
-    session_key = session_key_header(request)
-    row = await load_session(request)
-    body = await json_object(request)
-    turn = parse_chat_body(body)
-    selection = select_for_session(request, row, body)
-    await admit(request)  # backpressure: 429 before anything is written
-    if selection.persist_lock:
-        await persist_lock(request, row, selection)
-    effective_id = await request.app[STORE].resolve_tip(row.id)
-    run_id, runs = new_run_id(), request.app[RUNS]
-    model = selection.model or request.app[SETTINGS].model_name
-    strategy = turn.pop("strategy")
-    turn["path_id"] = row.id
-    admission = await runs.create_session_run(
-        run_id=run_id,
-        session_id=effective_id,
-        strategy="reject" if strategy == "reject" else "enqueue",
-        request=turn,
-        route=selection.as_dict(),
-        model=model,
-        extra={"persist": "1", "kind": "session_chat"},
+    return NewTurn(
+        # The id as addressed: the turn runs on the session's live tip, resumable by either.
+        TurnRequest(message, instructions=system or None, path_id=row.id),
+        select_for_session(routing, row, body),
+        StoredSession(row.id, strategy, lock_row=row),
     )
-    if admission.verdict == "busy":
-        raise ApiError(
-            409,
-            "run_already_active",
-            "This session already has a turn in progress",
-            extra={"run_id": admission.blocking_run_id},
-        )
-    if strategy == "interrupt" and admission.verdict == "waiting":
-        active, waiting = await runs.session_runs(effective_id)
-        for other in [active, *waiting]:
-            if other and other != run_id:
-                await runs.request_stop(other)
-    record = await runs.get(run_id)
-    if record is None:  # expired between create and read: never in practice
-        raise run_not_found(run_id)
-    headers = {"X-Hermes-Session-Id": effective_id, "X-Hermes-Run-Id": run_id}
-    if session_key:
-        headers["X-Hermes-Session-Key"] = session_key
-    return record, headers
+
+
+async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, dict[str, str]]:
+    """Validate, admit and enqueue one turn; returns it and the response headers."""
+    session_key = session_key_header(request, state.settings)
+    row = await load_session(state.store, request.match_info["session_id"])
+    turn = parse_chat_body(await json_object(request), row, state.routing)
+    started = await state.turns.enqueue_turn(turn)
+    return started, turn_headers(started.session_id, started.run_id, session_key)
 
 
 async def chat(request: web.Request) -> web.Response:
-    record, headers = await start_turn(request)
-    async with request.app[HUB].subscribe(record.run_id, None) as subscription:
+    state = request.app[STATE]
+    started, headers = await start_turn(request, state)
+    async with state.hub.subscribe(started.run_id, None) as subscription:
         async for event in subscription:
             if event.terminal:
-                return _completion(event.type, event.data, record.session_id, headers)
+                return _completion(event.type, event.data, started.session_id, headers)
     raise ApiError(500, "internal_error", "The run ended without a terminal event")
 
 
@@ -127,9 +100,10 @@ def _completion(
 
 
 async def chat_stream(request: web.Request) -> web.StreamResponse:
-    record, headers = await start_turn(request)
+    state = request.app[STATE]
+    started, headers = await start_turn(request, state)
     response = await open_stream(request, headers)
-    await pump_run_events(request, response, record.run_id, None, render_session)
+    await state.feed.pump(response, started.run_id, None, render_session)
     return response
 
 
@@ -137,25 +111,22 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
     """Follow a session turn again: ``?run_id=`` or the session's active turn."""
     cursor = resume_cursor(request)
     session_id = request.match_info["session_id"]
-    runs = request.app[RUNS]
+    state = request.app[STATE]
     run_id = request.query.get("run_id")
     if not run_id:
-        row = await load_session(request)
-        run_id, _waiting = await runs.session_runs(await request.app[STORE].resolve_tip(row.id))
+        row = await load_session(state.store, session_id)
+        run_id, _waiting = await state.runs.session_runs(await state.store.resolve_tip(row.id))
         if run_id is None:
             raise ApiError(404, "no_active_run", "This session has no turn in progress")
-    record = await runs.get(run_id) if len(run_id) <= 128 else None
-    if record is None or session_id not in (record.session_id, record.request.get("path_id")):
-        raise run_not_found(run_id[:128])
-    finished = await check_cursor(request, record.run_id, cursor) and record.terminal
-    headers = {"X-Hermes-Session-Id": record.session_id, "X-Hermes-Run-Id": record.run_id}
-    response = await open_stream(request, headers)
+    if len(run_id) > MAX_RUN_ID_LENGTH:
+        raise run_not_found(run_id[:MAX_RUN_ID_LENGTH])
+    # Run record, cursor check and first replay page: one round trip.
+    found = await state.feed.prefetch(run_id, cursor)
+    record = found.record
+    if record is None or session_id not in (record.session_id, record.request.path_id):
+        raise run_not_found(run_id)
+    finished = found.at_end(cursor) and record.terminal
+    response = await open_stream(request, turn_headers(record.session_id, record.run_id, None))
     if not finished:
-        await pump_run_events(request, response, record.run_id, cursor, render_session)
+        await state.feed.pump(response, record.run_id, cursor, render_session, page=found.page)
     return response
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_post("/api/sessions/{session_id}/chat", chat)
-    app.router.add_post("/api/sessions/{session_id}/chat/stream", chat_stream)
-    app.router.add_get("/api/sessions/{session_id}/chat/stream", resume_stream)

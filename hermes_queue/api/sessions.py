@@ -8,10 +8,11 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.appkeys import RUNS, STORE
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
-from hermes_queue.api.validation import coerce_bool, json_object, session_id_value
+from hermes_queue.api.state import STATE
+from hermes_queue.api.validation import json_object, session_id_value
+from hermes_queue.booleans import coerce_bool
 from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
     UNSET,
@@ -21,6 +22,7 @@ from hermes_queue.store import (
     project_message,
     project_session,
 )
+from hermes_queue.store.base import SessionStore
 
 MAX_LIST_LIMIT = 200
 MAX_MESSAGES_LIMIT = 500
@@ -61,9 +63,8 @@ def session_body(row: SessionRow) -> dict[str, Any]:
     return {"object": "hermes.session", "session": project_session(row)}
 
 
-async def load_session(request: web.Request, session_id: str | None = None) -> SessionRow:
-    session_id = session_id or request.match_info["session_id"]
-    row = await request.app[STORE].get_session(session_id)
+async def load_session(store: SessionStore, session_id: str) -> SessionRow:
+    row = await store.get_session(session_id)
     if row is None:
         raise session_not_found(session_id)
     return row
@@ -72,7 +73,7 @@ async def load_session(request: web.Request, session_id: str | None = None) -> S
 async def list_sessions(request: web.Request) -> web.Response:
     limit = _int_param(request, "limit", 50, MAX_LIST_LIMIT) or 50
     offset = _int_param(request, "offset", 0, 10**9)
-    rows = await request.app[STORE].list_sessions(
+    rows = await request.app[STATE].store.list_sessions(
         limit,
         offset,
         source=request.query.get("source") or None,
@@ -97,9 +98,10 @@ async def create_session(request: web.Request) -> web.Response:
     system_prompt = _optional_text(body, "system_prompt", "invalid_system_prompt")
     model = _optional_text(body, "model", "invalid_model")
     source = _optional_text(body, "source", "invalid_source") or "api_server"
-    model_config, locked_model = creation_lock(request, body)
+    state = request.app[STATE]
+    model_config, locked_model = creation_lock(state.routing, body)
     try:
-        row = await request.app[STORE].create_session(
+        row = await state.store.create_session(
             session_id,
             source=source,
             model=locked_model or model,
@@ -115,11 +117,13 @@ async def create_session(request: web.Request) -> web.Response:
 
 
 async def get_session(request: web.Request) -> web.Response:
-    return web.json_response(session_body(await load_session(request)))
+    row = await load_session(request.app[STATE].store, request.match_info["session_id"])
+    return web.json_response(session_body(row))
 
 
 async def update_session(request: web.Request) -> web.Response:
-    row = await load_session(request)
+    store = request.app[STATE].store
+    row = await load_session(store, request.match_info["session_id"])
     body = await json_object(request)
     unknown = sorted(set(body) - PATCHABLE_FIELDS)
     if unknown:
@@ -136,15 +140,16 @@ async def update_session(request: web.Request) -> web.Response:
         reason = _optional_text(body, "end_reason", "invalid_end_reason")
         changes["end_reason"] = reason if reason else UNSET
     try:
-        updated = await request.app[STORE].update_session(row.id, **changes)
+        updated = await store.update_session(row.id, **changes)
     except InvalidTitle as exc:
         raise ApiError(400, "invalid_title", str(exc), param="title") from None
     return web.json_response(session_body(updated))
 
 
 async def delete_session(request: web.Request) -> web.Response:
-    row = await load_session(request)
-    active, waiting = await request.app[RUNS].session_runs(row.id)
+    state = request.app[STATE]
+    row = await load_session(state.store, request.match_info["session_id"])
+    active, waiting = await state.runs.session_runs(row.id)
     if active or waiting:
         raise ApiError(
             409,
@@ -152,14 +157,14 @@ async def delete_session(request: web.Request) -> web.Response:
             "The session has a turn in progress; stop it first",
             extra={"run_id": active or waiting[0]},
         )
-    if not await request.app[STORE].delete_session(row.id):
+    if not await state.store.delete_session(row.id):
         raise session_not_found(row.id)
     return web.json_response({"object": "hermes.session.deleted", "id": row.id, "deleted": True})
 
 
 async def list_messages(request: web.Request) -> web.Response:
-    row = await load_session(request)
-    store = request.app[STORE]
+    store = request.app[STATE].store
+    row = await load_session(store, request.match_info["session_id"])
     resolved = await store.resolve_tip(row.id)
     limit = _int_param(request, "limit", MAX_MESSAGES_LIMIT, MAX_MESSAGES_LIMIT) or 1
     offset = _int_param(request, "offset", 0, 10**9)
@@ -185,13 +190,14 @@ async def list_messages(request: web.Request) -> web.Response:
 
 
 async def fork_session(request: web.Request) -> web.Response:
-    source = await load_session(request)
+    store = request.app[STATE].store
+    source = await load_session(store, request.match_info["session_id"])
     body = await json_object(request) if request.can_read_body else {}
     raw_id = body.get("id", body.get("session_id"))
     new_id = session_id_value(raw_id, param="id") if raw_id is not None else new_session_id()
     title = _optional_text(body, "title", "invalid_title")
     try:
-        child = await request.app[STORE].fork_session(source.id, new_id, title=title)
+        child = await store.fork_session(source.id, new_id, title=title)
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {new_id}") from None
     except InvalidTitle as exc:
@@ -201,21 +207,11 @@ async def fork_session(request: web.Request) -> web.Response:
 
 async def set_model_lock(request: web.Request) -> web.Response:
     """Persist a confirmed model lock (HERMES_API §2, §6.3 rule 2)."""
-    row = await load_session(request)
-    selection = lock_selection(request, await json_object(request))
-    await persist_lock(request, row, selection)
+    state = request.app[STATE]
+    row = await load_session(state.store, request.match_info["session_id"])
+    selection = lock_selection(state.routing, await json_object(request))
+    await persist_lock(state.store, row, selection)
     runtime = {**runtime_metadata(selection, None), "model_lock": "accepted"}
     return web.json_response(
         {"object": "hermes.session.model_lock", "session_id": row.id, "runtime": runtime}
     )
-
-
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/api/sessions", list_sessions)
-    app.router.add_post("/api/sessions", create_session)
-    app.router.add_get("/api/sessions/{session_id}", get_session)
-    app.router.add_patch("/api/sessions/{session_id}", update_session)
-    app.router.add_delete("/api/sessions/{session_id}", delete_session)
-    app.router.add_get("/api/sessions/{session_id}/messages", list_messages)
-    app.router.add_post("/api/sessions/{session_id}/fork", fork_session)
-    app.router.add_post("/api/sessions/{session_id}/model", set_model_lock)

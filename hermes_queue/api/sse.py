@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio as aioredis
 from aiohttp import web
 from redis.asyncio.client import Pipeline
 
-from hermes_queue.api.appkeys import HUB, RUNS, SETTINGS
 from hermes_queue.api.errors import ApiError
 from hermes_queue.events import RunEvent, format_stream_id, parse_stream_id
+from hermes_queue.keys import Keys
+from hermes_queue.runs.model import RunRecord
+from hermes_queue.streams.hub import StreamHub
 from hermes_queue.streams.reader import Page
 
 # One rendered frame: (event name or None for an unnamed frame, JSON payload or raw string).
@@ -68,19 +72,13 @@ def _id_tuple(stream_id: str) -> tuple[int, int]:
     return parsed if parsed else (0, 0)
 
 
-async def check_cursor(request: web.Request, run_id: str, cursor: str | None) -> bool:
-    """Validate the cursor against the run's stream; True when nothing can follow it.
+def cursor_at_end(cursor: str | None, newest: list[Any]) -> bool:
+    """Validate the cursor against the run's stream head (an ``XREVRANGE <events> + - COUNT 1``
+    reply); True when nothing can follow it.
 
     A cursor past the newest entry can only be invented (real ones come from our own ``id:``
     lines), and waiting on it would hang, so it is rejected.
     """
-    redis = request.app[RUNS].redis
-    newest = await redis.xrevrange(request.app[RUNS].keys.events(run_id), count=1)
-    return cursor_at_end(cursor, newest)
-
-
-def cursor_at_end(cursor: str | None, newest: list[Any]) -> bool:
-    """:func:`check_cursor` on an ``XREVRANGE <events> + - COUNT 1`` reply already read."""
     newest_id = _id_tuple(newest[0][0].decode()) if newest else (0, 0)
     if cursor is not None and _id_tuple(cursor) > newest_id:
         raise ApiError(
@@ -90,28 +88,6 @@ def cursor_at_end(cursor: str | None, newest: list[Any]) -> bool:
             param="Last-Event-ID",
         )
     return cursor is not None and _id_tuple(cursor) == newest_id
-
-
-async def prefetch_run(
-    request: web.Request, run_id: str, cursor: str | None
-) -> tuple[dict[Any, Any], bool, Page]:
-    """Everything a new events request reads before streaming, in one Redis round trip.
-
-    Returns the run record hash (empty: no such run), whether nothing can follow ``cursor``
-    (:func:`check_cursor`, which raises the same 400), and the first replay page for
-    :func:`pump_run_events`. The record is read before the stream head, as the two separate
-    calls did, so "terminal and at the end" still means no event can follow.
-    """
-    runs = request.app[RUNS]
-
-    def lookups(pipe: Pipeline) -> None:
-        pipe.hgetall(runs.keys.run(run_id))
-        pipe.xrevrange(runs.keys.events(run_id), count=1)
-
-    (raw, newest), page = await request.app[HUB].prefetch(run_id, cursor, lookups)
-    if not raw:
-        return raw, False, page
-    return raw, cursor_at_end(cursor, newest), page
 
 
 async def open_stream(
@@ -167,57 +143,95 @@ def event_bytes(event: RunEvent, render: Renderer) -> bytes:
 RECORD_CHECK_EVERY = 6
 
 
-async def _run_exists(request: web.Request, run_id: str) -> bool:
-    runs = request.app[RUNS]
-    return bool(await runs.redis.exists(runs.keys.run(run_id)))
+@dataclass(frozen=True)
+class Prefetched:
+    """What a new events request reads before streaming, from one Redis round trip: the run
+    record (None: no such run), its stream head and the first replay page after the cursor."""
+
+    record: RunRecord | None
+    newest: list[Any]
+    page: Page
+
+    def at_end(self, cursor: str | None) -> bool:
+        """:func:`cursor_at_end` for this run (raises the same 400)."""
+        return cursor_at_end(cursor, self.newest)
 
 
-async def pump_run_events(
-    request: web.Request,
-    response: web.StreamResponse,
-    run_id: str,
-    cursor: str | None,
-    render: Renderer,
-    *,
-    page: Page | None = None,
-    end: bytes | None = None,
-) -> bool:
-    """Write the run's events after ``cursor`` until its terminal event.
+class RunFeed:
+    """Following runs' events as SSE: the process's stream hub, plus the two reads of a run's
+    keys that streaming needs besides its events (the stream head, the record's existence)."""
 
-    Returns True when the terminal event was written, False when the client went away (a
-    client disconnect never touches the run) or the server is shutting down. ``page``: the
-    first replay page from :func:`prefetch_run` for this ``cursor``. ``end``: bytes to close the
-    response with after the terminal event; they leave with its frames and the end of the body
-    in one write (the response is then finished: write nothing more).
-    """
-    keepalive = request.app[SETTINGS].keepalive_seconds
-    idle = 0
-    try:
-        async with request.app[HUB].subscribe(run_id, cursor, page=page) as subscription:
-            while True:
-                events = await subscription.get_many(timeout=keepalive, max_items=MAX_BATCH)
-                if not events:
-                    if subscription.finished:  # the hub closed: the process is stopping
-                        return False
-                    idle += 1
-                    if idle % RECORD_CHECK_EVERY == 0 and not await _run_exists(request, run_id):
-                        # The run is gone (expired, or Redis lost its data): nothing can follow.
-                        await response.write(b": run not found\n\n")
-                        return False
-                    await response.write(KEEPALIVE)
-                    continue
-                idle = 0
-                if len(events) == 1:
-                    chunk = event_bytes(events[0], render)
-                else:
-                    chunk = b"".join([event_bytes(event, render) for event in events])
-                if events[-1].terminal:  # a batch ends at the terminal event, if it has it
-                    if end is not None:
-                        await response.write_eof(chunk + end)
-                    elif chunk:
+    def __init__(
+        self, hub: StreamHub, redis: aioredis.Redis, keys: Keys, keepalive_seconds: float
+    ) -> None:
+        self._hub = hub
+        self._redis = redis
+        self._keys = keys
+        self._keepalive = keepalive_seconds
+
+    async def prefetch(self, run_id: str, cursor: str | None) -> Prefetched:
+        """The record, stream head and first page for :meth:`pump` with this ``cursor``. The
+        record is read before the stream head, so "terminal and at the end" means no event
+        can follow."""
+        keys = self._keys
+
+        def lookups(pipe: Pipeline) -> None:
+            pipe.hgetall(keys.run(run_id))
+            pipe.xrevrange(keys.events(run_id), count=1)
+
+        (raw, newest), page = await self._hub.prefetch(run_id, cursor, lookups)
+        return Prefetched(RunRecord.from_hash(raw) if raw else None, newest, page)
+
+    async def _exists(self, run_id: str) -> bool:
+        return bool(await self._redis.exists(self._keys.run(run_id)))
+
+    async def pump(
+        self,
+        response: web.StreamResponse,
+        run_id: str,
+        cursor: str | None,
+        render: Renderer,
+        *,
+        page: Page | None = None,
+        end: bytes | None = None,
+    ) -> bool:
+        """Write the run's events after ``cursor`` until its terminal event.
+
+        Returns True when the terminal event was written, False when the client went away (a
+        client disconnect never touches the run) or the server is shutting down. ``page``: the
+        first replay page from :meth:`prefetch` for this ``cursor``. ``end``: bytes to close
+        the response with after the terminal event; they leave with its frames and the end of
+        the body in one write (the response is then finished: write nothing more).
+        """
+        idle = 0
+        try:
+            async with self._hub.subscribe(run_id, cursor, page=page) as subscription:
+                while True:
+                    events = await subscription.get_many(
+                        timeout=self._keepalive, max_items=MAX_BATCH
+                    )
+                    if not events:
+                        if subscription.finished:  # the hub closed: the process is stopping
+                            return False
+                        idle += 1
+                        if idle % RECORD_CHECK_EVERY == 0 and not await self._exists(run_id):
+                            # The run is gone (expired, or Redis lost its data): nothing follows.
+                            await response.write(b": run not found\n\n")
+                            return False
+                        await response.write(KEEPALIVE)
+                        continue
+                    idle = 0
+                    if len(events) == 1:
+                        chunk = event_bytes(events[0], render)
+                    else:
+                        chunk = b"".join([event_bytes(event, render) for event in events])
+                    if events[-1].terminal:  # a batch ends at the terminal event, if it has it
+                        if end is not None:
+                            await response.write_eof(chunk + end)
+                        elif chunk:
+                            await response.write(chunk)
+                        return True
+                    if chunk:
                         await response.write(chunk)
-                    return True
-                if chunk:
-                    await response.write(chunk)
-    except (ConnectionResetError, ConnectionError):
-        return False
+        except (ConnectionResetError, ConnectionError):
+            return False

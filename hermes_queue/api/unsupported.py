@@ -13,7 +13,7 @@ endpoint list and feature flags from the router, so every 501 handler here is ma
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -79,22 +79,20 @@ def not_implemented_handler(endpoint: Unsupported) -> Handler:
     return handler
 
 
-def _routed(app: web.Application) -> set[tuple[str, str]]:
-    return {
-        (route.method, route.resource.canonical)
-        for route in app.router.routes()
-        if route.resource is not None
-    }
+def placeholders(served: Iterable[web.RouteDef]) -> list[web.RouteDef]:
+    """The 501 routes for every endpoint above that ``served`` does not route.
 
-
-def add_routes(app: web.Application) -> None:
-    """Register the 501 placeholders.
-
-    Call it last in ``create_app``: a method and path some other module already routes is
-    skipped, so implementing one of these endpoints for real never collides with its
-    placeholder (aiohttp refuses a second route for the same method and path).
+    A method and path the route table already serves is skipped, so implementing one of these
+    endpoints for real never collides with its placeholder (aiohttp refuses a second route for
+    the same method and path).
     """
-    taken = _routed(app)
+    taken = {(route.method, route.path) for route in served}
+    routes = []
     for endpoint in UNSUPPORTED:
-        if (endpoint.method, endpoint.path) not in taken:
-            app.router.add_route(endpoint.method, endpoint.path, not_implemented_handler(endpoint))
+        if (endpoint.method, endpoint.path) in taken:
+            continue
+        handler = not_implemented_handler(endpoint)
+        # The method named only: a HEAD stays 405, as on any route registered for GET alone.
+        extra = {"allow_head": False} if endpoint.method == "GET" else {}
+        routes.append(web.route(endpoint.method, endpoint.path, handler, **extra))
+    return routes

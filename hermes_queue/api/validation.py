@@ -8,14 +8,12 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.appkeys import SETTINGS
 from hermes_queue.api.errors import ApiError
+from hermes_queue.config import Settings
 
 MAX_ID_LENGTH = 256
 _UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f/\\]|^\.\.?$")
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 async def json_object(request: web.Request) -> dict[str, Any]:
@@ -28,21 +26,6 @@ async def json_object(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "Request body must be a JSON object")
     return body
-
-
-def coerce_bool(value: Any, default: bool) -> bool:
-    """Upstream's lenient booleans: true/false, 1/0, and yes/no/on/off strings."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float):
-        return bool(value)
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in _TRUE:
-            return True
-        if lowered in _FALSE:
-            return False
-    return default
 
 
 def session_id_value(value: Any, *, param: str = "session_id") -> str:
@@ -110,12 +93,12 @@ def is_empty(content: str | list[Any]) -> bool:
     return not content.strip() if isinstance(content, str) else len(content) == 0
 
 
-def session_key_header(request: web.Request) -> str | None:
-    """``X-Hermes-Session-Key`` as upstream checks it (HERMES_API §1.2)."""
+def session_key_header(request: web.Request, settings: Settings) -> str | None:
+    """``X-Hermes-Session-Key`` as upstream checks it (HERMES_API §1.2): only with an API key."""
     value = request.headers.get("X-Hermes-Session-Key")
     if value is None:
         return None
-    if not request.app[SETTINGS].api_key:
+    if not settings.api_key:
         raise ApiError(
             403,
             None,

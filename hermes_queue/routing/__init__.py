@@ -17,6 +17,7 @@ Every bad input raises :class:`RoutingError` (an HTTP status, an error code and 
 the API answers before anything is enqueued. Nothing here does I/O.
 """
 
+from hermes_queue.booleans import coerce_bool
 from hermes_queue.routing.parsing import (
     LOCK_KEY,
     LOCK_UNAVAILABLE_MESSAGE,
@@ -33,7 +34,6 @@ from hermes_queue.routing.parsing import (
     RoutingError,
     agent_options,
     clean_runtime_id,
-    coerce_bool,
     parse_model_options,
     parse_requested,
     split_provider_prefix,

@@ -1,4 +1,4 @@
-"""Request parsing for model routing: body fields, ``model_options``, lenient booleans.
+"""Request parsing for model routing: body fields and ``model_options``.
 
 Also the shared types (settings, errors) and the translation of ``model_options`` into
 agent settings. Bad input raises :class:`RoutingError` before anything is enqueued.
@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from hermes_queue.booleans import coerce_bool
 
 MODEL_MAX_LEN = 200
 PROVIDER_MAX_LEN = 80
@@ -26,8 +28,6 @@ ROUTE_SOURCES = frozenset({"model_routes", "raw_request", "global", "session_mod
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9_.-]{2,64}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 class RoutingError(Exception):
@@ -91,21 +91,6 @@ class RequestedRuntime:
 
 
 # -- request parsing ---------------------------------------------------------------------------
-
-
-def coerce_bool(value: Any, default: bool = False) -> bool:
-    """Upstream's lenient booleans: bools, numbers, "1/true/yes/on", "0/false/no/off"."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float):
-        return bool(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-    return default
 
 
 def clean_runtime_id(value: Any, max_len: int = MODEL_MAX_LEN) -> str:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_queue.booleans import coerce_bool
 from hermes_queue.routing.parsing import (
     LOCK_KEY,
     LOCK_UNAVAILABLE_MESSAGE,
@@ -17,7 +18,6 @@ from hermes_queue.routing.parsing import (
     RoutingConfig,
     RoutingError,
     clean_runtime_id,
-    coerce_bool,
 )
 
 

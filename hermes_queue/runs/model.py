@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from hermes_queue.runs.turn_request import TurnRequest
+
 
 class RunStatus(StrEnum):
     QUEUED = "queued"
@@ -74,8 +76,8 @@ class RunRecord:
     worker: str = ""
     # Session turns are written to the SQL store by the worker; plain /v1/runs are not.
     persist: bool = False
-    # The turn as accepted by the API: message, history, instructions, options.
-    request: dict[str, Any] = field(default_factory=dict)
+    # The turn as accepted by the API.
+    request: TurnRequest = field(default_factory=TurnRequest)
     # The resolved route (provider/model/route_source); never credentials.
     route: dict[str, Any] = field(default_factory=dict)
     # The oldest pending approval request (its approval.request data) while one is pending.
@@ -103,7 +105,7 @@ class RunRecord:
             reason=_text(raw, "reason") or None,
             worker=_text(raw, "worker"),
             persist=_text(raw, "persist") == "1",
-            request=_json(_text(raw, "request"), {}),
+            request=TurnRequest.from_json(_json(_text(raw, "request"), {})),
             route=_json(_text(raw, "route"), {}),
             approval=_pending_approval(raw),
         )

@@ -24,11 +24,12 @@ from datetime import tzinfo
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from hermes_queue.api.runtime_selection import routing_config
 from hermes_queue.config import Settings
 from hermes_queue.routing import parse_requested, select_runtime
+from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.model import RunRecord, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.parsing import Schedule, next_after
 from hermes_queue.store.base import SessionStore
 from hermes_queue.store.jobs import FireRecord, JobRow, JobRunRow
@@ -91,14 +92,14 @@ async def create_fire_run(
         run_id=run_id,
         session_id=await store.resolve_tip(job.session_id),
         strategy="enqueue",
-        request={
-            "message": job.prompt or SKILLS_ONLY_MESSAGE,
-            "instructions": job_instructions(job),
-            "path_id": job.session_id,
-        },
+        request=TurnRequest(
+            message=job.prompt or SKILLS_ONLY_MESSAGE,
+            instructions=job_instructions(job),
+            path_id=job.session_id,
+        ).to_json(),
         route=selection.as_dict(),
         model=selection.model or settings.model_name,
-        extra={"persist": "1", "kind": "job", "job_id": job.id},
+        extra={"persist": "1"},
     )
     return admission.verdict != "exists"
 

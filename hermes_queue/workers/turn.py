@@ -138,19 +138,15 @@ class FirstEventProbe:
 
 
 def build_request(claim: Attempt, history: list[dict[str, Any]] | None = None) -> AgentRequest:
-    record = claim.record
-    request = record.request
+    record, turn = claim.record, claim.record.request
     return AgentRequest(
         run_id=record.run_id,
         session_id=record.session_id,
-        message=request.get("message", ""),
-        history=list(request.get("history") or []) if history is None else history,
-        instructions=request.get("instructions"),
+        message=turn.message,
+        history=list(turn.history) if history is None else history,
+        instructions=turn.instructions,
         route=record.route,
-        options={
-            **dict(request.get("options") or {}),
-            "model_options": dict(record.route.get("model_options") or {}),
-        },
+        options={"model_options": dict(record.route.get("model_options") or {})},
         attempt=claim.number,
     )
 

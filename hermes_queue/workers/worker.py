@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from hermes_queue.agents import load_backend
 from hermes_queue.aio import cancel_and_wait, cancel_requested
+from hermes_queue.catalog import publish_forever
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
@@ -32,7 +33,6 @@ from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.schedules.scheduler import start_scheduler
 from hermes_queue.store import open_store
-from hermes_queue.workers.catalog import publish_forever
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from hermes_queue.api.app import create_app
-from hermes_queue.api.middlewares import DRAIN, DrainState
+from hermes_queue.api.state import STATE, DrainState
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker
 from hermes_queue.keys import Keys
@@ -21,9 +21,9 @@ from hermes_queue.keys import Keys
 async def draining_api(settings: Settings) -> AsyncIterator[tuple[TestClient, DrainState]]:
     """The API as serve.py builds it: with a drain flag the test can flip."""
     app = create_app(settings)
-    state = app[DRAIN] = DrainState()
     client = TestClient(TestServer(app))
     await client.start_server()
+    state = app[STATE].drain
     client.session.headers["Authorization"] = f"Bearer {settings.api_key}"
     try:
         yield client, state

@@ -11,8 +11,7 @@ from aiohttp.test_utils import TestClient
 
 from hermes_queue.api.app import create_app
 from hermes_queue.api.discovery import ENDPOINT_NAMES, routed_endpoints
-from hermes_queue.api.unsupported import UNSUPPORTED, Unsupported, is_not_implemented
-from hermes_queue.api.unsupported import add_routes as add_unsupported_routes
+from hermes_queue.api.unsupported import UNSUPPORTED, Unsupported, is_not_implemented, placeholders
 from hermes_queue.config import Settings
 
 # Upstream features that must stay false whatever placeholder routes exist (skills_api: while
@@ -97,8 +96,8 @@ def test_a_real_route_wins_over_its_placeholder() -> None:
         return web.json_response({})
 
     app = web.Application()
-    app.router.add_get("/api/model/options", options)
-    add_unsupported_routes(app)
+    served = [web.get("/api/model/options", options)]
+    app.add_routes([*served, *placeholders(served)])
     routes = [
         r
         for r in app.router.routes()

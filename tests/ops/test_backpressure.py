@@ -130,3 +130,28 @@ async def test_chat_completions_are_refused_before_a_session_is_created(
             assert_queue_full(await refused.json(), refused.status)
         assert await run_records(redis, keys) == []
         assert (await api.get("/api/sessions/bp-new")).status == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/runs", {"input": "hi"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/responses", {"input": "hi"}),
+        ("/api/sessions/bp-2/chat", {"message": "hi"}),
+    ],
+)
+async def test_a_turn_that_cannot_be_routed_is_told_so_even_when_the_queue_is_full(
+    settings: Settings, redis: aioredis.Redis, keys: Keys, path: str, body: dict[str, object]
+) -> None:
+    """Every turn endpoint validates (routing included) before backpressure, so the client
+    learns what is wrong with its request rather than to retry it later."""
+    async with running_api(settings.replace(max_ready_depth=1)) as api:
+        await new_session(api, "bp-2")
+        await redis.zadd(keys.queue, {"run_waiting": int(time.time() * 1000)})
+        refused = await api.post(path, json={**body, "provider": "nowhere"})
+        assert refused.status == 400
+        assert (await refused.json())["error"]["code"] == "unknown_provider"
+        assert await run_records(redis, keys) == []
+        samples = await scrape_api(api)
+        assert value(samples, "hermes_queue_backpressure_rejections_total", reason="depth") == 0

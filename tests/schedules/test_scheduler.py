@@ -123,7 +123,7 @@ async def test_each_tick_fires_one_run_whoever_passes(
     for run_id, _, _ in expected:
         record = await first.repository.get(run_id)
         assert record is not None and record.session_id == job.session_id
-        assert record.request["message"] == "Summarise the day"
+        assert record.request.message == "Summarise the day"
     row = await first.store.get_job(job.id)
     assert row is not None and row.repeat_completed == len(ticks)
 

@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from hermes_queue.api import sse
-from hermes_queue.api.appkeys import HUB, SETTINGS
 from hermes_queue.api.dialects import render_runs, render_session
-from hermes_queue.config import Settings
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
 from hermes_queue.streams.hub import StreamHub, Subscription
@@ -201,8 +198,8 @@ class RecordingResponse:
         self.eof = bytes(data)
 
 
-def fake_request(hub: StreamHub, keepalive: float = 10.0) -> Any:
-    return SimpleNamespace(app={HUB: hub, SETTINGS: Settings(keepalive_seconds=keepalive)})
+def feed_of(hub: StreamHub, keepalive: float = 10.0) -> sse.RunFeed:
+    return sse.RunFeed(hub, hub.redis, hub.keys, keepalive)
 
 
 def frames_of(event: RunEvent, render: sse.Renderer) -> bytes:
@@ -222,9 +219,13 @@ async def test_pump_writes_whole_frames_in_batches(
     await write_run(redis, keys, "r1", 25, end=True)
     expected_events = await read_range(redis, keys, "r1", None, 1000)
     response = RecordingResponse()
-    done = await sse.pump_run_events(
-        fake_request(hub), response, "r1", None, render, end=sse.STREAM_CLOSED
-    )  # type: ignore[arg-type]
+    done = await feed_of(hub).pump(
+        response,  # type: ignore[arg-type]
+        "r1",
+        None,
+        render,
+        end=sse.STREAM_CLOSED,
+    )
     assert done
     assert len(response.writes) < len(expected_events)  # batched: fewer writes than events
     assert response.eof is not None and response.eof.endswith(sse.STREAM_CLOSED)
@@ -245,7 +246,7 @@ async def test_pump_live_batches_and_keepalive(
     hub = await make_hub()
     response = RecordingResponse()
     pump = asyncio.create_task(
-        sse.pump_run_events(fake_request(hub, keepalive=0.05), response, "r1", None, render_runs)
+        feed_of(hub, keepalive=0.05).pump(response, "r1", None, render_runs)  # type: ignore[arg-type]
     )
     await asyncio.sleep(0.15)
     assert sse.KEEPALIVE in response.writes  # quiet: keepalives, nothing else
@@ -262,7 +263,7 @@ async def test_pump_returns_when_the_hub_closes(
     hub = await make_hub()
     response = RecordingResponse()
     pump = asyncio.create_task(
-        sse.pump_run_events(fake_request(hub, keepalive=0.05), response, "r1", None, render_runs)
+        feed_of(hub, keepalive=0.05).pump(response, "r1", None, render_runs)  # type: ignore[arg-type]
     )
     await asyncio.sleep(0.1)
     await hub.aclose()

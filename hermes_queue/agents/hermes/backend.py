@@ -33,10 +33,8 @@ from hermes_queue.agents.base import (
     TurnCancelled,
     Usage,
 )
-from hermes_queue.agents.catalog import BackendCatalog
 from hermes_queue.agents.hermes import process
 from hermes_queue.agents.hermes.bridge import TurnBridge
-from hermes_queue.agents.hermes.catalog import hermes_catalog
 from hermes_queue.agents.hermes.conversation import (
     PLATFORM,
     converse,
@@ -44,9 +42,11 @@ from hermes_queue.agents.hermes.conversation import (
     failure,
     model_options,
 )
+from hermes_queue.agents.hermes.installed import hermes_catalog
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
+from hermes_queue.catalog import BackendCatalog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,5 +1,9 @@
-"""Workers publish their backend's catalog at startup and then periodically; failures never
-stop them, and backends without a catalog publish nothing."""
+"""The backend catalog end to end below the API: its bytes, Redis round trip and TTL, and the
+worker publishing it at startup and periodically (failures never stop it; backends without a
+catalog publish nothing).
+
+``CATALOG`` is the sample the API's catalog tests use too.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,63 @@ from typing import Any
 
 import pytest
 
-from hermes_queue.agents.catalog import BackendCatalog, CatalogSource
 from hermes_queue.agents.echo import EchoBackend
+from hermes_queue.catalog import (
+    TTL_SECONDS,
+    BackendCatalog,
+    CatalogSource,
+    publish_catalog,
+    publish_forever,
+    read_catalog,
+)
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.runs.catalog import TTL_SECONDS, read_catalog
 from hermes_queue.workers import worker as worker_module
-from hermes_queue.workers.catalog import publish_forever
 from tests.api.conftest import running_worker
-from tests.runs.test_catalog import CATALOG
+
+CATALOG = BackendCatalog(
+    skills=[{"name": "arxiv", "description": "Search papers", "category": "research"}],
+    toolsets=[
+        {
+            "name": "web",
+            "label": "Web — recherche",
+            "description": "Search and fetch",
+            "enabled": True,
+            "configured": False,
+            "tools": ["web_search", "web_extract"],
+        }
+    ],
+)
+
+
+async def test_round_trip_and_ttl(redis: Any, keys: Keys) -> None:
+    assert await read_catalog(redis, keys) is None
+    await publish_catalog(redis, keys, CATALOG)
+    assert await read_catalog(redis, keys) == CATALOG
+    assert 0 < await redis.ttl(keys.catalog) <= TTL_SECONDS
+    # A later publish replaces the catalog and renews its TTL.
+    emptied = BackendCatalog(skills=[], toolsets=[])
+    await publish_catalog(redis, keys, emptied, ttl=1)
+    assert await read_catalog(redis, keys) == emptied
+    await asyncio.sleep(1.2)
+    assert await read_catalog(redis, keys) is None
+
+
+def test_bytes_round_trip_keeps_unicode() -> None:
+    raw = CATALOG.to_bytes()
+    assert "Web — recherche".encode() in raw and BackendCatalog.from_bytes(raw) == CATALOG
+    assert BackendCatalog.from_bytes(b"{}") == BackendCatalog(skills=[], toolsets=[])
+
+
+@pytest.mark.parametrize(
+    "raw", [b"not json", b"[]", b'{"skills": {}}', b'{"toolsets": ["web"]}', b'{"skills": null}']
+)
+async def test_a_malformed_payload_is_an_error_not_an_empty_catalog(
+    redis: Any, keys: Keys, raw: bytes
+) -> None:
+    await redis.set(keys.catalog, raw, ex=60)
+    with pytest.raises(ValueError):
+        await read_catalog(redis, keys)
 
 
 class CatalogEcho(EchoBackend):
@@ -77,7 +129,7 @@ async def test_refresh_survives_failures(
         async def failed_twice() -> bool:
             return backend.calls >= 2
 
-        with caplog.at_level(logging.ERROR, logger="hermes_queue.workers.catalog"):
+        with caplog.at_level(logging.ERROR, logger="hermes_queue.catalog"):
             await _until(failed_twice)
         assert "could not list its catalog" in caplog.text
         assert await redis.exists(keys.catalog) == 0
@@ -106,7 +158,7 @@ async def test_a_hung_catalog_call_is_bounded(
             raise AssertionError("unreachable")
 
     backend = Hung()
-    with caplog.at_level(logging.WARNING, logger="hermes_queue.workers.catalog"):
+    with caplog.at_level(logging.WARNING, logger="hermes_queue.catalog"):
         task = asyncio.create_task(publish_forever(redis, keys, backend, interval=0.05, ttl=5))
         try:
 

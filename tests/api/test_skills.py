@@ -7,13 +7,12 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from hermes_queue.api.catalog import MAX_AGE_SECONDS
+from hermes_queue.catalog import MAX_AGE_SECONDS, publish_catalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.redis_server import free_port
-from hermes_queue.runs.catalog import publish_catalog
 from tests.api.conftest import running_api
-from tests.runs.test_catalog import CATALOG
+from tests.test_catalog import CATALOG
 
 
 async def _lists(api: TestClient) -> tuple[Any, Any]:

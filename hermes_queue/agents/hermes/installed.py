@@ -1,4 +1,5 @@
-"""What the workers' Hermes offers, in upstream's ``/v1/skills`` and ``/v1/toolsets`` shapes.
+"""What the workers' Hermes has installed: its skills and toolsets, in upstream's ``/v1/skills``
+and ``/v1/toolsets`` shapes (the backend's :class:`~hermes_queue.catalog.BackendCatalog`).
 
 The lists come from Hermes itself (its installed skills under ``HERMES_HOME``, its toolset
 registry and config), with ``enabled`` meaning what this backend's agents actually get: the
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.agents.catalog import BackendCatalog
+from hermes_queue.catalog import BackendCatalog
 
 
 def hermes_catalog(enabled_toolsets: list[str]) -> BackendCatalog:

@@ -1,0 +1,144 @@
+"""Stored ``/v1/responses`` objects kept in step with their runs, from any replica.
+
+With ``store`` (the default) a ``queued`` row is written before the run is enqueued
+(:class:`QueuedResponse`), and the final object when the run ends, by
+:meth:`StoredResponses.settle`, which replays the run's canonical events through
+:class:`ResponseFold`. The creating process settles in a watcher task that outlives the client's
+connection; should that process die first, the next ``GET`` (or a chained request) on any
+replica finds the run terminal and settles it itself. Re-settling is harmless (an upsert of the
+same object), so no coordination is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_queue.api.errors import ApiError
+from hermes_queue.api.responses_render import (
+    FINAL_RESPONSE_STATUSES,
+    ResponseFold,
+    ResponseMeta,
+    response_id_for,
+)
+from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.store import ResponseRow
+from hermes_queue.store.base import SessionStore
+from hermes_queue.streams.hub import StreamHub
+
+
+@dataclass(frozen=True)
+class QueuedResponse:
+    """The ``queued`` row of a stored response, kept beside its run (``turns.SideRecord``):
+    written before the run exists, so a reader that finds the run finds the response too."""
+
+    store: SessionStore
+    turn: TurnRequest
+
+    async def write(self, run_id: str, session_id: str) -> None:
+        info = ResponseMeta.from_request(run_id, self.turn)
+        user = {"role": "user", "content": self.turn.message}
+        await self.store.put_response(
+            ResponseRow(
+                id=info.id,
+                run_id=run_id,
+                session_id=session_id,
+                status="queued",
+                response=info.envelope("queued"),
+                transcript=[*self.turn.history, user],
+                previous_response_id=info.previous_response_id,
+                conversation=info.conversation,
+                model=info.model,
+                instructions=info.instructions,
+                created_at=float(info.created_at),
+            )
+        )
+
+    async def remove(self, run_id: str) -> None:
+        await self.store.delete_response(response_id_for(run_id))
+
+
+class StoredResponses:
+    def __init__(self, runs: RunRepository, hub: StreamHub, store: SessionStore) -> None:
+        self._runs = runs
+        self._hub = hub
+        self._store = store
+        self._watchers: set[asyncio.Task[dict[str, Any]]] = set()
+
+    def queued(self, turn: TurnRequest) -> QueuedResponse | None:
+        """The row to write before the turn's run, or None when it is not stored."""
+        if turn.response is None or not turn.response.store:
+            return None
+        return QueuedResponse(self._store, turn)
+
+    async def settle(self, run_id: str) -> dict[str, Any]:
+        """Replay the run to its terminal event; store the final object (with ``store``)."""
+        record = await self._runs.get(run_id)
+        if record is None:
+            raise ApiError(500, "internal_error", f"Run {run_id} of this response has expired")
+        meta = ResponseMeta.from_request(run_id, record.request)
+        fold = ResponseFold(meta)
+        async with self._hub.subscribe(run_id, None) as subscription:
+            async for event in subscription:
+                fold.feed(event)
+                if event.terminal:
+                    break
+        final = fold.snapshot()
+        if meta.store and final["status"] in FINAL_RESPONSE_STATUSES:
+            turn = record.request
+            user = {"role": "user", "content": turn.message}
+            transcript = [*turn.history, user, *fold.messages]
+            await self._store.put_response(
+                ResponseRow(
+                    id=meta.id,
+                    run_id=run_id,
+                    session_id=record.session_id,
+                    status=final["status"],
+                    response=final,
+                    transcript=transcript,
+                    previous_response_id=meta.previous_response_id,
+                    conversation=meta.conversation,
+                    model=meta.model,
+                    instructions=meta.instructions,
+                    created_at=float(meta.created_at),
+                )
+            )
+            if meta.conversation and final["status"] == "completed":
+                await self._store.set_conversation_head(meta.conversation, meta.id)
+        return final
+
+    def watch(self, run_id: str) -> asyncio.Task[dict[str, Any]]:
+        """Settle the run in the background, whether or not its client stays."""
+        task = asyncio.create_task(self.settle(run_id))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+        return task
+
+    async def load(self, response_id: str) -> ResponseRow | None:
+        """The stored response, settled first if its run has ended (from any replica)."""
+        row = await self._store.get_response(response_id)
+        if row is None or row.status in FINAL_RESPONSE_STATUSES or not row.run_id:
+            return row
+        record = await self._runs.get(row.run_id)
+        if record is None:
+            return row
+        if record.terminal:
+            await self.settle(row.run_id)
+            return await self._store.get_response(response_id)
+        if record.status != "queued" and row.response.get("status") == "queued":
+            live = {**row.response, "status": "in_progress"}
+            return dataclasses.replace(row, status="in_progress", response=live)
+        return row
+
+    async def aclose(self) -> None:
+        """Watchers end with the process; a run they did not settle is settled by a later GET."""
+        tasks = list(self._watchers)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # Bounded: a subscription may be mid-read when cancelled; once the hub closes right
+            # after this, every subscription ends anyway, and an unsettled run is no loss.
+            await asyncio.wait(tasks, timeout=1.0)

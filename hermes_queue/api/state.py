@@ -1,0 +1,111 @@
+"""Everything one API process holds, in one typed object under one app key.
+
+``create_app`` opens an :class:`ApiState` when the app starts and closes it when the app stops;
+nothing else is kept in the app. A handler takes from it the services it needs and hands each
+helper only the one that helper uses, so no helper digs its dependencies out of the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from hermes_queue.api.backpressure import Backpressure
+from hermes_queue.api.idempotency import IdempotencyRecords
+from hermes_queue.api.response_records import StoredResponses
+from hermes_queue.api.sse import RunFeed
+from hermes_queue.api.turns import TurnStarter
+from hermes_queue.catalog import CachedCatalog
+from hermes_queue.config import Settings
+from hermes_queue.keys import Keys
+from hermes_queue.metrics import ApiMetrics
+from hermes_queue.redis_client import connect
+from hermes_queue.routing import RoutingConfig
+from hermes_queue.routing.configured import routing_config
+from hermes_queue.runs.repository import RunRepository
+from hermes_queue.store import open_store
+from hermes_queue.store.base import SessionStore
+from hermes_queue.streams.hub import StreamHub
+
+
+@dataclass
+class DrainState:
+    """Mutable so serve.py can flip it on a running app: while ``draining``, new agent turns
+    are refused so a load balancer retries them on another replica, while reads and open
+    streams keep working until the listener closes (HERMES_API §1.4)."""
+
+    draining: bool = False
+
+
+@dataclass(frozen=True)
+class ApiState:
+    """The process's configuration, backends and the services built on them."""
+
+    settings: Settings
+    keys: Keys
+    redis: aioredis.Redis
+    # Run records and their transitions (create, stop, approvals).
+    runs: RunRepository
+    # The process's one reader of run event streams, shared by every SSE client.
+    hub: StreamHub
+    # The SQL session store (sessions, transcripts, stored responses).
+    store: SessionStore
+    metrics: ApiMetrics
+    routing: RoutingConfig
+    # Admission under load: 429 before anything is written (turns, job run-now).
+    backpressure: Backpressure
+    # Starting a turn: backpressure, the session rules, the run and its job (api/turns.py).
+    turns: TurnStarter
+    # Following a run's events as SSE (api/sse.py).
+    feed: RunFeed
+    idempotency: IdempotencyRecords
+    responses: StoredResponses
+    catalog: CachedCatalog
+    drain: DrainState
+
+    @classmethod
+    async def open(cls, settings: Settings) -> ApiState:
+        redis = connect(settings)
+        keys = Keys(settings.namespace)
+        hub = StreamHub.from_settings(settings, redis=redis)
+        await hub.start()
+        try:
+            store = await open_store(settings)
+        except BaseException:  # the app does not start: close what was opened
+            await hub.aclose()
+            await redis.aclose()
+            raise
+        metrics = ApiMetrics()
+        # Runs this process ends (stop of a queued run, reaper) count in its runs_total.
+        runs = RunRepository(redis, settings, on_finished=metrics.count_outcome)
+        routing = routing_config(settings)
+        backpressure = Backpressure(redis, settings, metrics)
+        return cls(
+            settings=settings,
+            keys=keys,
+            redis=redis,
+            runs=runs,
+            hub=hub,
+            store=store,
+            metrics=metrics,
+            routing=routing,
+            backpressure=backpressure,
+            turns=TurnStarter(runs, store, backpressure, settings.model_name),
+            feed=RunFeed(hub, redis, keys, settings.keepalive_seconds),
+            idempotency=IdempotencyRecords(redis, keys, settings),
+            responses=StoredResponses(runs, hub, store),
+            catalog=CachedCatalog(redis, keys),
+            drain=DrainState(),
+        )
+
+    async def aclose(self) -> None:
+        """Stop what runs in the background, then close the backends."""
+        await self.responses.aclose()
+        await self.hub.aclose()
+        await self.store.close()
+        await self.redis.aclose()
+
+
+STATE = web.AppKey("state", ApiState)

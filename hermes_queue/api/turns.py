@@ -1,0 +1,167 @@
+"""Starting a turn: the one way every endpoint enqueues one.
+
+``/v1/runs``, ``/v1/chat/completions``, ``/v1/responses`` and session chat each parse their
+body into a :class:`NewTurn` (the :class:`TurnRequest`, its runtime selection and where it
+runs), then call :meth:`TurnStarter.enqueue_turn`, which
+
+1. admits it: backpressure answers 429 before anything is written;
+2. prepares a stored session: persists a newly confirmed model lock, or creates the session on
+   first use, and resolves its live tip (the session the turn runs on);
+3. writes what the endpoint keeps beside the run (a ``queued`` response), if anything;
+4. creates the run and its job in one script, under the one-active-run-per-session rule for a
+   stored session,
+
+and returns the run id and the session id, which the endpoint renders in its own dialect, with
+:func:`turn_headers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from hermes_queue.api.backpressure import Backpressure
+from hermes_queue.api.errors import ApiError
+from hermes_queue.api.runtime_selection import persist_lock
+from hermes_queue.routing import Selection
+from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.store import SessionExists, SessionRow
+from hermes_queue.store.base import SessionStore
+
+# What a second turn on a busy stored session does: refused (409), queued behind the active
+# one, or queued after stopping the active and waiting ones.
+Strategy = Literal["reject", "enqueue", "interrupt"]
+
+
+@dataclass(frozen=True)
+class RunSession:
+    """A session that lives only in its runs' records (``/v1/runs``, stateless chat
+    completions, responses): the turn runs at once and the worker stores nothing of it.
+    ``session_id`` None: the run id names the session."""
+
+    session_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """A session in the SQL store: its turns run one at a time and the worker appends each to
+    its transcript (which is also the history the worker gives the agent)."""
+
+    session_id: str
+    strategy: Strategy = "enqueue"
+    # Chat completions' X-Hermes-Session-Id: a session the store does not hold yet is created.
+    create_missing: bool = False
+    # Session chat: the session's row, whose model lock the turn confirms when its selection
+    # says so (``Selection.persist_lock``).
+    lock_row: SessionRow | None = None
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """A turn an endpoint parsed and validated, ready to enqueue."""
+
+    request: TurnRequest
+    selection: Selection
+    session: RunSession | StoredSession
+    # The model the client named, recorded when the selection resolves none (the advertised
+    # model name when the client named none either).
+    named_model: str = ""
+
+
+class SideRecord(Protocol):
+    """A record an endpoint keeps beside its run (a ``queued`` response): written once the
+    turn is admitted and before its run exists, so no reader of the run finds it missing, and
+    removed again when the run could not be created."""
+
+    async def write(self, run_id: str, session_id: str) -> None: ...
+
+    async def remove(self, run_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    run_id: str
+    # The session the turn runs on (a stored session's live tip).
+    session_id: str
+
+
+def turn_headers(session_id: str, run_id: str, session_key: str | None) -> dict[str, str]:
+    """The ``X-Hermes-*`` headers of an answer about a turn."""
+    headers = {"X-Hermes-Session-Id": session_id, "X-Hermes-Run-Id": run_id}
+    if session_key:
+        headers["X-Hermes-Session-Key"] = session_key
+    return headers
+
+
+class TurnStarter:
+    def __init__(
+        self,
+        runs: RunRepository,
+        store: SessionStore,
+        backpressure: Backpressure,
+        default_model: str,
+    ) -> None:
+        self._runs = runs
+        self._store = store
+        self._backpressure = backpressure
+        self._default_model = default_model
+
+    async def enqueue_turn(self, turn: NewTurn, *, beside: SideRecord | None = None) -> Enqueued:
+        """Admit, prepare and enqueue ``turn`` (see the module docstring)."""
+        await self._backpressure.admit()
+        run_id = new_run_id()
+        session_id = await self._session_for(turn, run_id)
+        if beside is not None:
+            await beside.write(run_id, session_id)
+        try:
+            await self._create(turn, run_id, session_id)
+        except BaseException:
+            if beside is not None:
+                await beside.remove(run_id)
+            raise
+        return Enqueued(run_id, session_id)
+
+    async def _session_for(self, turn: NewTurn, run_id: str) -> str:
+        session = turn.session
+        if isinstance(session, RunSession):
+            return session.session_id or run_id
+        if session.lock_row is not None and turn.selection.persist_lock:
+            await persist_lock(self._store, session.lock_row, turn.selection)
+        if session.create_missing and await self._store.get_session(session.session_id) is None:
+            try:
+                await self._store.create_session(session.session_id, source="api_server")
+            except SessionExists:
+                pass  # a concurrent first turn created it
+        return await self._store.resolve_tip(session.session_id)
+
+    async def _create(self, turn: NewTurn, run_id: str, session_id: str) -> None:
+        selection, session = turn.selection, turn.session
+        request, route = turn.request.to_json(), selection.as_dict()
+        model = selection.model or turn.named_model or self._default_model
+        if isinstance(session, RunSession):
+            await self._runs.create(
+                run_id=run_id, session_id=session_id, request=request, route=route, model=model
+            )
+            return
+        admission = await self._runs.create_session_run(
+            run_id=run_id,
+            session_id=session_id,
+            strategy="reject" if session.strategy == "reject" else "enqueue",
+            request=request,
+            route=route,
+            model=model,
+            extra={"persist": "1"},
+        )
+        if admission.verdict == "busy":
+            raise ApiError(
+                409,
+                "run_already_active",
+                "This session already has a turn in progress",
+                extra={"run_id": admission.blocking_run_id},
+            )
+        if session.strategy == "interrupt" and admission.verdict == "waiting":
+            active, waiting = await self._runs.session_runs(session_id)
+            for other in [active, *waiting]:
+                if other and other != run_id:
+                    await self._runs.request_stop(other)

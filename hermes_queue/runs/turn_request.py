@@ -1,0 +1,116 @@
+"""The turn a run carries from the API to the worker: the run record's ``request`` field.
+
+Every endpoint that starts a turn parses its body into a :class:`TurnRequest`; the run record
+stores it as JSON, and the worker (``workers/turn.py``), the Responses endpoint (its response
+object) and session chat (resuming a stream by the session id the client used) read it back.
+
+Versioning, for rolling upgrades (API replicas and workers of two releases share one Redis):
+``v`` is the version of the writer's :class:`TurnRequest`. A newer writer only ever *adds*
+fields, and a field never changes its meaning; a change that old readers could not ignore needs
+a field of a new name. So:
+
+- a newer reader decodes an older record (``v`` absent means 0, the unversioned records of
+  before; they hold the same fields as version 1) with defaults for what it lacks;
+- an older reader decodes a newer record by the fields it knows and ignores the rest (every
+  reader up to now reads by name and ignores unknown keys), and so keeps working during the
+  upgrade.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+TURN_REQUEST_VERSION = 1
+
+# A message's content: text, or content parts (Chat Completions vision parts and the like).
+Content = str | list[dict[str, Any]]
+
+
+def _optional_text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class ResponseSettings:
+    """What a ``/v1/responses`` object says besides its output, fixed when its run is created
+    so that any replica rebuilds the same object from the run."""
+
+    created_at: int
+    model: str
+    previous_response_id: str | None = None
+    conversation: str | None = None
+    store: bool = True
+    background: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "created_at": self.created_at,
+            "model": self.model,
+            "previous_response_id": self.previous_response_id,
+            "conversation": self.conversation,
+            "store": self.store,
+            "background": self.background,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResponseSettings:
+        return cls(
+            created_at=int(data.get("created_at") or 0),
+            model=str(data.get("model") or ""),
+            previous_response_id=_optional_text(data.get("previous_response_id")),
+            conversation=_optional_text(data.get("conversation")),
+            store=bool(data.get("store", True)),
+            background=bool(data.get("background", False)),
+        )
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One user turn as the API accepted it; the route it runs on travels beside it (the run
+    record's ``route``), credentials never."""
+
+    # The user's message of this turn.
+    message: Content = ""
+    # The conversation before it, when the client sent it (a stored session's history is
+    # read by the worker from the session store instead).
+    history: list[dict[str, Any]] = field(default_factory=list)
+    # The system prompt for this turn, if the client gave one.
+    instructions: str | None = None
+    # Session chat: the session id the client addressed, which may be an ancestor of the
+    # session the turn runs on (the live tip after compression); resuming by it finds the run.
+    path_id: str | None = None
+    # ``/v1/responses`` only: what its response object says besides its output.
+    response: ResponseSettings | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "v": TURN_REQUEST_VERSION,
+            "message": self.message,
+            "history": self.history,
+            "instructions": self.instructions,
+        }
+        if self.path_id is not None:
+            data["path_id"] = self.path_id
+        if self.response is not None:
+            data["response"] = self.response.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> TurnRequest:
+        """Any version's record (see the module docstring); what is missing or malformed
+        takes its default."""
+        if not isinstance(data, dict):
+            return cls()
+        message = data.get("message", "")
+        history = data.get("history")
+        response = data.get("response")
+        return cls(
+            message=message if isinstance(message, str | list) else "",
+            history=[m for m in history if isinstance(m, dict)]
+            if isinstance(history, list)
+            else [],
+            instructions=_optional_text(data.get("instructions")),
+            path_id=_optional_text(data.get("path_id")),
+            response=ResponseSettings.from_json(response) if isinstance(response, dict) else None,
+        )
