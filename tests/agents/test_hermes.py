@@ -137,6 +137,28 @@ async def test_tool_progress_reaches_the_sink_and_the_loop_finishes(backend: Any
     assert result.messages[1]["tool_call_id"] == "call_fake_1"
 
 
+async def test_the_turn_transcript_is_hermes_messages_in_upstreams_client_shape(
+    backend: Any,
+) -> None:
+    """As upstream's run.completed shows them and its agent stores them: the agent's own
+    keys (finish reasons, Hermes' call ids on tool calls, reasoning), no time stamp (the store
+    adds it), nothing outside upstream's message projection."""
+    result, _ = await run(backend, "plan my day [toolcall:todo]")
+    call, tool, final = result.messages
+    assert call["finish_reason"] == "tool_calls" and final["finish_reason"] == "stop"
+    assert call["tool_calls"][0]["call_id"] == "call_fake_1"
+    assert call["tool_calls"][0]["id"] == "call_fake_1"
+    assert tool == {
+        "role": "tool",
+        "content": tool["content"],
+        "tool_call_id": "call_fake_1",
+        "tool_name": "todo",
+    }
+    assert '"todos"' in tool["content"]
+    assert "reasoning" in final and final["reasoning"] is None  # Hermes sets it, to None
+    assert all("timestamp" not in m for m in result.messages)
+
+
 async def test_history_and_instructions_reach_the_provider(backend: Any, fake: FakeLLM) -> None:
     history = [
         {"role": "user", "content": "earlier question", "timestamp": 1.0},
