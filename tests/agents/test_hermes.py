@@ -137,6 +137,24 @@ async def test_tool_progress_reaches_the_sink_and_the_loop_finishes(backend: Any
     assert result.messages[1]["tool_call_id"] == "call_fake_1"
 
 
+class NoteTakingSink(ApprovingSink):
+    async def thinking(self, text: str) -> None:
+        self.events.append(("thinking", text))
+
+
+async def test_hermes_progress_notes_reach_a_sink_that_takes_them(backend: Any) -> None:
+    """Hermes tells its ``reasoning.available`` note (the text of each model reply, before
+    that reply's tools run) through the progress callback: upstream's session stream shows it
+    as ``tool.progress``. It reaches a sink with ``thinking``; never ``sink.reasoning``."""
+    result, sink = await run(backend, "plan my day [toolcall:todo]", NoteTakingSink())
+    notes = [event[1] for event in sink.events if event[0] == "thinking"]
+    assert notes == ["You said: plan my day", result.output]
+    assert sink.kinds.index("thinking") < sink.kinds.index("tool_started")
+    assert "reasoning" not in sink.kinds
+    _, plain = await run(backend, "hello there")  # a sink without notes: nothing changes
+    assert "thinking" not in plain.kinds
+
+
 async def test_the_turn_transcript_is_hermes_messages_in_upstreams_client_shape(
     backend: Any,
 ) -> None:
