@@ -1,8 +1,9 @@
-"""Both servers, once per test session: upstream's gateway (hermes-agent 0.19.0, only its
+"""Both servers, once per test run: upstream's gateway (hermes-agent 0.19.0, only its
 ``api_server`` platform) and a hermes-queue stack (API and worker processes, ``hermes``
-backend) per session store, on one fake LLM, all over loopback.
+backend) per session store, on one fake LLM, all over loopback. The fixtures are scoped to
+this package, so the processes stop when its last test is done, not at the end of the run.
 
-The fake LLM lives in the session's event loop, so every test here runs in that loop too
+The fake LLM lives in the package's event loop, so every test here runs in that loop too
 (``pytest_collection_modifyitems`` below). Both sides read the same Hermes ``config.yaml``
 (the fake as a custom endpoint, one API attempt per model call so a failing provider fails
 fast on both). Keyless servers (upstream's, and an extra API process of ours) start only when
@@ -52,10 +53,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    session_loop = pytest.mark.asyncio(loop_scope="session")
+    package_loop = pytest.mark.asyncio(loop_scope="package")
     for item in items:
         if HERE in Path(str(item.path)).parents and is_async_test(item):
-            item.add_marker(session_loop, append=False)
+            item.add_marker(package_loop, append=False)
 
 
 @dataclass
@@ -67,7 +68,7 @@ class Stack:
     store: str
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def llm_key_env() -> Iterator[None]:
     """Our workers read the fake's key from this variable, as a deployment would."""
     with pytest.MonkeyPatch.context() as patch:
@@ -76,14 +77,14 @@ def llm_key_env() -> Iterator[None]:
         yield
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def fake_llm() -> AsyncIterator[FakeLLM]:
     require_hermes()
     async with FakeLLM(expected_key=LLM_KEY) as fake:
         yield fake
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def upstream(
     fake_llm: FakeLLM, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
@@ -91,7 +92,7 @@ async def upstream(
         yield url
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def upstream_keyless(
     fake_llm: FakeLLM, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
@@ -117,7 +118,7 @@ async def _upstream(fake_llm: FakeLLM, home: Path, api_key: str) -> AsyncIterato
         gateway.stop()
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session", params=["sqlite", "postgres"])
+@pytest_asyncio.fixture(scope="package", loop_scope="package", params=["sqlite", "postgres"])
 async def ours(
     request: pytest.FixtureRequest,
     redis_url: str,
@@ -157,7 +158,7 @@ async def ours(
             _drop_keys(cluster)
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
+@pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def ours_keyless(ours: Stack) -> str:
     """Another API process of the same stack, without an API key (loopback only)."""
     return await ours.cluster.start_api(api_key="")
@@ -188,7 +189,7 @@ def _pending(request: pytest.FixtureRequest) -> list[Pending]:
     return [fix for mark in request.node.iter_markers(MARKER) for fix in mark.args]
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture(loop_scope="package")
 async def sides(request: pytest.FixtureRequest, upstream: str, ours: Stack) -> AsyncIterator[Sides]:
     async with aiohttp.ClientSession() as http:
         yield Sides(
@@ -199,7 +200,7 @@ async def sides(request: pytest.FixtureRequest, upstream: str, ours: Stack) -> A
         )
 
 
-@pytest_asyncio.fixture(loop_scope="session")
+@pytest_asyncio.fixture(loop_scope="package")
 async def keyless_sides(
     request: pytest.FixtureRequest, upstream_keyless: str, ours_keyless: str
 ) -> AsyncIterator[Sides]:
