@@ -137,6 +137,46 @@ async def test_tool_progress_reaches_the_sink_and_the_loop_finishes(backend: Any
     assert result.messages[1]["tool_call_id"] == "call_fake_1"
 
 
+class NoteTakingSink(ApprovingSink):
+    async def thinking(self, text: str) -> None:
+        self.events.append(("thinking", text))
+
+
+async def test_hermes_progress_notes_reach_a_sink_that_takes_them(backend: Any) -> None:
+    """Hermes tells its ``reasoning.available`` note (the text of each model reply, before
+    that reply's tools run) through the progress callback: upstream's session stream shows it
+    as ``tool.progress``. It reaches a sink with ``thinking``; never ``sink.reasoning``."""
+    result, sink = await run(backend, "plan my day [toolcall:todo]", NoteTakingSink())
+    notes = [event[1] for event in sink.events if event[0] == "thinking"]
+    assert notes == ["You said: plan my day", result.output]
+    assert sink.kinds.index("thinking") < sink.kinds.index("tool_started")
+    assert "reasoning" not in sink.kinds
+    _, plain = await run(backend, "hello there")  # a sink without notes: nothing changes
+    assert "thinking" not in plain.kinds
+
+
+async def test_the_turn_transcript_is_hermes_messages_in_upstreams_client_shape(
+    backend: Any,
+) -> None:
+    """As upstream's run.completed shows them and its agent stores them: the agent's own
+    keys (finish reasons, Hermes' call ids on tool calls, reasoning), no time stamp (the store
+    adds it), nothing outside upstream's message projection."""
+    result, _ = await run(backend, "plan my day [toolcall:todo]")
+    call, tool, final = result.messages
+    assert call["finish_reason"] == "tool_calls" and final["finish_reason"] == "stop"
+    assert call["tool_calls"][0]["call_id"] == "call_fake_1"
+    assert call["tool_calls"][0]["id"] == "call_fake_1"
+    assert tool == {
+        "role": "tool",
+        "content": tool["content"],
+        "tool_call_id": "call_fake_1",
+        "tool_name": "todo",
+    }
+    assert '"todos"' in tool["content"]
+    assert "reasoning" in final and final["reasoning"] is None  # Hermes sets it, to None
+    assert all("timestamp" not in m for m in result.messages)
+
+
 async def test_history_and_instructions_reach_the_provider(backend: Any, fake: FakeLLM) -> None:
     history = [
         {"role": "user", "content": "earlier question", "timestamp": 1.0},

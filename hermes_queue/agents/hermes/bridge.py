@@ -12,6 +12,13 @@ agent thread parks on its own event after calling our notify callback; the pump 
 ``sink.approval`` (Redis, any API replica answers) and hands the choice back with
 ``resolve_gateway_approval``.
 
+Hermes' own ``reasoning.available`` progress note (the text of each model reply that has any,
+first 500 characters, told before that reply's tools run) is what upstream's API server shows
+as ``tool.progress`` (``_thinking``) on its session stream and as ``reasoning.available`` on its
+runs stream. It goes to a sink that takes notes (``NoteSink.thinking``); it is not the model's
+reasoning, which arrives streamed through ``reasoning_callback`` (``sink.reasoning``), and a
+sink without ``thinking`` does not get it.
+
 Delegation (Hermes' ``delegate_task``) relays its child agents' progress through the parent's
 ``tool_progress_callback``. Only ``subagent.start`` and ``subagent.complete`` go on, as upstream
 forwards them on its runs stream (HERMES_API §3.3): whitelisted fields, free text redacted. The
@@ -27,7 +34,7 @@ import asyncio
 import logging
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from hermes_queue.agents.base import ApprovalRequest, EventSink, SubagentPhase
 from hermes_queue.events import SUBAGENT_FIELDS, SUBAGENT_FREE_TEXT
@@ -41,6 +48,13 @@ _SUBAGENT_PHASES: dict[str, SubagentPhase] = {
     "subagent.start": "start",
     "subagent.complete": "complete",
 }
+
+
+@runtime_checkable
+class NoteSink(Protocol):
+    """A sink that also takes the agent's progress notes (module docstring)."""
+
+    async def thinking(self, text: str) -> None: ...
 
 
 class TurnBridge:
@@ -58,6 +72,7 @@ class TurnBridge:
         self._interrupt = interrupt
         self._scrub = scrub
         self._queue: asyncio.Queue[Call | None] = asyncio.Queue()
+        self._notes = sink if isinstance(sink, NoteSink) else None
         self.failure: BaseException | None = None
         # Tool progress arrives in two halves (a preview keyed by name, then the call id), so
         # the first half waits here; FIFO per name keeps parallel calls of one tool apart.
@@ -91,16 +106,18 @@ class TurnBridge:
         **details: Any,
     ) -> None:
         """Hermes' ``tool_progress_callback``: the preview and timing halves of tool events,
-        and the start and end of delegated child agents.
+        its progress notes (``reasoning.available``, to a ``NoteSink``), and the start and end
+        of delegated child agents.
 
-        Hermes' ``reasoning.available`` is not forwarded: its text is the assistant message's
-        content, already streamed as deltas, so clients would show the answer twice, once as
-        "reasoning". Real reasoning arrives through ``reasoning_callback`` as it streams.
-        Neither are ``_thinking`` (a child's first line of content; Hermes relays it to the
+        Not forwarded: ``_thinking`` (a child's first line of content; Hermes relays it to the
         parent as ``subagent.thinking``), ``subagent.text``, ``subagent.tool`` and the batched
         ``subagent.progress`` / ``subagent_progress``: upstream's runs stream drops them too,
         and they would put a child's unredacted text in the parent's events."""
-        if event_type == "tool.started" and name:
+        if event_type == "reasoning.available":
+            notes = self._notes
+            if notes is not None and preview:
+                self._post(lambda: notes.thinking(preview))
+        elif event_type == "tool.started" and name:
             self._post(lambda: self._remember_preview(name, preview))
         elif event_type == "tool.completed" and name:
             outcome = (float(details.get("duration") or 0.0), bool(details.get("is_error")))

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
-_CALL_KEYS = ("id", "type", "function")
+# What upstream's API server lets a client see of a message (its ``_message_response`` keys).
+_CLIENT_KEYS = (
+    "id",
+    "session_id",
+    "role",
+    "content",
+    "tool_call_id",
+    "tool_calls",
+    "tool_name",
+    "timestamp",
+    "token_count",
+    "finish_reason",
+    "reasoning",
+    "reasoning_content",
+)
 
 
 def to_hermes_history(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -32,7 +45,11 @@ def to_hermes_history(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
 def turn_messages(
     conversation: Sequence[dict[str, Any]], history_length: int
 ) -> list[dict[str, Any]]:
-    """This turn's assistant and tool messages, in the store's client-safe shape.
+    """This turn's assistant and tool messages as Hermes made them, in the client-safe shape
+    (upstream's message projection): ``content`` as the agent left it, ``tool_calls`` whole
+    (with Hermes' ``call_id`` / ``response_item_id``), ``finish_reason``, ``reasoning`` and
+    ``reasoning_content`` when the agent set them. Upstream's API server shows exactly these
+    on ``run.completed`` and its agent stores them; the store stamps each with its time.
 
     Hermes returns the whole conversation: the history it was given, the user turn, then what
     the turn added. When it compressed the history meanwhile the positions shift, so the turn
@@ -42,47 +59,8 @@ def turn_messages(
     if len(conversation) <= history_length or conversation[history_length].get("role") != "user":
         users = [i for i, m in enumerate(conversation) if m.get("role") == "user"]
         start = users[-1] + 1 if users else 0
-    now = time.time()
-    out = []
-    for message in conversation[start:]:
-        role = message.get("role")
-        if role == "assistant":
-            out.append(_assistant(message, now))
-        elif role == "tool":
-            out.append(
-                {
-                    "role": "tool",
-                    "content": _text(message.get("content")),
-                    "tool_call_id": message.get("tool_call_id") or "",
-                    "tool_name": message.get("tool_name") or message.get("name") or "",
-                    "timestamp": now,
-                }
-            )
-    return out
-
-
-def _assistant(message: dict[str, Any], now: float) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "role": "assistant",
-        "content": _text(message.get("content")),
-        "timestamp": now,
-    }
-    calls = [
-        {key: call[key] for key in _CALL_KEYS if key in call}
-        for call in message.get("tool_calls") or []
-        if isinstance(call, dict)
+    return [
+        {key: message[key] for key in _CLIENT_KEYS if key in message}
+        for message in conversation[start:]
+        if message.get("role") in ("assistant", "tool")
     ]
-    if calls:
-        out["tool_calls"] = calls
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if isinstance(reasoning, str) and reasoning:
-        out["reasoning"] = reasoning
-    return out
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return "" if content is None else str(content)
