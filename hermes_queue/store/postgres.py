@@ -20,8 +20,8 @@ import asyncpg
 
 from hermes_queue.store.backend import Conn, UniqueViolation
 from hermes_queue.store.base import StoreError, StoreUnavailable
-from hermes_queue.store.common import SqlSessionStore
 from hermes_queue.store.migrations import Dialect
+from hermes_queue.store.sql_store import SqlSessionStore
 
 # Lower-case identifiers only, so the name needs no quoting anywhere (search_path included).
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

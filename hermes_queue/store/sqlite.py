@@ -21,8 +21,8 @@ import aiosqlite
 
 from hermes_queue.store.backend import Conn, UniqueViolation
 from hermes_queue.store.base import StoreError, StoreUnavailable
-from hermes_queue.store.common import SqlSessionStore
 from hermes_queue.store.migrations import Dialect
+from hermes_queue.store.sql_store import SqlSessionStore
 
 MEMORY = ":memory:"
 # Errors that mean "the database is not usable right now", not "your query is wrong".
