@@ -8,7 +8,7 @@ and resumes with the last ``id:`` it saw on the replica it did not read from. A 
 when its frame ids strictly increase across the drop (no duplicate), its ``message.delta``
 frames spell the echo reply exactly (21 tokens; deltas may arrive merged), then ``run.completed``
 and ``: stream closed``. At the end every run record in Redis is checked: all ``completed``, nothing
-queued, running or blocked, the arq queue empty.
+queued, running or blocked, the queue empty.
 
     python bench/soak.py [--runs 10000] [--concurrency 256] [--delay 0.005]
 """

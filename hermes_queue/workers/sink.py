@@ -48,11 +48,7 @@ def coalesce_deltas(events: list[Event]) -> list[Event]:
     """``events`` with each run of consecutive ``message.delta`` events merged into one."""
     out: list[Event] = []
     for event in events:
-        if (
-            out
-            and event[0] == EventType.MESSAGE_DELTA
-            and out[-1][0] == EventType.MESSAGE_DELTA
-        ):
+        if out and event[0] == EventType.MESSAGE_DELTA and out[-1][0] == EventType.MESSAGE_DELTA:
             out[-1] = (event[0], {"delta": out[-1][1]["delta"] + event[1]["delta"]})
         else:
             out.append(event)

@@ -164,15 +164,6 @@ class WorkerProcess:
         assert self.runtime is not None, "a job before the worker started"
         return await run_turn(self.runtime, run_id)
 
-    async def delivery_ended(self, run_id: str) -> None:
-        """The queue deletes the job of every delivery that ends: give a requeued run its job
-        back."""
-        assert self.runtime is not None
-        try:
-            await self.runtime.repository.ensure_job(run_id)
-        except Exception:
-            log.exception("could not check the queue entry of %s", run_id)
-
     async def stop(self) -> None:
         """Stop the side tasks, the lease keeper, the backend, the store and the clients."""
         await asyncio.to_thread(self.metrics.close)
