@@ -122,6 +122,24 @@ class HermesBackend:
             max_turns=int(options.get("max_turns") or 16),
         )
 
+    async def warm_up(self) -> None:
+        """Before the worker's first turn (``workers/warmup.py``): Hermes' imports, its tool
+        registry and TLS context, the catalog, and one agent built and released as a turn on
+        the default route would build it, so the first turn costs what a warm one does."""
+        await self._in_thread(self._warm)
+        await self.catalog()
+
+    def _warm(self) -> None:
+        request = AgentRequest(run_id="warm-up", session_id="warm-up", message="")
+        try:
+            runtime = self._runtime(request)
+        except AgentError as exc:  # no default model, or its key unavailable: warm what we can
+            log.info("hermes: warming up without an agent (%s)", exc)
+            import run_agent  # noqa: F401  (most of Hermes' import time)
+
+            return
+        _release_clients(self._build(runtime, request))
+
     # -- one turn --------------------------------------------------------------------------------
 
     async def run_turn(
