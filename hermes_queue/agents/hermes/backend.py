@@ -45,7 +45,7 @@ from hermes_queue.agents.hermes.conversation import (
     model_options,
 )
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
-from hermes_queue.agents.hermes.warm import WarmAgents, signature
+from hermes_queue.agents.hermes.warm import WarmAgents, signature, warm_first_turn
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,9 @@ class HermesBackend:
             import run_agent  # noqa: F401  (most of Hermes' import time)
 
             return
-        _release_clients(self._build(runtime, request))
+        agent = self._build(runtime, request)
+        warm_first_turn(agent)
+        _release_clients(agent)
 
     # -- one turn --------------------------------------------------------------------------------
 
