@@ -81,6 +81,6 @@ local function finish(record, stream, leases, stats, run_id, status, etype, atte
 end
 
 local function fenced(record, attempt)
-  if redis.call('HGET', record, 'attempt') ~= attempt then return false end
-  return ACTIVE[redis.call('HGET', record, 'status') or ''] == true
+  local f = redis.call('HMGET', record, 'attempt', 'status')
+  return f[1] == attempt and ACTIVE[f[2] or ''] == true
 end
