@@ -166,7 +166,7 @@ class Deployment:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"workers never subscribed; logs in {self.logdir}")
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # let the first arq poll and heartbeat pass
+        await asyncio.sleep(0.3)  # let the first queue poll and heartbeat pass
         return started
 
     def wake_listeners(self) -> int:

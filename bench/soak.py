@@ -5,10 +5,10 @@ including readers that drop mid-stream and resume on the *other* replica with ``
 Each closed-loop client posts a run to one replica (alternating), then reads its events from the
 other. Every second run's reader drops its connection after a random number of frames (0–21)
 and resumes with the last ``id:`` it saw on the replica it did not read from. A reader passes
-when its frame ids strictly increase across the drop (no duplicate), it got exactly 21
-``message.delta`` frames whose text is the echo reply (nothing missing), ``run.completed`` and
-``: stream closed``. At the end every run record in Redis is checked: all ``completed``, nothing
-queued, running or blocked, the arq queue empty.
+when its frame ids strictly increase across the drop (no duplicate), its ``message.delta``
+frames spell the echo reply exactly (21 tokens; deltas may arrive merged), then ``run.completed``
+and ``: stream closed``. At the end every run record in Redis is checked: all ``completed``, nothing
+queued, running or blocked, the queue empty.
 
     python bench/soak.py [--runs 10000] [--concurrency 256] [--delay 0.005]
 """
@@ -61,7 +61,8 @@ def check(frames: list[tuple[str, dict[str, Any]]], closed: bool) -> str | None:
     if any(b <= a for a, b in itertools.pairwise(ids)):
         return "duplicate or reordered id"
     deltas = [p.get("delta", "") for _, p in frames if p.get("event") == "message.delta"]
-    if len(deltas) != INPUT_WORDS + 1 or "".join(deltas) != EXPECTED:
+    # Deltas that piled up behind an append in flight arrive merged: the text is what counts.
+    if not deltas or "".join(deltas) != EXPECTED:
         return f"{len(deltas)} deltas, text {''.join(deltas)[:40]!r}"
     if frames[-1][1].get("event") != "run.completed" or not closed:
         return f"ended with {frames[-1][1].get('event')}, closed={closed}"

@@ -65,6 +65,15 @@ async def _guarded(name: str, target: str, probe: Callable[[], Awaitable[str]]) 
         return CheckResult(name, False, f"{target} is unreachable ({reason})")
 
 
+def warm_up_check(settings: Settings) -> CheckResult:
+    """A worker is ready once its backend warmed up (``workers/warmup.py``): a worker process
+    of this namespace on this host has said so; a failed warm-up is a failed check."""
+    from hermes_queue.workers.warmup import probe
+
+    report = probe(settings.namespace)
+    return CheckResult("warm_up", report.ok, report.detail)
+
+
 async def run_checks(settings: Settings) -> list[CheckResult]:
     async def redis_probe() -> str:
         client = connect(settings)
@@ -107,11 +116,14 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
 def check(settings: Settings, role: str) -> int:
     """``hermes-queue check``: 0 when this process's dependencies answer, 1 otherwise.
 
-    API and worker need the same two (Redis, the session store), so ``role`` only labels the
-    output; live workers are deliberately not required: a worker's probe must not depend on
-    other workers, and an API replica is ready before the first worker starts.
+    API and worker need the same two (Redis, the session store); a worker is also ready only
+    once the worker process on this host warmed up. Other workers are deliberately not
+    required: a worker's probe must not depend on other workers, and an API replica is ready
+    before the first worker starts.
     """
     results = asyncio.run(run_checks(settings))
+    if role == "worker":
+        results.append(warm_up_check(settings))
     for r in results:
         click.echo(f"{'ok' if r.ok else 'FAIL':<5} {r.name:<14} {r.detail}")
     healthy = all(r.ok for r in results)

@@ -4,8 +4,7 @@ All keys live under one namespace so deployments (and tests) can share a Redis w
 colliding. The keys of one run share a hash tag (``{run_id}``) so they sit in one Redis Cluster
 slot and the Lua scripts that touch several of them stay legal there.
 
-arq's own per-job keys are not here: they carry a fixed prefix chosen by arq, and only the queue
-adapter (``jobqueue/jobs.py``) spells them.
+The queue is one sorted set of run ids; no per-job key exists (``jobqueue/jobs.py``).
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ class Keys:
     # -- global sets and channels ------------------------------------------------------------
     @property
     def queue(self) -> str:
-        """The job queue (sorted set of job ids, which are run ids, scored by run-at time in ms)."""
+        """Sorted set: queued run ids, scored by the time they were queued (ms, Redis clock)."""
         return f"{self.namespace}:queue"
 
     @property

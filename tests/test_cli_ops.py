@@ -27,6 +27,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.schedules.definitions import parse_create, pause_changes
 from hermes_queue.store import create_store
+from hermes_queue.workers.warmup import READY, WARMING, WarmUpState
 
 T = TypeVar("T")
 Setup = Callable[[aioredis.Redis, RunRepository, Keys], Awaitable[T]]
@@ -251,12 +252,28 @@ def test_unknown_run_is_one_error_line_and_exit_1(env: Settings, args: tuple[str
 
 def test_check_passes_with_redis_and_a_migrated_store(env: Settings) -> None:
     assert invoke("migrate").exit_code == 0
-    for role in ("api", "worker"):
-        result = invoke("check", "--role", role)
+    result = invoke("check", "--role", "api")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("ok    redis ") and lines[1].startswith("ok    session_store ")
+    assert lines[-1] == "api: healthy"
+
+
+def test_worker_check_also_needs_a_warmed_up_worker(env: Settings) -> None:
+    assert invoke("migrate").exit_code == 0
+    cold = invoke("check", "--role", "worker")
+    assert cold.exit_code == 1 and "FAIL  warm_up" in cold.output
+    state = WarmUpState(env.namespace)  # what a worker process in this container writes
+    state.set(WARMING)
+    try:
+        assert "still warming up" in invoke("check", "--role", "worker").output
+        state.set(READY)
+        result = invoke("check", "--role", "worker")
         assert result.exit_code == 0, result.output
-        lines = result.stdout.splitlines()
-        assert lines[0].startswith("ok    redis ") and lines[1].startswith("ok    session_store ")
-        assert lines[-1] == f"{role}: healthy"
+        assert result.stdout.splitlines()[-2].startswith("ok    warm_up ")
+        assert result.stdout.splitlines()[-1] == "worker: healthy"
+    finally:
+        state.clear()
 
 
 def test_check_fails_on_an_unmigrated_store(env: Settings) -> None:

@@ -1,14 +1,25 @@
-"""arq's Worker, made to wake on enqueue, survive Redis outages and stop cleanly, and
-configured for hermes-queue by ``queue_worker()``.
+"""The queue's worker loop: arq's ``Worker`` as the process shell (signals, drain, health line,
+burst mode), with its per-job protocol replaced by ours, and ``queue_worker()``, which
+configures it for hermes-queue.
 
-arq polls its queue every ``poll_delay`` (0.5 s by default), so a job waits up to that long
-before it starts. Job pickup latency is a product feature here, so ``wake()`` (called when the
-enqueue script's pub/sub message arrives, or when a slot frees) makes the loop poll at once; the
-timed poll stays as a fallback. An idle worker therefore sends a few commands per second.
+arq picks a job up in three round trips of its own before the job runs (``WATCH``/``EXISTS``/
+``ZSCORE`` then ``MULTI``/``PSETEX`` in-progress/``EXEC``; ``MULTI``/``GET`` job/``INCR`` +
+``EXPIRE`` retry counter/``EXEC``) and one after it (``MULTI``/``DEL`` job, in-progress, retry/
+``ZREM`` abort set/``ZREM`` queue/``EXEC``), and it needs a job key per run. None of that is
+needed here: the claim script is exclusive on its own (its ``ZREM`` of the queue entry is the
+pickup), a run's attempts are bounded by the run record, stops go through the run record too,
+and nothing reads a job's result. So a poll reads the head of the queue (one ``ZRANGE``) and
+starts a delivery per id, which is the handler's claim and turn; nothing else is written.
 
-``WakeableWorker`` replaces arq's ``main`` and ``close`` and reaches into arq's ``Worker`` state
-(``tasks``, ``job_counter``, ``allow_pick_jobs``, ``_pool``...): tests/jobqueue pins each of
-those, and the arq versions, so an upgrade that moves them fails a test, not production.
+arq polls every ``poll_delay`` (0.5 s by default), so a job could wait that long. Pickup
+latency is a product feature here, so ``wake()`` (called when the enqueue script's pub/sub
+message arrives, or when a slot frees) makes the loop poll at once; the timed poll stays as a
+fallback, one ``ZRANGE`` per ``poll_delay`` on an idle worker.
+
+``WakeableWorker`` replaces arq's ``main``, ``_poll_iteration`` and ``close`` and reaches into
+arq's ``Worker`` state (``tasks``, ``job_counter``, ``allow_pick_jobs``, ``_pool``...):
+tests/jobqueue pins each of those, and the arq versions, so an upgrade that moves them fails a
+test, not production.
 """
 
 from __future__ import annotations
@@ -23,13 +34,7 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
 from hermes_queue.config import Settings
-from hermes_queue.jobqueue.jobs import (
-    DELIVERY_LIMIT,
-    RUN_TURN,
-    deserialize,
-    job_timeout_seconds,
-    serialize,
-)
+from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 
@@ -43,6 +48,8 @@ class WakeableWorker(Worker):
         # Set once the wake-up channel is subscribed: from then on no enqueue can be missed.
         self.listening = asyncio.Event()
         self._watched: set[str] = set()
+        # What each delivery is handed to (set by queue_worker).
+        self.handler: JobHandler | None = None
         # Set by build_worker; tests reach the worker's metrics through it.
         self.metrics: WorkerMetrics | None = None
 
@@ -97,11 +104,49 @@ class WakeableWorker(Worker):
                 async with asyncio.timeout(self.poll_delay_s):
                     await self.wake_event.wait()
 
-    async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's, minus the ids this worker is already running (a redelivery of a live run)."""
-        await super().start_jobs(
-            [job_id for job_id in job_ids if job_id.decode() not in self.tasks]
-        )
+    async def _poll_iteration(self) -> None:
+        """Start a delivery for each queued run id at the head of the queue, up to the free
+        slots (ids this worker is already delivering are left alone); forget finished ones."""
+        free = self.max_jobs - self.job_counter
+        if self.allow_pick_jobs and free > 0:
+            ids = await self.pool.zrange(self.queue_name, 0, free - 1)
+            for raw in ids:
+                run_id = raw.decode()
+                if run_id in self.tasks or self.job_counter >= self.max_jobs:
+                    continue
+                self.job_counter += 1
+                task = asyncio.create_task(self._deliver(run_id))
+                task.add_done_callback(self._slot_freed)
+                self.tasks[run_id] = task
+        for run_id, task in list(self.tasks.items()):
+            if task.done():
+                del self.tasks[run_id]
+        await self.heart_beat()
+
+    def _slot_freed(self, _task: asyncio.Task[None]) -> None:
+        self.job_counter -= 1
+
+    async def _deliver(self, run_id: str) -> None:
+        """One delivery: the handler claims the run and drives it. The queue's timeout is a
+        backstop behind the turn's own; a failure is logged, never propagated to the loop."""
+        assert self.handler is not None, "queue_worker sets the handler"
+        try:
+            async with asyncio.timeout(self.job_timeout_s):
+                outcome = await self.handler.run(run_id)
+        except asyncio.CancelledError:
+            self.jobs_retried += 1
+            raise
+        except TimeoutError:
+            self.jobs_failed += 1
+            log.error(
+                "run %s: delivery exceeded the queue's timeout (%.0fs)", run_id, self.job_timeout_s
+            )
+        except Exception:
+            self.jobs_failed += 1
+            log.exception("run %s: delivery failed", run_id)
+        else:
+            self.jobs_complete += 1
+            log.debug("run %s: delivery ended %s", run_id, outcome)
 
     def handle_sig(self, signum: Any) -> None:
         """Immediate stop (no drain window): mark it, so cancelled turns are handed back."""
@@ -159,47 +204,36 @@ class JobHandler(Protocol):
         """Before the first delivery (the event loop is running)."""
 
     async def run(self, run_id: str) -> str:
-        """One delivery of a run's job; what it returns is only logged."""
-
-    async def delivery_ended(self, run_id: str) -> None:
-        """arq has just deleted the job of a delivery that ended (whatever its outcome)."""
+        """One delivery of a run id taken from the queue (claim it, then drive it); what it
+        returns is only logged."""
 
     async def stop(self) -> None:
         """After the last delivery ended (also when ``start`` failed part-way)."""
 
 
-_HANDLER = "hq_handler"  # where the handler sits in arq's ctx
-
-
 def queue_worker(
     settings: Settings, handler: JobHandler, *, handle_signals: bool = True, burst: bool = False
 ) -> WakeableWorker:
-    """An arq worker on hermes-queue's queue: msgpack jobs, one job function that hands each
-    delivery to ``handler``, arq's retries and result keeping off, our turn timeout first."""
+    """The queue loop on hermes-queue's queue, handing each delivery to ``handler``; our turn
+    timeout acts first. arq needs a registered function to start; it is never dispatched."""
 
     async def run_turn(ctx: dict[str, Any], run_id: str) -> str:
-        job_handler: JobHandler = ctx[_HANDLER]
-        return await job_handler.run(run_id)
+        raise RuntimeError(f"arq dispatched {run_id}: the queue loop delivers runs itself")
 
-    async def on_startup(ctx: dict[str, Any]) -> None:
-        ctx[_HANDLER] = handler
+    async def on_startup(_ctx: dict[str, Any]) -> None:
         await handler.start(worker)
 
     async def on_shutdown(_ctx: dict[str, Any]) -> None:
         await handler.stop()
 
-    async def after_job_end(ctx: dict[str, Any]) -> None:
-        await handler.delivery_ended(ctx["job_id"])
-
     keys = Keys(settings.namespace)
     worker = WakeableWorker(
-        functions=[func(run_turn, name=RUN_TURN, max_tries=DELIVERY_LIMIT)],
+        functions=[func(run_turn, name=RUN_TURN)],
         queue_name=keys.queue,
         redis_settings=RedisSettings.from_dsn(settings.redis_url),
         burst=burst,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
-        after_job_end=after_job_end,
         handle_signals=handle_signals,
         job_completion_wait=int(settings.drain_seconds),
         max_jobs=settings.worker_concurrency,
@@ -207,10 +241,10 @@ def queue_worker(
         job_timeout=job_timeout_seconds(settings.job_timeout_seconds),
         keep_result=0,
         poll_delay=settings.poll_seconds,
-        max_tries=DELIVERY_LIMIT,
         health_check_key=keys.health_check,
         job_serializer=serialize,
         job_deserializer=deserialize,
         log_results=False,
     )
+    worker.handler = handler
     return worker

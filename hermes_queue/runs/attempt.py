@@ -24,7 +24,6 @@ import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
-from hermes_queue.jobqueue.jobs import queued_job
 from hermes_queue.keys import Keys
 from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.runs.approvals import Approvals
@@ -180,17 +179,10 @@ class Attempt:
 
     async def _release(self) -> str:
         """``released`` (queued again, workers woken), ``stopping`` or ``lost`` (fenced)."""
-        keys, job = self.scripts.keys, queued_job(self.run_id)
+        keys = self.scripts.keys
         result = await self.scripts.release(
-            keys=[keys.run(self.run_id), keys.leases, keys.queue, job.key],
-            args=[
-                self.run_id,
-                self.number,
-                repr(time.time()),
-                job.payload,
-                job.ttl_ms,
-                keys.wake_channel,
-            ],
+            keys=[keys.run(self.run_id), keys.leases, keys.queue],
+            args=[self.run_id, self.number, repr(time.time()), keys.wake_channel],
         )
         return decode(result)
 

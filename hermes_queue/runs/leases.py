@@ -3,8 +3,8 @@ reapers settle.
 
 A claim gives the run a lease in the ``leases`` sorted set (deadline by the Redis clock); its
 worker's heartbeat renews it. One that lapsed is settled by any reaper: requeued, failed
-``worker_lost`` or cancelled. A job whose worker died between the queue's pickup and the claim
-is freed for another worker.
+``worker_lost`` or cancelled. (Taking a run from the queue and claiming it are one script, so
+no run can be picked up and then lost before its lease exists.)
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
 from hermes_queue.events import encode_data
-from hermes_queue.jobqueue.jobs import (
-    IN_PROGRESS_PREFIX,
-    in_progress_key,
-    in_progress_ttl_ms,
-    queued_job,
-)
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import FailReason, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
@@ -43,8 +37,7 @@ class Leases:
         # Told of each run a reap ends (failed or cancelled): the repository's metrics hook.
         self._on_finished = on_finished
         self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(load_script(name))
-            for name in ("expired", "reap", "orphaned")
+            name: redis.register_script(load_script(name)) for name in ("expired", "reap")
         }
 
     def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
@@ -65,15 +58,12 @@ class Leases:
 
     async def reap(self, run_id: str) -> str:
         """Settle one run whose lease expired: requeue, fail (worker_lost) or cancel it."""
-        job = queued_job(run_id)
         result = await self._scripts["reap"](
             keys=[
                 self.keys.run(run_id),
                 self.keys.events(run_id),
                 self.keys.leases,
                 self.keys.queue,
-                job.key,
-                in_progress_key(run_id),
                 current_stats_key(self.keys),
             ],
             args=[
@@ -82,8 +72,6 @@ class Leases:
                 repr(time.time()),
                 self.settings.retention_seconds,
                 self.settings.stream_maxlen,
-                job.payload,
-                job.ttl_ms,
                 self.keys.wake_channel,
                 encode_data({"error": WORKER_LOST_ERROR, "reason": FailReason.WORKER_LOST}),
                 encode_data({"reason": FailReason.WORKER_LOST}),
@@ -95,22 +83,6 @@ class Leases:
         if verdict in (RunStatus.FAILED, RunStatus.CANCELLED):
             self._on_finished(verdict)
         return verdict
-
-    async def release_orphaned_pickups(self, limit: int = 100) -> list[str]:
-        """Let any worker run the jobs whose worker died between the queue's pickup and our claim;
-        their ids. A pickup older than a lease without a claim is a dead one."""
-        older_than_ms = int(self.settings.lease_seconds * 1000)
-        ids = await self._scripts["orphaned"](
-            keys=[self.keys.queue],
-            args=[
-                older_than_ms,
-                in_progress_ttl_ms(self.settings.job_timeout_seconds),
-                IN_PROGRESS_PREFIX,
-                limit,
-                self.keys.wake_channel,
-            ],
-        )
-        return [decode(run_id) for run_id in ids]
 
     async def reap_expired(self) -> dict[str, str]:
         return {run_id: await self.reap(run_id) for run_id in await self.expired()}

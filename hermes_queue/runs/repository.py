@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
-from hermes_queue.jobqueue.jobs import JOB_TTL_MS, queued_job
+from hermes_queue.jobqueue.jobs import QUEUE_WAIT_MS
 from hermes_queue.keys import Keys
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts
@@ -62,7 +62,7 @@ class RunRepository:
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name))
-            for name in ("create", "create_session_run", "claim", "stop", "ensure_job")
+            for name in ("create", "create_session_run", "claim", "stop")
         }
         # The leases of running runs: renewed by lease keepers, settled by reapers.
         self.leases = Leases(redis, settings, self.keys, self._on_finished)
@@ -78,7 +78,7 @@ class RunRepository:
     @property
     def _record_ttl(self) -> int:
         """A live record outlives the longest wait in the queue plus its retention."""
-        return self.settings.retention_seconds + JOB_TTL_MS // 1000
+        return self.settings.retention_seconds + QUEUE_WAIT_MS // 1000
 
     # -- API side --------------------------------------------------------------------------
     def _fields(
@@ -116,14 +116,11 @@ class RunRepository:
         model: str = "",
         extra: dict[str, str] | None = None,
     ) -> bool:
-        """Store the run and enqueue its job atomically; False if the id already exists."""
-        job = queued_job(run_id)
+        """Store the run and queue it atomically; False if the id already exists."""
         created = await self._scripts["create"](
-            keys=[self.keys.run(run_id), job.key, self.keys.queue],
+            keys=[self.keys.run(run_id), self.keys.queue],
             args=[
                 run_id,
-                job.payload,
-                job.ttl_ms,
                 self._record_ttl,
                 self.keys.wake_channel,
                 *self._fields(run_id, session_id, request, route, model, extra),
@@ -143,11 +140,9 @@ class RunRepository:
         extra: dict[str, str] | None = None,
     ) -> SessionAdmission:
         """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``)."""
-        job = queued_job(run_id)
         result = await self._scripts["create_session_run"](
             keys=[
                 self.keys.run(run_id),
-                job.key,
                 self.keys.queue,
                 self.keys.session_active(session_id),
                 self.keys.session_pending(session_id),
@@ -155,8 +150,6 @@ class RunRepository:
             ],
             args=[
                 run_id,
-                job.payload,
-                job.ttl_ms,
                 self._record_ttl,
                 self.keys.wake_channel,
                 strategy,
@@ -196,7 +189,6 @@ class RunRepository:
                 self.keys.events(run_id),
                 self.keys.leases,
                 self.keys.queue,
-                queued_job(run_id).key,
                 current_stats_key(self.keys),
             ],
             args=[
@@ -216,7 +208,8 @@ class RunRepository:
 
     # -- worker side -----------------------------------------------------------------------
     async def claim(self, run_id: str, worker_id: str) -> Attempt | None:
-        """Take a queued run; None when it is gone, finished or held by a live attempt."""
+        """Take a run from the queue; None when another worker took it first, or its entry was
+        stale (the run is finished, gone or held by a live attempt: the entry is dropped)."""
         result = await self._scripts["claim"](
             keys=[
                 self.keys.run(run_id),
@@ -237,13 +230,3 @@ class RunRepository:
         flat = result[1:]
         raw = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
         return Attempt(self._fenced, RunRecord.from_hash(raw))
-
-    async def ensure_job(self, run_id: str) -> bool:
-        """Give a queued run back its job if a delivery that ended took it away (the queue
-        deletes the job of every delivery that ends)."""
-        job = queued_job(run_id)
-        result = await self._scripts["ensure_job"](
-            keys=[self.keys.run(run_id), job.key, self.keys.queue],
-            args=[run_id, job.payload, job.ttl_ms, self.keys.wake_channel],
-        )
-        return bool(result)

@@ -4,7 +4,9 @@ appends to the run stream.
 Appends are group-committed: an event waits only while the previous append is in flight, and
 everything that piled up meanwhile goes in the next script call. A turn streaming slowly pays
 one round trip per event and no added latency; a fast one pays one round trip per batch instead
-of per token. One flusher at a time keeps the stream in emit order, and ``flush()`` must be
+of per token. Consecutive ``message.delta`` events of a batch are merged into one (their texts
+joined): one stream entry, one frame for clients, one ``XADD`` and one ``PUBLISH`` instead of
+one per token. One flusher at a time keeps the stream in emit order, and ``flush()`` must be
 awaited before the terminal event is written.
 
 Publishing events is the product, not an observer: a failed append is retried with backoff
@@ -40,6 +42,17 @@ MAX_BACKLOG = 512
 
 Event = tuple[str, dict[str, Any]]
 T = TypeVar("T")
+
+
+def coalesce_deltas(events: list[Event]) -> list[Event]:
+    """``events`` with each run of consecutive ``message.delta`` events merged into one."""
+    out: list[Event] = []
+    for event in events:
+        if out and event[0] == EventType.MESSAGE_DELTA and out[-1][0] == EventType.MESSAGE_DELTA:
+            out[-1] = (event[0], {"delta": out[-1][1]["delta"] + event[1]["delta"]})
+        else:
+            out.append(event)
+    return out
 
 
 class LeaseLost(Exception):
@@ -109,7 +122,8 @@ class RunEventSink:
 
     async def _flush_backlog(self) -> None:
         while self._backlog and self._failure is None:
-            batch, self._backlog = self._backlog[:MAX_BATCH], self._backlog[MAX_BATCH:]
+            backlog = coalesce_deltas(self._backlog)
+            batch, self._backlog = backlog[:MAX_BATCH], backlog[MAX_BATCH:]
             try:
                 await self._append(batch)
             except Exception as exc:  # LeaseLost, EventPublishFailed, or a bug: stop the turn

@@ -1,5 +1,5 @@
 """The worker process: the queue's worker (``jobqueue``) handing each run to ``run_turn``,
-with its side tasks.
+with its side tasks. It warms its backend up (``warmup.py``) before it takes its first run.
 
 Beside the job loop a worker runs: a pub/sub listener (enqueue wake-ups, stop requests and
 approval answers), the lease keeper thread, a reaper, the publisher of its backend's catalog
@@ -35,6 +35,7 @@ from hermes_queue.schedules.scheduler import start_scheduler
 from hermes_queue.store import open_store
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
+from hermes_queue.workers.warmup import WarmUpState, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class WorkerProcess:
         self.runtime: WorkerRuntime | None = None
         self._clients: list[aioredis.Redis] = []
         self._background: list[asyncio.Task[None]] = []
+        self.warm_up_state = WarmUpState(settings.namespace)
 
     async def start(self, worker: WakeableWorker) -> None:
         settings, metrics = self.settings, self.metrics
@@ -125,6 +127,8 @@ class WorkerProcess:
         self._clients = [redis, listener]
         repository = RunRepository(redis, settings, on_finished=metrics.count_outcome)
         backend = load_backend(settings.agent_backend, **backend_options(settings))
+        # Before anything that takes or announces work: the first turn must not pay set-up.
+        await warm_up(backend, self.warm_up_state)
         runtime = WorkerRuntime(
             worker_id=self.worker_id,
             repository=repository,
@@ -167,17 +171,9 @@ class WorkerProcess:
         assert self.runtime is not None, "a job before the worker started"
         return await run_turn(self.runtime, run_id)
 
-    async def delivery_ended(self, run_id: str) -> None:
-        """The queue deletes the job of every delivery that ends: give a requeued run its job
-        back."""
-        assert self.runtime is not None
-        try:
-            await self.runtime.repository.ensure_job(run_id)
-        except Exception:
-            log.exception("could not check the queue entry of %s", run_id)
-
     async def stop(self) -> None:
         """Stop the side tasks, the lease keeper, the backend, the store and the clients."""
+        self.warm_up_state.clear()
         await asyncio.to_thread(self.metrics.close)
         await cancel_and_wait(*self._background)
         runtime = self.runtime

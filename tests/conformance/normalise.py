@@ -13,8 +13,12 @@
 
 Frame numbering (``seq``, ``sequence_number``) is kept here: the comparer checks it on each side
 and then masks it (``canonical``), so one missing frame is reported once, not as a shift of
-every later number. ``canonical`` also joins Responses text deltas: upstream batches them in
-50 ms windows, so their number depends on timing (HERMES_API §3.4).
+every later number. ``canonical`` also joins consecutive text deltas of one message on every
+dialect (session ``assistant.delta``, runs ``message.delta``, chat ``delta.content`` chunks,
+Responses ``output_text.delta``): where a reply's text is cut into deltas is timing, not
+content — upstream batches Responses deltas in 50 ms windows (HERMES_API §3.4) and follows
+the model's chunks elsewhere, and our worker merges the deltas that pile up behind an append in
+flight (docs/compatibility.md, "Token deltas"). The joined text is still compared.
 """
 
 from __future__ import annotations
@@ -130,9 +134,9 @@ class Normaliser:
 
 def canonical(frames: list[Frame]) -> list[Frame]:
     """Frames as compared once numbering is checked: ``seq`` / ``sequence_number`` masked,
-    Responses text deltas joined."""
+    text deltas of one message joined."""
     masked = []
-    for frame in join_responses_deltas(frames):
+    for frame in join_deltas(frames):
         if isinstance(frame.data, dict):
             data = {
                 key: f"<{key}>" if key in ("seq", "sequence_number") else value
@@ -143,25 +147,46 @@ def canonical(frames: list[Frame]) -> list[Frame]:
     return masked
 
 
-def join_responses_deltas(frames: list[Frame]) -> list[Frame]:
-    """Consecutive Responses text deltas of one item as one frame (the first's fields, the
-    texts joined)."""
+def _delta_text(frame: Frame) -> tuple[str, str] | None:
+    """A text delta frame's (message key, text), or None: the message key keeps deltas of
+    different messages (or items) apart."""
+    data = frame.data
+    if not isinstance(data, dict):
+        return None
+    if frame.event == RESPONSES_DELTA:
+        return f"responses:{data.get('item_id')}", str(data.get("delta", ""))
+    if frame.event == "assistant.delta":
+        return f"session:{data.get('message_id')}", str(data.get("delta", ""))
+    if frame.event is None and data.get("event") == "message.delta":
+        return "runs", str(data.get("delta", ""))
+    if frame.name == "chunk.content":
+        return f"chat:{data.get('id')}", str(data["choices"][0]["delta"].get("content") or "")
+    return None
+
+
+def _with_text(frame: Frame, text: str) -> Frame:
+    data = copy.deepcopy(frame.data)
+    if frame.name == "chunk.content":
+        data["choices"][0]["delta"]["content"] = text
+    else:
+        data["delta"] = text
+    return replace(frame, data=data)
+
+
+def join_deltas(frames: list[Frame]) -> list[Frame]:
+    """Consecutive text deltas of one message as one frame (the first's fields, the texts
+    joined)."""
     joined: list[Frame] = []
+    previous_key: str | None = None
     for frame in frames:
-        previous = joined[-1] if joined else None
-        if (
-            previous is not None
-            and frame.event == RESPONSES_DELTA
-            and previous.event == RESPONSES_DELTA
-            and isinstance(frame.data, dict)
-            and isinstance(previous.data, dict)
-            and frame.data.get("item_id") == previous.data.get("item_id")
-        ):
-            merged = dict(previous.data)
-            merged["delta"] = str(previous.data.get("delta", "")) + str(frame.data.get("delta", ""))
-            joined[-1] = replace(previous, data=merged)
+        delta = _delta_text(frame)
+        if delta is not None and joined and delta[0] == previous_key:
+            last = joined[-1]
+            last_text = _delta_text(last)
+            joined[-1] = _with_text(last, (last_text[1] if last_text else "") + delta[1])
             continue
         joined.append(frame)
+        previous_key = delta[0] if delta is not None else None
     return joined
 
 

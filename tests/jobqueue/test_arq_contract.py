@@ -1,10 +1,11 @@
 """What hermes-queue relies on in arq, pinned: an arq upgrade that changes any of it fails here.
 
-The run scripts write arq's job keys and payloads themselves and ``WakeableWorker`` replaces
-arq's ``main`` and ``close`` and reads its private state. If one of these tests fails after an
-arq upgrade, re-read the arq code it names against ``hermes_queue/jobqueue`` (and the run
-scripts in ``hermes_queue/runs/lua``), adapt them, then update the expectation and the arq range
-in pyproject.toml.
+arq's ``Worker`` is the queue loop's process shell (signal handling and drain, the health line,
+burst mode); ``WakeableWorker`` replaces its ``main``, ``_poll_iteration`` and ``close`` and
+reads its private state, and none of arq's per-job protocol (job keys, in-progress markers,
+retry counters, results) is used. If one of these tests fails after an arq upgrade, re-read the
+arq code it names against ``hermes_queue/jobqueue``, adapt it, then update the expectation and
+the arq range in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -16,23 +17,9 @@ import re
 import textwrap
 from typing import Any
 
-import msgpack
-from arq import constants
-from arq.jobs import deserialize_job_raw, serialize_job
 from arq.worker import Worker
 
 from hermes_queue.config import Settings
-from hermes_queue.jobqueue.jobs import (
-    DELIVERY_LIMIT,
-    IN_PROGRESS_PREFIX,
-    RUN_TURN,
-    deserialize,
-    in_progress_key,
-    in_progress_ttl_ms,
-    job_key,
-    queued_job,
-    retry_key,
-)
 from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
 from hermes_queue.runs.repository import RunRepository, new_run_id
@@ -42,23 +29,22 @@ from hermes_queue.runs.repository import RunRepository, new_run_id
 # Checked against arq 0.26.3, 0.27.0 and 0.28.0. Why each matters:
 #   main             WakeableWorker.main is a copy of it with the wait swapped
 #   close            replaced (arq's raises CancelledError without signal handling)
-#   _poll_iteration  called by our main: the pickup of due job ids
-#   start_jobs       wrapped; sets the in-progress key for in_progress_timeout_s (orphaned.lua)
-#   run_job          reads the job layout queued_job() writes; counts deliveries against
-#                    max_tries; calls after_job_end with ctx["job_id"] (ensure_job)
-#   finish_job       deletes the job key and queue entry of every delivery that ends, which is
-#   finish_failed_job  why a requeued run needs ensure_job
+#   _poll_iteration  replaced by our pickup (its task bookkeeping is mirrored)
 #   handle_sig       called by our handle_sig: cancels the tasks and the main task
-#   _jobs_started    burst bookkeeping, called by our main
+#   handle_sig_wait_for_completion, _wait_for_tasks_to_complete, _sleep_until_tasks_complete
+#                    the drain on SIGTERM: stop picking, wait for ``tasks``, cancel the rest
+#   heart_beat, record_health   called by our poll: the health line (no cron jobs here)
+#   _jobs_started    burst bookkeeping, called by our main (our deliveries count into it)
 ARQ_WORKER_SOURCES = {
     "main": "0ecb21ce3368eccd",
     "close": "d14f94e939753f5e",
     "_poll_iteration": "489ccd5a28868742",
-    "start_jobs": "a38f54558b8cd0e0",
-    "run_job": "3ba41d10a68f7bcc",
-    "finish_job": "93bb5bdcf65892e5",
-    "finish_failed_job": "103418320f3ae56c",
     "handle_sig": "c2b96e67b9157b33",
+    "handle_sig_wait_for_completion": "1b81b6b366fbb319",
+    "_wait_for_tasks_to_complete": "e507e061554955c0",
+    "_sleep_until_tasks_complete": "2eb4b894dc74b709",
+    "heart_beat": "f2efb4160140423a",
+    "record_health": "f9fd382757f5f327",
     "_jobs_started": "b9cdaffd67067786",
 }
 
@@ -85,8 +71,10 @@ ARQ_WORKER_ATTRIBUTES = (
     "health_check_key",
     "main_task",
     "functions",
-    "in_progress_timeout_s",
-    "keep_result_s",
+    "job_timeout_s",
+    "jobs_complete",
+    "jobs_failed",
+    "jobs_retried",
 )
 
 
@@ -97,61 +85,25 @@ def _source_hash(name: str) -> str:
 
 
 class RecordingHandler:
-    """A JobHandler that notes each delivery and what arq left in Redis at each step."""
+    """A JobHandler that notes each delivery and what was in Redis when it ran."""
 
     def __init__(self, redis: Any) -> None:
         self.redis = redis
         self.runs: list[str] = []
-        self.in_progress_ttl_ms: int | None = None
-        self.left_after: dict[str, int] = {}
+        self.per_job_keys: dict[str, int] = {}
 
     async def start(self, worker: WakeableWorker) -> None:
         pass
 
     async def run(self, run_id: str) -> str:
         self.runs.append(run_id)
-        self.in_progress_ttl_ms = await self.redis.pttl(in_progress_key(run_id))
-        return "done"
-
-    async def delivery_ended(self, run_id: str) -> None:
-        self.left_after[run_id] = await self.redis.exists(
-            job_key(run_id), in_progress_key(run_id), retry_key(run_id)
+        self.per_job_keys[run_id] = await self.redis.exists(
+            f"arq:job:{run_id}", f"arq:in-progress:{run_id}", f"arq:retry:{run_id}"
         )
+        return "done"
 
     async def stop(self) -> None:
         pass
-
-
-def test_arq_key_names_are_the_ones_the_scripts_and_docs_use() -> None:
-    assert (constants.job_key_prefix, constants.in_progress_key_prefix) == (
-        "arq:job:",
-        "arq:in-progress:",
-    )
-    assert constants.retry_key_prefix == "arq:retry:"
-    assert job_key("run_1") == "arq:job:run_1"
-    assert in_progress_key("run_1") == IN_PROGRESS_PREFIX + "run_1" == "arq:in-progress:run_1"
-    assert retry_key("run_1") == "arq:retry:run_1"
-
-
-def test_the_job_layout_the_scripts_write_is_what_arqs_worker_reads() -> None:
-    job = queued_job("run_1")
-    assert job.key == job_key("run_1")
-    raw = msgpack.unpackb(job.payload, raw=False)
-    assert set(raw) == {"t", "f", "a", "k", "et"}
-    assert (raw["f"], raw["a"], raw["k"], raw["t"]) == (RUN_TURN, [], {"run_id": "run_1"}, None)
-    function, args, kwargs, job_try, enqueued_ms = deserialize_job_raw(
-        job.payload, deserializer=deserialize
-    )
-    assert (function, tuple(args), kwargs, job_try) == (RUN_TURN, (), {"run_id": "run_1"}, None)
-    assert enqueued_ms == raw["et"] > 0
-    assert list(inspect.signature(serialize_job).parameters) == [
-        "function_name",
-        "args",
-        "kwargs",
-        "job_try",
-        "enqueue_time_ms",
-        "serializer",
-    ]
 
 
 def test_arq_worker_code_we_mirror_or_rely_on_is_unchanged() -> None:
@@ -174,30 +126,29 @@ async def test_the_worker_has_the_state_we_touch_and_our_settings(settings: Sett
         "close": ["self"],
     }.items():
         assert list(inspect.signature(getattr(Worker, name)).parameters) == params, name
-    # arq's in-progress TTL rule (largest job timeout + 10 s), which orphaned.lua reads ages by.
-    assert worker.in_progress_timeout_s * 1000 == in_progress_ttl_ms(settings.job_timeout_seconds)
-    run_function = worker.functions[RUN_TURN]
-    assert getattr(run_function, "max_tries", None) == DELIVERY_LIMIT
-    assert worker.keep_result_s == 0  # no arq:result:<id> key per run
+    assert worker.keep_result_s == 0  # never an arq:result:<id> key
 
 
-async def test_a_delivery_runs_and_arq_then_drops_the_job_and_its_keys(
+async def test_a_delivery_runs_the_queued_id_and_writes_no_per_job_key(
     redis: Any, settings: Settings
 ) -> None:
-    """The job a run script wrote is run by arq's worker with the run id; the in-progress key
-    lives as long as in_progress_ttl_ms says; when the delivery ends arq has deleted the job
-    key, the in-progress and retry keys and the queue entry (hence ensure_job)."""
+    """The run id a run script queued is handed to the handler as is; arq's per-job keys are
+    never written, and the queue entry is left to the handler's claim (here: none)."""
     run_id = new_run_id()
     assert await RunRepository(redis, settings).create(run_id=run_id, session_id="s", request={})
     handler = RecordingHandler(redis)
-    worker = queue_worker(settings, handler, handle_signals=False, burst=True)
+    worker = queue_worker(
+        settings,
+        handler,
+        handle_signals=False,
+        burst=True,
+    )
+    worker.max_burst_jobs = 1
     try:
         await asyncio.wait_for(worker.start(), 10)
     finally:
         await worker.close()
     assert handler.runs == [run_id]
-    full = in_progress_ttl_ms(settings.job_timeout_seconds)
-    assert handler.in_progress_ttl_ms is not None
-    assert full - 5_000 < handler.in_progress_ttl_ms <= full
-    assert handler.left_after == {run_id: 0}
-    assert await redis.zscore(Keys(settings.namespace).queue, run_id) is None
+    assert handler.per_job_keys == {run_id: 0}
+    assert worker.jobs_complete == 1
+    await redis.zrem(Keys(settings.namespace).queue, run_id)

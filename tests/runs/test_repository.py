@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
 import pytest
 
 from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
-from hermes_queue.jobqueue.jobs import job_key
 from hermes_queue.keys import Keys
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.model import FailReason, RunStatus
@@ -42,15 +40,15 @@ async def events(redis: Any, keys: Keys, run_id: str) -> list[RunEvent]:
     return [RunEvent.from_entry(run_id, i, f) for i, f in await redis.xrange(keys.events(run_id))]
 
 
-async def test_create_stores_record_and_a_msgpack_job(
+async def test_create_stores_the_record_and_queues_the_run_id_alone(
     repo: RunRepository, redis: Any, keys: Keys
 ) -> None:
     run_id = await create(repo)
     record = await repo.get(run_id)
     assert record is not None and record.status == RunStatus.QUEUED
     assert await redis.zscore(keys.queue, run_id) is not None
-    job = msgpack.unpackb(await redis.get(job_key(run_id)), raw=False)
-    assert job["f"] == "run_turn" and job["k"] == {"run_id": run_id}
+    # The queue entry is the run id; nothing else is written per job (no arq job key).
+    assert not await redis.exists(f"arq:job:{run_id}", f"arq:in-progress:{run_id}")
     assert not await repo.create(run_id=run_id, session_id="s1", request={})
 
 
@@ -124,7 +122,6 @@ async def test_stop_queued_run_removes_its_job(repo: RunRepository, redis: Any, 
     outcome = await repo.request_stop(run_id)
     assert outcome.found and outcome.status == "cancelled"
     assert await redis.zscore(keys.queue, run_id) is None
-    assert not await redis.exists(job_key(run_id))
     assert await repo.claim(run_id, "w1") is None
     assert (await repo.request_stop(run_id)).status == "cancelled"
     assert not (await repo.request_stop("run_missing")).found
@@ -168,23 +165,33 @@ async def test_claim_takes_the_job_out_of_the_queue(
     assert await redis.zscore(keys.queue, run_id) is None
 
 
-async def test_requeued_run_gets_its_job_back_after_a_stale_delivery_ends(
+async def test_requeued_run_stays_queued_when_the_stale_attempt_ends(
     repo: RunRepository, redis: Any, keys: Keys
 ) -> None:
     run_id = await create(repo)
-    await repo.claim(run_id, "w1")
+    stale = await claimed(repo, run_id)
     await expire_lease(redis, keys, run_id)
     assert await repo.leases.reap(run_id) == "requeued"
-    # The frozen attempt's arq delivery ends: arq deletes the job and its queue entry.
-    await redis.delete(job_key(run_id))
-    await redis.zrem(keys.queue, run_id)
-    assert await repo.ensure_job(run_id)
-    assert await redis.exists(job_key(run_id))
+    # The frozen attempt wakes up and ends: fenced off, and the run keeps its queue entry.
+    assert not await stale.complete(output="late", usage={}, messages=[], runtime=None)
     assert await redis.zscore(keys.queue, run_id) is not None
-    # Nothing to do for a run that is running or finished.
-    claim = await repo.claim(run_id, "w2")
-    assert claim is not None
-    assert not await repo.ensure_job(run_id)
+    assert (await claimed(repo, run_id, "w2")).number == 2
+
+
+async def test_racing_claims_take_a_queue_entry_once_and_stale_entries_are_dropped(
+    repo: RunRepository, redis: Any, keys: Keys
+) -> None:
+    run_id = await create(repo)
+    first, second = await repo.claim(run_id, "w1"), await repo.claim(run_id, "w2")
+    assert first is not None and second is None
+    # An entry whose run is finished (or expired) is dropped by the worker that finds it.
+    done = await create(repo)
+    await redis.zadd(keys.queue, {"run_expired": 0})
+    assert await repo.request_stop(done)
+    await redis.zadd(keys.queue, {done: 0})
+    assert await repo.claim(done, "w1") is None
+    assert await repo.claim("run_expired", "w1") is None
+    assert await redis.zcard(keys.queue) == 0
 
 
 async def test_retried_append_with_the_same_token_does_not_duplicate(
@@ -199,7 +206,7 @@ async def test_retried_append_with_the_same_token_does_not_duplicate(
     assert [e.data["delta"] for e in await events(redis, keys, run_id)] == ["a", "b"]
 
 
-async def test_released_run_is_queued_with_a_job_and_workers_are_woken(
+async def test_released_run_is_queued_and_workers_are_woken(
     repo: RunRepository, redis: Any, keys: Keys
 ) -> None:
     run_id = await create(repo)
@@ -209,7 +216,6 @@ async def test_released_run_is_queued_with_a_job_and_workers_are_woken(
     await pubsub.get_message(timeout=1)  # the subscribe confirmation
     await attempt.hand_back()
     assert await redis.zscore(keys.queue, run_id) is not None
-    assert await redis.exists(job_key(run_id))
     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
     assert message is not None and message["data"].decode() == run_id
     await pubsub.aclose()

@@ -83,12 +83,27 @@ async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Se
 
     attempt.scripts.appends.evalsha = counting  # type: ignore[method-assign]
     sink = RunEventSink(attempt)
+    await sink.delta("first ")
+    await sink.flush()  # an idle sink appends at once: the token does not wait for company
     for index in range(200):
         await sink.delta(f"t{index} ")
+        if index % 20 == 0:
+            await asyncio.sleep(0)  # let the flusher send what piled up so far
+    await sink.reasoning("why")
+    await sink.delta("last")
     await sink.flush()
     entries = await redis.xrange(Keys(settings.namespace).events(run_id))
-    deltas = [RunEvent.from_entry(run_id, i, f).data.get("delta") for i, f in entries][1:]
-    assert deltas == [f"t{index} " for index in range(200)]
+    events = [RunEvent.from_entry(run_id, i, f) for i, f in entries]
+    assert [e.type for e in events[:2]] == ["message.started", "message.delta"]
+    assert events[1].data == {"delta": "first "}
+    # Deltas that piled up behind an append in flight went out merged, in order, text intact;
+    # a reasoning event between deltas is kept in its place.
+    assert [e.type for e in events[-2:]] == ["reasoning.available", "message.delta"]
+    middle = events[2:-2]
+    assert {e.type for e in middle} == {"message.delta"}
+    assert "".join(e.data["delta"] for e in middle) == "".join(f"t{i} " for i in range(200))
+    assert 1 < len(middle) < 200
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert calls < 50
 
 

@@ -44,7 +44,7 @@ from hermes_queue.agents.hermes.conversation import (
 )
 from hermes_queue.agents.hermes.installed import hermes_catalog
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
-from hermes_queue.agents.hermes.warm import WarmAgents, signature
+from hermes_queue.agents.hermes.warm import WarmAgents, signature, warm_first_turn
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
 from hermes_queue.catalog import BackendCatalog
 
@@ -121,6 +121,26 @@ class HermesBackend:
             hermes_home=str(options.get("hermes_home") or ""),
             max_turns=int(options.get("max_turns") or 16),
         )
+
+    async def warm_up(self) -> None:
+        """Before the worker's first turn (``workers/warmup.py``): Hermes' imports, its tool
+        registry and TLS context, the catalog, and one agent built and released as a turn on
+        the default route would build it, so the first turn costs what a warm one does."""
+        await self._in_thread(self._warm)
+        await self.catalog()
+
+    def _warm(self) -> None:
+        request = AgentRequest(run_id="warm-up", session_id="warm-up", message="")
+        try:
+            runtime = self._runtime(request)
+        except AgentError as exc:  # no default model, or its key unavailable: warm what we can
+            log.info("hermes: warming up without an agent (%s)", exc)
+            import run_agent  # noqa: F401  (most of Hermes' import time)
+
+            return
+        agent = self._build(runtime, request)
+        warm_first_turn(agent)
+        _release_clients(agent)
 
     # -- one turn --------------------------------------------------------------------------------
 

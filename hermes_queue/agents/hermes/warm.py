@@ -1,4 +1,5 @@
-"""Agents kept warm between turns, one per recent session, in one worker process.
+"""Agents kept warm between turns, one per recent session, in one worker process; and what a
+worker warms up before its first turn (``warm_first_turn``).
 
 Building Hermes' ``AIAgent`` is most of a short turn's CPU (tool schemas, the system prompt,
 provider clients, context-length probing). Hermes' own gateway keeps the agent of a session
@@ -14,11 +15,35 @@ Only the event loop's thread touches this object, so it needs no lock.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
+
+# What a turn imports on first use: Hermes' conversation loop and its trackers, the openai
+# SDK's resources and stream helpers (~300 modules, most of a cold turn's time to first token).
+_FIRST_TURN_MODULES = (
+    "agent.conversation_loop",
+    "agent.chat_completion_helpers",
+    "agent.turn_finalizer",
+    "agent.stream_single_writer",
+    "agent.aux_accounting",
+    "agent.credits_tracker",
+    "agent.kanban_stop",
+    "agent.rate_limit_tracker",
+    "agent.verification_stop",
+    "agent.verify_hooks",
+    "hermes_cli.moa_config",
+    "hermes_cli.skin_engine",
+    "tools.hook_output_spill",
+    "tools.skill_provenance",
+    "openai.resources",
+    "openai.lib.streaming.chat",
+    "unittest.mock",
+)
 
 
 def signature(parts: Mapping[str, Any], api_key: str) -> str:
@@ -67,3 +92,16 @@ class WarmAgents:
         agents = [agent for _, agent in self._agents.values()]
         self._agents.clear()
         return agents
+
+
+def warm_first_turn(agent: Any) -> None:
+    """What a worker's first turn would pay once for the whole process, paid at warm-up with a
+    throw-away agent: the system prompt's first build (it probes the host's toolchain in
+    subprocesses, ~1 s, and indexes skills; both cached process-wide) and the modules a turn
+    imports on first use. Names that a Hermes release moved are skipped."""
+    build_prompt = getattr(agent, "_build_system_prompt", None)
+    if callable(build_prompt):
+        build_prompt()
+    for name in _FIRST_TURN_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)

@@ -8,10 +8,12 @@ local ACTIVE = {running = true, stopping = true, waiting_for_approval = true}
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 
 -- Per-minute counters (claimed, completed, failed, cancelled; keys.py: stats) for throughput
--- and the drain rate behind backpressure's Retry-After. An hour of buckets is kept.
+-- and the drain rate behind backpressure's Retry-After. An hour of buckets is kept: the TTL is
+-- set by the first count of each field, which includes the one that created the bucket.
 local function count(stats, field)
-  redis.call('HINCRBY', stats, field, 1)
-  redis.call('EXPIRE', stats, 3900)
+  if redis.call('HINCRBY', stats, field, 1) == 1 then
+    redis.call('EXPIRE', stats, 3900)
+  end
 end
 
 -- One stream entry: the canonical event's fields, in one place. Each entry is also published
@@ -55,12 +57,11 @@ local function settle_session(record)
       return
     end
     if blocked_key then redis.call('ZREM', blocked_key, next_record) end
-    if redis.call('HGET', next_record, 'status') == 'queued' then
-      local f = redis.call('HMGET', next_record, 'run_id', 'job_key', 'job', 'job_ttl_ms', 'queue_key', 'wake_channel')
+    local f = redis.call('HMGET', next_record, 'status', 'run_id', 'queue_key', 'wake_channel')
+    if f[1] == 'queued' then
       redis.call('SET', active_key, next_record)
-      redis.call('PSETEX', f[2], f[4], f[3])
-      redis.call('ZADD', f[5], now_ms(), f[1])
-      redis.call('PUBLISH', f[6], f[1])
+      redis.call('ZADD', f[3], now_ms(), f[2])
+      redis.call('PUBLISH', f[4], f[2])
       return
     end
   end
@@ -80,6 +81,6 @@ local function finish(record, stream, leases, stats, run_id, status, etype, atte
 end
 
 local function fenced(record, attempt)
-  if redis.call('HGET', record, 'attempt') ~= attempt then return false end
-  return ACTIVE[redis.call('HGET', record, 'status') or ''] == true
+  local f = redis.call('HMGET', record, 'attempt', 'status')
+  return f[1] == attempt and ACTIVE[f[2] or ''] == true
 end

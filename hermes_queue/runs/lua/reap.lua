@@ -1,9 +1,9 @@
 -- Act on a run whose lease expired: its worker died or froze. A run being stopped ends
 -- cancelled; one out of attempts fails with reason worker_lost; otherwise it goes back to the
--- queue (its arq job recreated when needed) and the next claim announces run.restarted.
--- KEYS: record, events, leases, queue, arq_job, arq_in_progress, stats
--- ARGV: run_id, max_attempts, ts, retention_s, maxlen, job_payload, job_ttl_ms, wake_channel,
---       failed_data, cancelled_data, error_text, reason (worker_lost)
+-- queue and the next claim announces run.restarted.
+-- KEYS: record, events, leases, queue, stats
+-- ARGV: run_id, max_attempts, ts, retention_s, maxlen, wake_channel, failed_data,
+--       cancelled_data, error_text, reason (worker_lost)
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not deadline then return 'gone' end
 if tonumber(deadline) > now_ms() then return 'alive' end
@@ -15,19 +15,17 @@ end
 local attempt = redis.call('HGET', KEYS[1], 'attempt') or '0'
 local lost = redis.call('HINCRBY', KEYS[1], 'lost', 1)
 if status == 'stopping' then
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[7], ARGV[1], 'cancelled', 'run.cancelled', attempt, ARGV[3], ARGV[10], ARGV[4], ARGV[5])
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'cancelled', 'run.cancelled', attempt, ARGV[3], ARGV[8], ARGV[4], ARGV[5])
   return 'cancelled'
 end
 if lost >= tonumber(ARGV[2]) then
-  redis.call('HSET', KEYS[1], 'error', ARGV[11], 'reason', ARGV[12])
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[7], ARGV[1], 'failed', 'run.failed', attempt, ARGV[3], ARGV[9], ARGV[4], ARGV[5])
+  redis.call('HSET', KEYS[1], 'error', ARGV[9], 'reason', ARGV[10])
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'failed', 'run.failed', attempt, ARGV[3], ARGV[7], ARGV[4], ARGV[5])
   return 'failed'
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[3])
 redis.call('HDEL', KEYS[1], 'worker')
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('DEL', KEYS[6])
-if redis.call('EXISTS', KEYS[5]) == 0 then redis.call('PSETEX', KEYS[5], ARGV[7], ARGV[6]) end
 redis.call('ZADD', KEYS[4], now_ms(), ARGV[1])
-redis.call('PUBLISH', ARGV[8], ARGV[1])
+redis.call('PUBLISH', ARGV[6], ARGV[1])
 return 'requeued'

@@ -1,7 +1,7 @@
 -- Stop request from any replica. A queued run is cancelled on the spot (it will never start);
 -- a running one is marked stopping and its worker is told over pub/sub (the lease keeper also
 -- sees the flag on its next beat, so a lost message only delays the stop).
--- KEYS: record, events, leases, queue, arq_job, stats
+-- KEYS: record, events, leases, queue, stats
 -- ARGV: run_id, ts, retention_s, maxlen, control_channel
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
@@ -9,9 +9,8 @@ if TERMINAL[status] then return {'terminal', status} end
 redis.call('HSET', KEYS[1], 'stop_requested', '1')
 if status == 'queued' then
   local attempt = redis.call('HGET', KEYS[1], 'attempt') or '0'
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[6], ARGV[1], 'cancelled', 'run.cancelled', attempt, ARGV[2], '{}', ARGV[3], ARGV[4])
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'cancelled', 'run.cancelled', attempt, ARGV[2], '{}', ARGV[3], ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('DEL', KEYS[5])
   return {'cancelled', 'cancelled'}
 end
 redis.call('HSET', KEYS[1], 'status', 'stopping', 'last_event', 'run.stopping', 'updated_at', ARGV[2])

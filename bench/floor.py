@@ -1,0 +1,334 @@
+"""The floor and the overhead over it: the bare Hermes agent turn against the same turn through
+hermes-queue (API + worker + Redis), on the same traffic, interleaved.
+
+- **floor**: ``floor_agent.py`` in a child process: the worker's ``HermesBackend`` builds the
+  agent and runs each turn exactly as a worker does, in threads, with no HTTP, Redis or store;
+  a conversation keeps its agent and its history in memory;
+- **stack**: ``harness.Deployment`` (private Redis, one API, ``--workers`` workers with
+  ``agent_backend = "hermes"`` and a slot per client), driven over session chat streams: each
+  conversation is a session (created before the window), each turn ``POST
+  /api/sessions/{id}/chat/stream`` read to its ``done`` frame;
+- both sides: the same fake LLM (``fake_llm.py``, its own process, not counted; 20 tokens,
+  ``--token-delay`` s before each), the same ``config.yaml`` (``cpu_per_run.hermes_config``),
+  Hermes' default toolsets for the api_server platform; C conversations × T turns at
+  concurrency K (K = each of ``--levels``; C = max(K, ``--min-conversations``));
+- CPU per turn: the floor's ``time.process_time`` over its window; the stack's API + workers +
+  Redis (psutil) over the window + 0.5 s. **overhead = stack CPU per turn / floor CPU per turn**
+  (target ≤ 1.25); TTFT: the call (floor) or the POST (stack) → the first token; **TTFT − floor
+  TTFT** at p50 (target ≤ 10 ms at one client). Every stack turn must end with the fake's reply
+  for its turn number (the history went along) and ``done``; failures are reported and make
+  the script exit non-zero.
+- rounds alternate the sides level by level; figures are medians over rounds, ratios per round.
+
+    python bench/floor.py [--quick] [--rounds 3] [--levels 1,32] [--turns 3] [--workers 1]
+        [--token-delay 0.01] [--sides floor,stack]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import cpu_per_run
+import fake_llm
+import harness
+
+SETTLE_S = 0.5
+PROMPT = "Turn {index}: please answer briefly."
+
+
+class FloorProcess:
+    """``floor_agent.py`` as a child: one JSON command per line in, one JSON result out."""
+
+    def __init__(self, llm: fake_llm.FakeLLMProcess) -> None:
+        self.home = cpu_per_run.write_hermes_home(
+            "hq-bench-floor-home-", cpu_per_run.hermes_config(llm.base_url, None)
+        )
+        spec = {
+            "hermes_home": str(self.home),
+            "base_url": llm.base_url,
+            "api_key": fake_llm.API_KEY,
+            "model": fake_llm.MODEL,
+        }
+        script = str(Path(__file__).resolve().with_name("floor_agent.py"))
+        env = cpu_per_run.clean_env()
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.environ.get("PYTHONPATH", ""), str(Path(__file__).parent)) if p
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, script, json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=self.home,
+            env=env,
+        )
+        if not self._read().get("ready"):
+            raise RuntimeError("floor process did not start")
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"floor process exited ({self.proc.poll()})")
+        return dict(json.loads(line))
+
+    async def run(self, conversations: int, turns: int, concurrency: int) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        command = {"conversations": conversations, "turns": turns, "concurrency": concurrency}
+        self.proc.stdin.write((json.dumps(command) + "\n").encode())
+        self.proc.stdin.flush()
+        return await asyncio.to_thread(self._read)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.write(b'{"quit": true}\n')
+                self.proc.stdin.close()
+                self.proc.wait(15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+# -- the stack's client: session chat streams ---------------------------------------------------
+async def create_sessions(base: str, count: int) -> list[str]:
+    async with harness.client_session(limit=8, timeout=60) as session:
+        ids = []
+        for _ in range(count):
+            async with session.post(base + "/api/sessions", json={}) as r:
+                if r.status != 201:
+                    raise RuntimeError(f"POST /api/sessions answered {r.status}")
+                ids.append(str((await r.json())["session"]["id"]))
+        return ids
+
+
+async def stream_turn(
+    session: aiohttp.ClientSession, base: str, session_id: str, index: int
+) -> tuple[float, float]:
+    """One turn: (TTFT, total) in seconds; raises on anything but the full reply and done."""
+    url = f"{base}/api/sessions/{session_id}/chat/stream"
+    sent = time.perf_counter()
+    first: float | None = None
+    text: list[str] = []
+    event = ""
+    async with session.post(url, json={"message": PROMPT.format(index=index)}) as r:
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:200]}")
+        async for raw in r.content:
+            line = raw.rstrip(b"\n")
+            if line.startswith(b"event: "):
+                event = line[7:].decode()
+                if event == "done":
+                    break
+            elif line.startswith(b"data: ") and event == "assistant.delta":
+                if first is None:
+                    first = time.perf_counter()
+                text.append(str(json.loads(line[6:]).get("delta") or ""))
+        else:
+            raise RuntimeError("stream ended without done")
+    reply = "".join(text)
+    if not reply.rstrip().endswith(f"{fake_llm.MARKER}{index}"):
+        raise RuntimeError(f"turn {index}: reply {reply[-60:]!r}")
+    ended = time.perf_counter()
+    return (first or ended) - sent, ended - sent
+
+
+async def stack_run(
+    side: cpu_per_run.Side, conversations: int, turns: int, concurrency: int
+) -> dict[str, Any]:
+    ids = await create_sessions(side.base, conversations)
+    pending = list(ids)
+    samples: list[tuple[float, float]] = []
+    failures: list[str] = []
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while pending:
+            session_id = pending.pop()
+            for index in range(1, turns + 1):
+                try:
+                    samples.append(await stream_turn(session, side.base, session_id, index))
+                except Exception as exc:
+                    failures.append(repr(exc)[:200])
+                    break
+
+    before, wall = side.cpu(), time.perf_counter()
+    async with harness.client_session(limit=concurrency + 4, timeout=300) as session:
+        await asyncio.gather(*(client(session) for _ in range(concurrency)))
+    wall = time.perf_counter() - wall
+    await asyncio.sleep(SETTLE_S)  # work finished just after the reply counts too
+    after = side.cpu()
+    return {
+        "ok": len(samples),
+        "failures": failures,
+        "cpu_s_by_process": {k: after[k] - before[k] for k in before},
+        "cpu_s": sum(after[k] - before[k] for k in before),
+        "wall_s": wall,
+        "ttft_s": [s[0] for s in samples],
+        "total_s": [s[1] for s in samples],
+    }
+
+
+def figures(side: str, level: int, raw: dict[str, Any]) -> dict[str, Any]:
+    ok = max(raw["ok"], 1)
+    row: dict[str, Any] = {
+        "side": side,
+        "concurrency": level,
+        "turns": raw["ok"],
+        "failures": len(raw["failures"]),
+        "failure_samples": raw["failures"][:3],
+        "turns_per_s": round(raw["ok"] / raw["wall_s"], 2),
+        "cpu_ms_per_turn": round(raw["cpu_s"] * 1000 / ok, 2),
+        "ttft_ms": harness.summary_ms(raw["ttft_s"]),
+        "total_ms": harness.summary_ms(raw["total_s"]),
+    }
+    if "cpu_s_by_process" in raw:
+        row["cpu_ms_by_process"] = {
+            k: round(v * 1000 / ok, 2) for k, v in raw["cpu_s_by_process"].items()
+        }
+    return row
+
+
+def med(values: list[float]) -> float:
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def summarize(results: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    for level in levels:
+        floor = [r for r in results if r["side"] == "floor" and r["concurrency"] == level]
+        stack = [r for r in results if r["side"] == "stack" and r["concurrency"] == level]
+        row: dict[str, Any] = {"concurrency": level, "rounds": max(len(floor), len(stack))}
+        for name, rs in (("floor", floor), ("stack", stack)):
+            row[f"{name}_cpu_ms"] = med([r["cpu_ms_per_turn"] for r in rs])
+            row[f"{name}_ttft_p50_ms"] = med([r["ttft_ms"]["p50"] for r in rs])
+            row[f"{name}_turns_s"] = med([r["turns_per_s"] for r in rs])
+        if stack:
+            row["stack_by_process"] = " · ".join(
+                f"{k} {med([r['cpu_ms_by_process'][k] for r in stack])}"
+                for k in stack[0]["cpu_ms_by_process"]
+            )
+        pairs = list(zip(floor, stack, strict=False))
+        row["overhead_x"] = med([s["cpu_ms_per_turn"] / f["cpu_ms_per_turn"] for f, s in pairs])
+        row["overhead_rounds"] = [
+            round(s["cpu_ms_per_turn"] / f["cpu_ms_per_turn"], 2) for f, s in pairs
+        ]
+        row["ttft_minus_floor_ms"] = med(
+            [s["ttft_ms"]["p50"] - f["ttft_ms"]["p50"] for f, s in pairs]
+        )
+        row["failures"] = sum(r["failures"] for r in floor + stack)
+        rows.append(row)
+    return rows
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 round, 2 turns")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--levels", default="1,32", help="concurrencies, comma-separated")
+    parser.add_argument("--turns", type=int, default=3, help="turns per conversation")
+    parser.add_argument("--min-conversations", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--token-delay", type=float, default=0.01)
+    parser.add_argument("--sides", default="floor,stack")
+    args = parser.parse_args()
+    args.level_list = [int(x) for x in args.levels.split(",") if x.strip()]
+    args.side_list = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if not args.side_list or not set(args.side_list) <= {"floor", "stack"}:
+        parser.error("--sides: a comma-separated subset of floor,stack")
+    if args.quick:
+        args.rounds, args.turns = 1, 2
+    return args
+
+
+async def main() -> None:
+    args = parse_args()
+    os.environ[cpu_per_run.LLM_KEY_VAR] = fake_llm.API_KEY  # the workers inherit it
+    llm = fake_llm.FakeLLMProcess(token_delay=args.token_delay)
+    floor: FloorProcess | None = None
+    dep: harness.Deployment | None = None
+    stack: cpu_per_run.Side | None = None
+    results: list[dict[str, Any]] = []
+    try:
+        if "floor" in args.side_list:
+            floor = FloorProcess(llm)
+            await floor.run(2, 2, 2)  # warm-up: imports done, clients and caches built
+        if "stack" in args.side_list:
+            home = cpu_per_run.write_hermes_home(
+                "hq-bench-queue-home-", cpu_per_run.hermes_config(llm.base_url, None)
+            )
+            overrides = cpu_per_run.queue_overrides(
+                "hermes", llm.base_url, home, max(args.level_list)
+            )
+            dep = harness.Deployment("floor", overrides=overrides)
+            stack = await cpu_per_run.start_queue(dep, args.workers)
+            await stack_run(stack, 2, 2, 2)  # warm-up, as the floor's
+            print(f"stack idle CPU ms/s: {await cpu_per_run.idle_cpu(stack)}", flush=True)
+        for index in range(args.rounds):
+            for level in args.level_list:
+                conversations = max(level, args.min_conversations)
+                for name in args.side_list:
+                    if name == "floor" and floor is not None:
+                        raw = await floor.run(conversations, args.turns, level)
+                    elif stack is not None:
+                        raw = await stack_run(stack, conversations, args.turns, level)
+                    row = figures(name, level, raw)
+                    row["round"] = index + 1
+                    results.append(row)
+                    print(
+                        f"round {index + 1} c={level:<3} {name:5}: {row['turns']} turns, "
+                        f"{row['cpu_ms_per_turn']} CPU ms/turn "
+                        f"{row.get('cpu_ms_by_process', '')}, TTFT p50 {row['ttft_ms']['p50']} "
+                        f"ms, {row['turns_per_s']} turns/s, failures {row['failures']}",
+                        flush=True,
+                    )
+                    for problem in row["failure_samples"]:
+                        print(f"    failure: {problem}", flush=True)
+    finally:
+        if dep is not None:
+            dep.stop()
+        if floor is not None:
+            floor.stop()
+        llm.stop()
+    summary = summarize(results, args.level_list)
+    harness.print_table(
+        f"overhead over the bare agent (session chat streams, {args.turns} turns per "
+        f"conversation, fake LLM {args.token_delay * 1000:g} ms/token, {args.workers} worker(s); "
+        f"medians of {args.rounds} round(s); target overhead ≤ 1.25, TTFT ≤ floor + 10 ms)",
+        [k for k in summary[0] if k != "overhead_rounds"],
+        [[v for k, v in row.items() if k != "overhead_rounds"] for row in summary],
+    )
+    harness.emit_json(
+        "floor",
+        {
+            "machine": harness.machine_facts(),
+            "params": {
+                k: getattr(args, k)
+                for k in (
+                    "rounds",
+                    "levels",
+                    "turns",
+                    "min_conversations",
+                    "workers",
+                    "token_delay",
+                )
+            },
+            "summary": summary,
+            "rounds": results,
+        },
+    )
+    if any(r["failures"] for r in results):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
