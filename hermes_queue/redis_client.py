@@ -1,14 +1,158 @@
-"""Redis clients with timeouts, so an unresponsive Redis is an error within seconds, never a
-hang: the API answers 503 and a worker's append retries or fails the turn."""
+"""Every Redis connection a process opens starts here: the one module that reads ``redis_url``.
+
+``redis_url`` names either one server or a group watched by Sentinel:
+
+* ``redis://[[user]:password@]host[:port][/db]`` (also ``rediss://``, ``unix://``): that server;
+* ``redis+sentinel://[[user]:password@]host1[:port1][,host2[:port2]…]/<service>[/<db>]``: the
+  primary of Sentinel service ``<service>``, asked of the Sentinels listed (port 26379 by
+  default). The credentials and ``db`` are the data nodes'; the Sentinels are queried without
+  AUTH (arq, which runs the worker's job loop, cannot authenticate to them).
+
+Discovery is redis-py's (and arq's) own: a connection asks the Sentinels for the primary each
+time it connects, so after a failover every process reaches the new primary on its next
+reconnect, without a restart; while there is none, calls fail with ``ConnectionError`` within
+the timeouts below (the API answers 503 ``redis_unavailable``), never hang.
+
+The factories, one per kind of user: :func:`connect` (pooled async client; ``for_pubsub``
+without a read timeout), :func:`connect_url` (a client for a bare URL, as the stream hub takes
+one), :func:`connect_sync` (the lease keeper's thread); arq's settings are the job queue
+adapter's (``jobqueue/connection.py``), from :func:`parse_sentinel_url`. Connections outside a
+pool (``redis_pipeline.dedicated_connection``) are built from a client's pool, so they follow
+the same primary.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis
 import redis.asyncio as aioredis
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import Sentinel as SyncSentinel
 
 from hermes_queue.config import Settings
 
 COMMAND_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
+# Sentinels answer from memory: a slow one is a dead one, ask the next.
+SENTINEL_TIMEOUT = 1.0
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """A ``redis+sentinel://`` URL, parsed."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+    def node_kwargs(self) -> dict[str, Any]:
+        """Connection arguments of the data nodes (primary and replicas)."""
+        return {"db": self.db, "username": self.username, "password": self.password}
+
+
+def parse_sentinel_url(url: str) -> SentinelTarget | None:
+    """The Sentinel group ``url`` names; None for a plain Redis URL. ValueError when malformed
+    (the message never repeats the password)."""
+    scheme = url.partition("://")[0]
+    if scheme.lower() != SENTINEL_SCHEME:
+        if scheme.lower().endswith("+sentinel"):
+            raise ValueError(f"unsupported scheme {scheme!r}: use {SENTINEL_SCHEME}://")
+        return None
+    parts = urlsplit(url)
+    if parts.query or parts.fragment:
+        raise ValueError("a redis+sentinel URL takes no query or fragment")
+    hosts = parts.netloc.rpartition("@")[2]
+    sentinels = tuple(_host_port(item) for item in hosts.split(",") if item.strip())
+    if not sentinels:
+        raise ValueError("a redis+sentinel URL names at least one Sentinel host")
+    path = [unquote(piece) for piece in parts.path.split("/")[1:]]
+    if not path or not path[0] or len(path) > 2:
+        raise ValueError("a redis+sentinel URL ends in /<service> or /<service>/<db>")
+    db = path[1] if len(path) == 2 and path[1] else "0"
+    if not db.isdigit():
+        raise ValueError(f"database {db!r} is not a number")
+    return SentinelTarget(
+        sentinels=sentinels,
+        service=path[0],
+        db=int(db),
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+    )
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    item = item.strip()
+    if item.startswith("["):  # [ipv6]:port
+        host, _, port = item[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+    if not host:
+        raise ValueError(f"Sentinel address {item!r} has no host")
+    if port and not port.isdigit():
+        raise ValueError(f"Sentinel address {item!r} has a bad port")
+    return host, int(port) if port else SENTINEL_PORT
+
+
+def on_this_host(url: str) -> bool:
+    """Whether every Redis address ``url`` names is a loopback one (or a Unix socket): then the
+    processes sharing it share this host too."""
+    target = parse_sentinel_url(url)
+    if target is not None:
+        hosts = [host for host, _port in target.sentinels]
+    else:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return True
+        hosts = [parts.hostname or "localhost"]
+    return all(_is_loopback(host) for host in hosts)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _sentinel_kwargs() -> dict[str, Any]:
+    return {"socket_timeout": SENTINEL_TIMEOUT, "socket_connect_timeout": SENTINEL_TIMEOUT}
+
+
+class _SentinelPool(SentinelConnectionPool):
+    """redis-py's Sentinel pool that also closes its Sentinel clients when closed for good
+    (a failover only drops idle connections: ``inuse_connections=False``)."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:
+            for client in self.sentinel_manager.sentinels:
+                await client.aclose()
+
+
+class _BlockingSentinelPool(_SentinelPool, aioredis.BlockingConnectionPool):
+    """A bounded pool (callers wait for a connection) whose connections find the primary
+    through Sentinel."""
+
+
+def _through_sentinel(target: SentinelTarget, **options: Any) -> aioredis.Redis:
+    """An async client of ``target``'s primary; bounded pool when ``max_connections`` is given."""
+    pool_class = _BlockingSentinelPool if "max_connections" in options else _SentinelPool
+    manager = Sentinel(target.sentinels, sentinel_kwargs=_sentinel_kwargs())  # type: ignore[no-untyped-call]
+    client: aioredis.Redis = manager.master_for(
+        target.service, connection_pool_class=pool_class, **target.node_kwargs(), **options
+    )
+    return client
 
 
 def connect(settings: Settings, *, for_pubsub: bool = False) -> aioredis.Redis:
@@ -17,12 +161,49 @@ def connect(settings: Settings, *, for_pubsub: bool = False) -> aioredis.Redis:
     The pool is bounded (``redis_pool_size``): a burst of requests waits for a connection
     instead of opening one per request, so a process's connection count stays constant.
     """
-    pool = aioredis.BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=settings.redis_pool_size,
-        timeout=COMMAND_TIMEOUT,
-        socket_timeout=None if for_pubsub else COMMAND_TIMEOUT,
-        socket_connect_timeout=CONNECT_TIMEOUT,
-        health_check_interval=30,
-    )
+    options: dict[str, Any] = {
+        "max_connections": settings.redis_pool_size,
+        "timeout": COMMAND_TIMEOUT,
+        "socket_timeout": None if for_pubsub else COMMAND_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "health_check_interval": 30,
+    }
+    target = parse_sentinel_url(settings.redis_url)
+    if target is not None:
+        return _through_sentinel(target, **options)
+    pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
     return aioredis.Redis(connection_pool=pool)
+
+
+def connect_url(url: str) -> aioredis.Redis:
+    """An unbounded async client for ``url`` (either form), with redis-py's defaults."""
+    target = parse_sentinel_url(url)
+    return aioredis.Redis.from_url(url) if target is None else _through_sentinel(target)
+
+
+def connect_sync(settings: Settings, *, socket_timeout: float = COMMAND_TIMEOUT) -> redis.Redis:
+    """A synchronous client, for code that runs in a thread of its own (the lease keeper)."""
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+    }
+    target = parse_sentinel_url(settings.redis_url)
+    if target is None:
+        return redis.Redis.from_url(settings.redis_url, **options)
+    manager = SyncSentinel(target.sentinels, sentinel_kwargs=_sentinel_kwargs())  # type: ignore[no-untyped-call]
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+        target.service, **target.node_kwargs(), **options
+    )
+    return client
+
+
+__all__ = [
+    "COMMAND_TIMEOUT",
+    "CONNECT_TIMEOUT",
+    "SentinelTarget",
+    "connect",
+    "connect_sync",
+    "connect_url",
+    "on_this_host",
+    "parse_sentinel_url",
+]

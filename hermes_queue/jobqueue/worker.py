@@ -29,11 +29,12 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
-from arq.connections import RedisSettings, create_pool
+from arq.connections import create_pool
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
 from hermes_queue.config import Settings
+from hermes_queue.jobqueue.connection import redis_settings
 from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
@@ -230,7 +231,7 @@ def queue_worker(
     worker = WakeableWorker(
         functions=[func(run_turn, name=RUN_TURN)],
         queue_name=keys.queue,
-        redis_settings=RedisSettings.from_dsn(settings.redis_url),
+        redis_settings=redis_settings(settings),
         burst=burst,
         on_startup=on_startup,
         on_shutdown=on_shutdown,

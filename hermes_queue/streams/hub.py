@@ -33,6 +33,7 @@ from redis.asyncio.client import Pipeline
 from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
+from hermes_queue.redis_client import connect_url
 from hermes_queue.streams.follower import Follower
 from hermes_queue.streams.reader import (
     Page,
@@ -135,7 +136,7 @@ class StreamHub:
         client_name: str = "hermes-queue:hub",
     ) -> None:
         self._owns_redis = isinstance(redis, str)
-        self.redis: Redis = Redis.from_url(redis) if isinstance(redis, str) else redis
+        self.redis: Redis = connect_url(redis) if isinstance(redis, str) else redis
         self.keys = keys
         self.queue_size = queue_size
         # A page never exceeds a subscriber's buffer, so one XREAD cannot overflow it alone.

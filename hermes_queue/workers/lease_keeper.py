@@ -23,6 +23,7 @@ import redis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
+from hermes_queue.redis_client import connect_sync
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
 
@@ -57,7 +58,7 @@ class LeaseKeeper:
         self._runs: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+        self._client = connect_sync(settings)
         self._renew = self._client.register_script(leases.renew_script)
         self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
 

@@ -1,0 +1,25 @@
+"""arq's connection settings for ``redis_url``: a plain URL through arq's own DSN parsing, a
+``redis+sentinel://`` one (``redis_client.parse_sentinel_url``) through arq's own Sentinel
+support (``sentinel=True``), so the job loop finds the primary as every other client does."""
+
+from __future__ import annotations
+
+from arq.connections import RedisSettings
+
+from hermes_queue.config import Settings
+from hermes_queue.redis_client import CONNECT_TIMEOUT, parse_sentinel_url
+
+
+def redis_settings(settings: Settings) -> RedisSettings:
+    target = parse_sentinel_url(settings.redis_url)
+    if target is None:
+        return RedisSettings.from_dsn(settings.redis_url)
+    return RedisSettings(
+        host=list(target.sentinels),
+        sentinel=True,
+        sentinel_master=target.service,
+        database=target.db,
+        username=target.username,
+        password=target.password,
+        conn_timeout=int(CONNECT_TIMEOUT),
+    )
