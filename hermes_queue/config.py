@@ -48,6 +48,9 @@ class Settings:
     namespace: str = "hq"
     # Connections per process pool (requests wait for one rather than open more).
     redis_pool_size: int = 32
+    # Run creation, stop, approval answers and the terminal transition wait until this many
+    # replicas acknowledged them (Redis WAIT), so a 2xx survives a failover (0: do not wait).
+    redis_min_replicas: int = 0
     # HTTP API
     host: str = "127.0.0.1"
     port: int = 8642
@@ -159,7 +162,12 @@ class Settings:
                 raise ConfigError(f"{name} must be at least 1")
         if self.hermes_max_iterations < 1:
             raise ConfigError("hermes_max_iterations must be at least 1")
-        for name in ("max_ready_depth", "max_ready_age_seconds", "hermes_agent_cache_size"):
+        for name in (
+            "max_ready_depth",
+            "max_ready_age_seconds",
+            "hermes_agent_cache_size",
+            "redis_min_replicas",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 (off) or positive")
         if not 0 <= self.metrics_port <= 65535:

@@ -26,6 +26,7 @@ from redis.commands.core import AsyncScript
 from hermes_queue.config import Settings
 from hermes_queue.events import encode_data
 from hermes_queue.keys import Keys
+from hermes_queue.replication import acknowledged
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script
 
@@ -59,6 +60,9 @@ class Approvals:
             name: redis.register_script(_load(name))
             for name in ("request_approval", "answer_approval", "settle_approval")
         }
+        self._acked = acknowledged(
+            self._scripts, settings.redis_min_replicas, strict=("answer_approval",)
+        )
 
     def _run_keys(self, run_id: str) -> list[str]:
         return [self.keys.run(run_id), self.keys.events(run_id)]
@@ -109,7 +113,7 @@ class Approvals:
     async def answer(
         self, run_id: str, choice: str, *, resolve_all: bool = False, request_id: str = ""
     ) -> AnswerOutcome:
-        result = await self._scripts["answer_approval"](
+        result = await self._acked["answer_approval"](
             keys=self._run_keys(run_id),
             args=[
                 choice,

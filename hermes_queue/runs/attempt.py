@@ -26,6 +26,7 @@ from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
 from hermes_queue.keys import Keys
 from hermes_queue.redis_pipeline import PipelinedConnection
+from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
@@ -50,6 +51,11 @@ class FencedScripts:
         self.on_finished = on_finished
         self.append = redis.register_script(load_script("append"))
         self.finish = redis.register_script(load_script("finish"))
+        # The terminal transition waits for redis_min_replicas replicas (replication.py); a
+        # too-short count is logged: nothing to retry, the lease re-runs a lost one.
+        self.finish_acked = acknowledged(
+            {"finish": self.finish}, settings.redis_min_replicas, lenient=("finish",)
+        )["finish"]
         self.release = redis.register_script(load_script("release"))
         # Appends are the hot path of a turn: pipelined on one connection of their own
         # (connected on first use, so API processes never open it).
@@ -153,7 +159,7 @@ class Attempt:
         self, status: RunStatus, event_type: EventType, data: dict[str, Any], fields: dict[str, str]
     ) -> bool:
         keys, settings = self.scripts.keys, self.settings
-        result = await self.scripts.finish(
+        result = await self.scripts.finish_acked(
             keys=[
                 keys.run(self.run_id),
                 keys.events(self.run_id),

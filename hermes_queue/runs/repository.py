@@ -21,6 +21,7 @@ from redis.commands.core import AsyncScript
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.jobs import QUEUE_WAIT_MS
 from hermes_queue.keys import Keys
+from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts
 from hermes_queue.runs.leases import Leases
@@ -64,6 +65,12 @@ class RunRepository:
             name: redis.register_script(_load_script(name))
             for name in ("create", "create_session_run", "claim", "stop")
         }
+        # Writes a client is told about wait for redis_min_replicas replicas (replication.py).
+        self._acked = acknowledged(
+            self._scripts,
+            settings.redis_min_replicas,
+            strict=("create", "create_session_run", "stop"),
+        )
         # The leases of running runs: renewed by lease keepers, settled by reapers.
         self.leases = Leases(redis, settings, self.keys, self._on_finished)
         # Approval requests and answers (their own module: runs/approvals.py).
@@ -117,7 +124,7 @@ class RunRepository:
         extra: dict[str, str] | None = None,
     ) -> bool:
         """Store the run and queue it atomically; False if the id already exists."""
-        created = await self._scripts["create"](
+        created = await self._acked["create"](
             keys=[self.keys.run(run_id), self.keys.queue],
             args=[
                 run_id,
@@ -140,7 +147,7 @@ class RunRepository:
         extra: dict[str, str] | None = None,
     ) -> SessionAdmission:
         """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``)."""
-        result = await self._scripts["create_session_run"](
+        result = await self._acked["create_session_run"](
             keys=[
                 self.keys.run(run_id),
                 self.keys.queue,
@@ -183,7 +190,7 @@ class RunRepository:
         return RunRecord.from_hash(raw) if raw else None
 
     async def request_stop(self, run_id: str) -> StopOutcome:
-        result = await self._scripts["stop"](
+        result = await self._acked["stop"](
             keys=[
                 self.keys.run(run_id),
                 self.keys.events(run_id),

@@ -1,0 +1,103 @@
+"""Writes acknowledged only once replicated: a script call followed by ``WAIT``.
+
+Redis replicates asynchronously, so a primary that dies can take its last writes with it, and
+Sentinel promotes a replica that never saw them. With ``redis_min_replicas`` = n > 0 the writes
+a client is told about (run creation, stop, an approval answer, the terminal transition) are
+followed by ``WAIT n timeout`` on the same connection, in the same round trip (a pipeline, not
+a transaction): Redis answers ``WAIT`` once n replicas acknowledged everything written on that
+connection so far, which includes the script's writes.
+
+When fewer replicas acknowledge within :data:`WAIT_TIMEOUT_MS` the write still happened on the
+primary (Redis cannot take it back): :class:`NotReplicated` then says so. It is a redis-py
+``TimeoutError``, so the API answers 503 ``redis_unavailable`` as for any Redis outage; the run,
+stop or answer stands on the primary, and the client's retry (an ``Idempotency-Key`` for run
+creation, or simply again for stop and approvals) finds it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger(__name__)
+
+# How long a write waits for its replicas: a healthy replica acknowledges within a round trip,
+# so this only bounds how long a client waits while the replicas are away.
+WAIT_TIMEOUT_MS = 2_000
+
+
+class NotReplicated(RedisTimeoutError):
+    """The write was applied on the primary, but fewer replicas than asked acknowledged it."""
+
+    def __init__(self, result: Any, acknowledged: int, wanted: int) -> None:
+        super().__init__(f"write acknowledged by {acknowledged} of {wanted} replica(s)")
+        self.result = result
+        self.acknowledged = acknowledged
+        self.wanted = wanted
+
+
+async def call_replicated(
+    script: AsyncScript,
+    *,
+    keys: list[Any],
+    args: list[Any],
+    replicas: int,
+    strict: bool = True,
+    timeout_ms: int | None = None,
+) -> Any:
+    """``script(keys, args)``; with ``replicas`` > 0, followed by ``WAIT replicas timeout_ms`` on
+    the same connection. Too few acknowledgements raise :class:`NotReplicated` (``strict``)
+    or are logged (a write nobody waits on, e.g. a worker's terminal transition: there is
+    nothing to retry, and its lease makes a lost one run again)."""
+    if replicas <= 0:
+        return await script(keys=keys, args=args)
+    timeout_ms = WAIT_TIMEOUT_MS if timeout_ms is None else timeout_ms
+    for _ in range(2):
+        pipe = script.registered_client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *args)
+        pipe.execute_command("WAIT", replicas, timeout_ms)
+        result, acknowledged = await pipe.execute(raise_on_error=False)
+        if isinstance(result, NoScriptError):  # not run: load it (a restart, a new primary)
+            await script.registered_client.script_load(script.script)
+            continue
+        if isinstance(result, Exception):
+            raise result
+        if isinstance(acknowledged, Exception):
+            raise acknowledged
+        if int(acknowledged) < replicas:
+            if strict:
+                raise NotReplicated(result, int(acknowledged), replicas)
+            log.warning("write acknowledged by %s of %d replica(s)", acknowledged, replicas)
+        return result
+    raise NoScriptError("script missing right after SCRIPT LOAD")
+
+
+ScriptCall = Callable[..., Awaitable[Any]]
+
+
+def acknowledged(
+    scripts: Mapping[str, AsyncScript],
+    replicas: int,
+    *,
+    strict: Iterable[str] = (),
+    lenient: Iterable[str] = (),
+) -> dict[str, ScriptCall]:
+    """The named scripts as ``await call(keys=…, args=…)`` (a registered script's signature)
+    followed by ``WAIT``: :class:`NotReplicated` for ``strict`` ones, a warning for
+    ``lenient`` ones."""
+    calls: dict[str, ScriptCall] = {}
+    for names, is_strict in ((strict, True), (lenient, False)):
+        for name in names:
+            calls[name] = functools.partial(
+                call_replicated, scripts[name], replicas=replicas, strict=is_strict
+            )
+    return calls
+
+
+__all__ = ["WAIT_TIMEOUT_MS", "NotReplicated", "acknowledged", "call_replicated"]

@@ -1,0 +1,122 @@
+"""``redis_min_replicas``: the writes a client is told about wait for replicas (WAIT)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from hermes_queue import replication
+from hermes_queue.config import ConfigError, Settings, load_settings
+from hermes_queue.replication import NotReplicated
+from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.repository import RunRepository, new_run_id
+from tests.api.conftest import running_api
+from tests.redis_group import SentinelGroup
+
+
+@pytest.fixture
+def short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replication, "WAIT_TIMEOUT_MS", 200)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[SentinelGroup]:
+    """A primary with one replica (no Sentinels: nothing fails over here)."""
+    with SentinelGroup(sentinels=0) as group:
+        yield group
+
+
+def test_setting_is_read_and_checked() -> None:
+    env = {"HERMES_QUEUE_REDIS_MIN_REPLICAS": "1"}
+    assert load_settings(env, config_file=None).redis_min_replicas == 1
+    assert Settings().redis_min_replicas == 0
+    with pytest.raises(ConfigError, match="redis_min_replicas"):
+        Settings(redis_min_replicas=-1).validate()
+
+
+async def create(repo: RunRepository) -> str:
+    run_id = new_run_id()
+    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"})
+    return run_id
+
+
+async def test_a_write_no_replica_acknowledged_raises_but_stands_on_the_primary(
+    redis: Any, settings: Settings, short_wait: None
+) -> None:
+    # The suite's Redis has no replica: WAIT 1 can only time out.
+    repo = RunRepository(redis, settings.replace(redis_min_replicas=1))
+    run_id = new_run_id()
+    with pytest.raises(NotReplicated) as caught:
+        await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"})
+    assert (caught.value.acknowledged, caught.value.wanted) == (0, 1)
+    record = await repo.get(run_id)
+    assert record is not None and record.status == RunStatus.QUEUED
+    with pytest.raises(NotReplicated):
+        await repo.request_stop(run_id)
+    record = await repo.get(run_id)
+    assert record is not None and record.status == RunStatus.CANCELLED
+
+
+async def test_the_terminal_transition_only_warns(
+    redis: Any, settings: Settings, short_wait: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    plain = RunRepository(redis, settings)
+    run_id = await create(plain)
+    repo = RunRepository(redis, settings.replace(redis_min_replicas=1))
+    attempt = await repo.claim(run_id, "w1")
+    assert attempt is not None
+    with caplog.at_level(logging.WARNING, logger="hermes_queue.replication"):
+        assert await attempt.complete(output="x", usage={}, messages=[], runtime=None)
+    assert "acknowledged by 0 of 1 replica" in caplog.text
+    record = await repo.get(run_id)
+    assert record is not None and record.status == RunStatus.COMPLETED
+    await repo.aclose()
+    await plain.aclose()
+
+
+async def test_api_answers_503_when_a_run_was_not_replicated(
+    settings: Settings, short_wait: None
+) -> None:
+    async with running_api(settings.replace(redis_min_replicas=1)) as api:
+        response = await api.post("/v1/runs", json={"input": "hello"})
+        body = await response.json()
+    assert response.status == 503
+    assert body["error"]["code"] == "redis_unavailable"
+
+
+async def test_an_acknowledged_write_is_on_the_replica_when_the_call_returns(
+    pair: SentinelGroup, namespace: str
+) -> None:
+    primary, replica = pair.nodes
+    settings = Settings(
+        redis_url=f"redis://{primary.host}:{primary.port}/0",
+        namespace=namespace,
+        redis_min_replicas=1,
+    )
+    client = aioredis.Redis(host=primary.host, port=primary.port)
+    mirror = aioredis.Redis(host=replica.host, port=replica.port)
+    try:
+        await client.script_flush()  # as on a freshly promoted primary: scripts load on use
+        repo = RunRepository(client, settings)
+        for _ in range(20):
+            run_id = await create(repo)
+            assert await mirror.hget(repo.keys.run(run_id), "status") == b"queued"
+            await repo.request_stop(run_id)
+            assert await mirror.hget(repo.keys.run(run_id), "status") == b"cancelled"
+        # A replica that cannot acknowledge (busy) holds the answer back until it can.
+        asleep = asyncio.create_task(mirror.execute_command("DEBUG", "SLEEP", "1"))
+        await asyncio.sleep(0.05)
+        creating = asyncio.create_task(create(repo))
+        done, _ = await asyncio.wait([creating], timeout=0.5)
+        assert not done, "the create answered before its replica acknowledged it"
+        await asleep
+        run_id = await creating
+        assert await mirror.hget(repo.keys.run(run_id), "status") == b"queued"
+    finally:
+        await client.aclose()
+        await mirror.aclose()
