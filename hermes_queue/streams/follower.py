@@ -37,7 +37,13 @@ from redis.asyncio.connection import AbstractConnection
 
 from hermes_queue.events import RunEvent
 from hermes_queue.redis_pipeline import dedicated_connection
-from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, decode_flat
+from hermes_queue.streams.reader import (
+    BACKOFF_MAX,
+    BACKOFF_MIN,
+    REDIS_DOWN,
+    decode_flat,
+    id_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +237,10 @@ class Follower:
             if len(parts) == 7 and parts[2].isdigit():
                 seq = int(parts[2])
                 if seq <= stream.seq:
-                    return
-                if seq == stream.seq + 1:
+                    if id_key(parts[0].decode()) <= id_key(stream.cursor):
+                        return  # already read
+                    # A later entry numbered like one read: a failover lost entries. Read it.
+                elif seq == stream.seq + 1:
                     flat = [b"t", parts[1], b"s", parts[2], b"a", parts[3]]
                     flat += [b"ts", parts[4], b"sid", parts[5], b"d", parts[6]]
                     self._dispatch({key: stream}, [(channel, [(parts[0], flat)])])

@@ -224,6 +224,9 @@ class Subscription:
             return
         if self._last is None and event.seq != 1:  # fresh, but the run's start is gone
             self._out.append(gap_event(self.run_id, event.id, ZERO_ID))
+        elif self._last_seq is not None and 0 < event.seq <= self._last_seq:
+            # Numbered like one handed out: Redis lost entries (a failover) and the run went on.
+            self._out.append(gap_event(self.run_id, event.id, self._last or ZERO_ID))
         self._last = event.id
         self._last_key = id_key(event.id)
         self._last_seq = event.seq or None
