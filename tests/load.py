@@ -55,7 +55,7 @@ class RunTrace:
     def terminal(self) -> dict[str, Any] | None:
         for _, payload in reversed(self.frames):
             if payload.get("event") in TERMINAL:
-                return payload
+                return dict(payload)
         return None
 
     def warned(self) -> bool:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,11 +82,14 @@ class Cluster:
     procs: list[Proc] = field(default_factory=list)
     _logdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="hq-e2e-"))
 
-    def _spawn(self, name: str, args: list[str], settings: Settings) -> Proc:
+    def _spawn(
+        self, name: str, args: list[str], settings: Settings, launcher: Sequence[str] = ()
+    ) -> Proc:
+        """``python -m hermes_queue <args>``, behind ``launcher`` (e.g. ``ip netns exec``)."""
         log_path = Path(self._logdir) / f"{name}-{len(self.procs)}.log"
         handle = log_path.open("wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "hermes_queue", *args],
+            [*launcher, sys.executable, "-m", "hermes_queue", *args],
             env=_env(settings),
             stdout=handle,
             stderr=subprocess.STDOUT,

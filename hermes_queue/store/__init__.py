@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from hermes_queue.config import Settings
+from hermes_queue.redis_client import on_this_host
 from hermes_queue.store.base import (
     UNSET,
     InvalidTitle,
@@ -84,6 +85,20 @@ def create_store(url: str, *, schema: str | None = None) -> SessionStore:
     )
 
 
+def warn_if_store_is_per_host(settings: Settings) -> bool:
+    """Warn (and say True) when the store is a SQLite file while Redis is on another host: the
+    deployment then spans hosts, and a process on another host would write a session store of
+    its own, so sessions and transcripts would differ by the replica that served them."""
+    if not settings.store_url.lower().startswith("sqlite:") or on_this_host(settings.redis_url):
+        return False
+    logging.getLogger(__name__).warning(
+        "store_url is a SQLite file but Redis is on another host: API replicas and workers on "
+        "other hosts would each keep sessions of their own; use PostgreSQL "
+        "(store_url = postgresql://...) when they run on several hosts"
+    )
+    return True
+
+
 async def open_store(settings: Settings) -> SessionStore:
     """The store named by the settings, migrated when ``migrate_on_start`` is set.
 
@@ -91,6 +106,7 @@ async def open_store(settings: Settings) -> SessionStore:
     endpoints that need it answer 503 ``session_db_unavailable`` meanwhile.
     """
     store = create_store(settings.store_url, schema=settings.store_schema or None)
+    warn_if_store_is_per_host(settings)
     if settings.migrate_on_start:
         try:
             await store.migrate()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.connection import redis_settings as arq_settings
 from hermes_queue.redis_client import on_this_host, parse_sentinel_url
+from hermes_queue.store import warn_if_store_is_per_host
 
 
 def test_plain_urls_are_not_sentinel_urls() -> None:
@@ -79,3 +82,14 @@ def test_on_this_host_only_when_every_address_is_loopback() -> None:
     assert not on_this_host("redis://10.0.0.5:6379/0")
     assert not on_this_host("redis://redis.internal:6379/0")
     assert not on_this_host("redis+sentinel://127.0.0.1:1,10.0.0.2:2/svc")
+
+
+def test_sqlite_store_with_redis_on_another_host_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    remote = Settings(redis_url="redis://10.0.0.5:6379/0", store_url="sqlite:///s.db")
+    with caplog.at_level(logging.WARNING, logger="hermes_queue.store"):
+        assert warn_if_store_is_per_host(remote)
+    assert "SQLite file but Redis is on another host" in caplog.text
+    assert not warn_if_store_is_per_host(remote.replace(store_url="postgresql://db/x"))
+    assert not warn_if_store_is_per_host(remote.replace(redis_url="redis://127.0.0.1/0"))
