@@ -24,6 +24,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from aiohttp import web
 from redis.asyncio.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.api.errors import ApiError
 from hermes_queue.events import RunEvent, format_stream_id, parse_stream_id
@@ -139,8 +141,25 @@ def event_bytes(event: RunEvent, render: Renderer) -> bytes:
 
 
 # A stream idle for this many keepalives re-checks that its run still exists, so a client never
-# waits forever on a run whose record is gone (one EXISTS a minute per idle client by default).
+# waits forever on a run whose record is gone (one EXISTS a minute per idle client by default);
+# so does one at its first keepalive after the hub lost its Redis connection (a restart may
+# have lost the run), which ends it within a keepalive of Redis coming back.
 RECORD_CHECK_EVERY = 6
+
+
+def run_lost_frame(run_id: str) -> bytes:
+    """The explicit end of a stream whose run Redis no longer has (its retention passed, or
+    Redis restarted without its data): a ``stream.error`` frame, then the closing comment."""
+    payload = {
+        "event": "stream.error",
+        "run_id": run_id,
+        "error": {
+            "message": "This run no longer exists in Redis: no event can follow",
+            "type": "server_error",
+            "code": "run_lost",
+        },
+    }
+    return encode_frame("stream.error", payload, "") + b": run not found\n\n"
 
 
 @dataclass(frozen=True)
@@ -185,6 +204,13 @@ class RunFeed:
     async def _exists(self, run_id: str) -> bool:
         return bool(await self._redis.exists(self._keys.run(run_id)))
 
+    async def _lost(self, run_id: str) -> bool | None:
+        """Whether the run's record is gone; None while Redis cannot tell (it is away)."""
+        try:
+            return not await self._exists(run_id)
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            return None
+
     async def pump(
         self,
         response: web.StreamResponse,
@@ -204,6 +230,7 @@ class RunFeed:
         the body in one write (the response is then finished: write nothing more).
         """
         idle = 0
+        checked = self._hub.connection_losses  # changed: Redis was away, may have lost the run
         try:
             async with self._hub.subscribe(run_id, cursor, page=page) as subscription:
                 while True:
@@ -214,10 +241,14 @@ class RunFeed:
                         if subscription.finished:  # the hub closed: the process is stopping
                             return False
                         idle += 1
-                        if idle % RECORD_CHECK_EVERY == 0 and not await self._exists(run_id):
-                            # The run is gone (expired, or Redis lost its data): nothing follows.
-                            await response.write(b": run not found\n\n")
-                            return False
+                        losses = self._hub.connection_losses
+                        if idle % RECORD_CHECK_EVERY == 0 or losses != checked:
+                            lost = await self._lost(run_id)
+                            if lost:  # expired, or Redis lost its data: nothing follows
+                                await response.write(run_lost_frame(run_id))
+                                return False
+                            if lost is not None:  # known now (not while Redis is away)
+                                checked = losses
                         await response.write(KEEPALIVE)
                         continue
                     idle = 0

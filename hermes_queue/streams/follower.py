@@ -101,6 +101,9 @@ class Follower:
         self._syncer: asyncio.Task[None] | None = None
         self.xreads = 0
         self.listener_client_id: int | None = None
+        # Connections to Redis lost so far: Redis may come back without its data (a restart
+        # without persistence), so readers re-check that their runs still exist (api/sse.py).
+        self.losses = 0
         self.closed = False
 
     @property
@@ -212,6 +215,7 @@ class Follower:
                 backoff = BACKOFF_MIN
             except Exception as exc:  # never die: Redis restarts, CLIENT KILL, errors
                 log.warning("stream hub read failed, retrying in %.1fs: %r", backoff, exc)
+                self.losses += 1
                 for conn in (self._listener, self._conn):
                     if conn is not None:
                         await conn.disconnect(nowait=True)

@@ -216,6 +216,12 @@ class StreamHub:
             replies = await pipe.execute()
         return replies[:own], first_page(run_id, cursor, replies[own:])
 
+    @property
+    def connection_losses(self) -> int:
+        """How many times the hub lost its Redis connections: a change means Redis may have lost
+        data meanwhile (a restart without persistence, a failover)."""
+        return self.follower.losses
+
     def stats(self) -> dict[str, int]:
         """For metrics: open subscriptions, streams with subscribers, streams followed."""
         return {
