@@ -113,10 +113,16 @@ def _redis_node(host: Host, workdir: Path) -> Node:
 
 @contextlib.asynccontextmanager
 async def spread(
-    settings: Settings, *, apis: int = 2, workers: int = 2, sentinel: bool = False
+    settings: Settings,
+    *,
+    apis: int = 2,
+    workers: int = 2,
+    sentinel: bool = False,
+    replicas: int = 1,
 ) -> AsyncIterator[Spread]:
     """Start everything on hosts of its own; ``settings.store_url``, when PostgreSQL, is
-    reached through a proxy on a PostgreSQL host (its schema must exist)."""
+    reached through a proxy on a PostgreSQL host (its schema must exist). ``sentinel``: a
+    primary, ``replicas`` replicas and three Sentinels on the Redis host."""
     network = Network().create()
     proxy = None
     try:
@@ -133,7 +139,8 @@ async def spread(
             store_url = urlunsplit(parts._replace(netloc=netloc))
         client = network.add_host("client")
         with client.entered():
-            async with _on_hosts(settings, store_url, network, client, redis_host, sentinel) as d:
+            nodes = 1 + replicas if sentinel else 0
+            async with _on_hosts(settings, store_url, network, client, redis_host, nodes) as d:
                 for host in api_hosts:
                     await d.start_api(host)
                 for host in worker_hosts:
@@ -153,13 +160,19 @@ async def _on_hosts(
     network: Network,
     client: Host,
     redis_host: Host,
-    sentinel: bool,
+    sentinel_nodes: int,
 ) -> AsyncIterator[Spread]:
+    """``sentinel_nodes``: 0 for one plain Redis, else the data nodes of a Sentinel group."""
     cluster = Cluster(settings.replace(store_url=store_url))
     group, node = None, None
-    if sentinel:
-        ports = [REDIS_PORT, REDIS_PORT + 1, 26379, 26380, 26381]
-        group = SentinelGroup(host=redis_host.address, launcher=redis_host.launcher, ports=ports)
+    if sentinel_nodes:
+        ports = [REDIS_PORT + i for i in range(sentinel_nodes)] + [26379, 26380, 26381]
+        group = SentinelGroup(
+            host=redis_host.address,
+            launcher=redis_host.launcher,
+            ports=ports,
+            replicas=sentinel_nodes - 1,
+        )
         group.start()
         redis_url = group.url
     else:

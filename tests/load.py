@@ -44,6 +44,7 @@ class RunTrace:
     frames: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     resumes: int = 0
     end: str = ""  # "terminal", "error", or why the reader gave up
+    first_at: float | None = None  # time.monotonic() of the first frame
     ended_at: float | None = None  # time.monotonic() of the terminal or error frame
     record: dict[str, Any] = field(default_factory=dict)  # GET /v1/runs/{id} at the end
 
@@ -215,6 +216,7 @@ class Load:
                             if not frame.data:
                                 continue
                             payload = frame.json()
+                            trace.first_at = trace.first_at or time.monotonic()
                             trace.frames.append((frame.id, payload))
                             cursor = frame.id or cursor
                             if (

@@ -191,24 +191,33 @@ class SentinelGroup:
         raise AssertionError(f"no replica was promoted within {within}s:\n{logs}")
 
     async def restart(self, node: Node, within: float = 30.0) -> None:
-        """Start a killed node again and await it as a synced replica of the primary."""
-        await asyncio.to_thread(node.start)
-        self._await_replicas(self.primary(), self.replicas, within)
+        """Start a killed node again (with its first arguments, as a supervisor would) and await
+        it as a synced replica of the primary. A node that was the primary comes back believing
+        it still is; Sentinel turns it into a replica some 10 s later (it waits that long for an
+        instance to report its role), so this takes that long. Connects from the caller's
+        thread (its network namespace)."""
+        node.start()
+        deadline = time.monotonic() + within
+        while self._replicas_online(self.primary()) < self.replicas:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{node.name} never came back as a replica")
+            await asyncio.sleep(0.1)
+
+    def _replicas_online(self, primary: Node) -> int:
+        with contextlib.suppress(redis.RedisError), primary.client(timeout=1) as client:
+            info = client.info("replication")
+            return sum(
+                1
+                for key, value in info.items()
+                if key.startswith("slave")
+                and isinstance(value, dict)
+                and value.get("state") == "online"
+            )
+        return 0
 
     def _await_replicas(self, primary: Node, count: int, within: float = 30.0) -> None:
         deadline = time.monotonic() + within
-        while True:
-            with contextlib.suppress(redis.RedisError), primary.client(timeout=1) as client:
-                info = client.info("replication")
-                online = [
-                    value
-                    for key, value in info.items()
-                    if key.startswith("slave")
-                    and isinstance(value, dict)
-                    and value.get("state") == "online"
-                ]
-                if len(online) >= count:
-                    return
+        while self._replicas_online(primary) < count:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{primary.name} has fewer than {count} replica(s) online")
             time.sleep(0.05)

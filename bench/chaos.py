@@ -1,0 +1,269 @@
+"""Chaos figures: faults under a steady load, on separate (simulated) hosts, through Sentinel.
+
+Redis (a primary, a replica and three Sentinels), two API replicas and two workers each run in a
+network namespace of their own (``tests/hosts.py``; needs root and iproute2), every process
+configured with a ``redis+sentinel://`` URL. For each of ``--rounds`` rounds, each fault in turn
+hits a deployment under load (``tests/load.py``: clients posting a run every ``--interval`` s,
+each read over SSE from either replica, half of the readers dropping and resuming on the other
+with ``Last-Event-ID``):
+
+* ``worker``: SIGKILL the worker running most runs (a new one starts on its host afterwards);
+* ``api``: SIGKILL an API replica (its readers resume on the other; restarted afterwards);
+* ``redis``: SIGKILL the Redis primary; Sentinel promotes the replica; the killed node comes
+  back as a replica (as a supervisor would restart it);
+* ``partition``: cut the host of the worker running most runs off the network for
+  ``lease_seconds`` + 2 s, then reconnect it.
+
+Per fault it prints: runs accepted (2xx) during the window, terminal (the reader got a terminal
+frame), lost (accepted, yet the record never became terminal), readers that saw an id twice,
+readers with an unannounced loss (text not the output and no ``stream.gap``/``run.restarted``),
+creations refused (by status), the time from the fault to the terminal frame of the runs it
+caught in flight (p50/max) and the recovery time: fault → the first event of a run created after
+the fault (one that completed; p50/max over rounds). For ``redis`` it also notes when the replica
+was promoted and when the killed node was back as a replica.
+
+    sudo python bench/chaos.py [--rounds 2] [--min-replicas 1] [--faults worker,api,redis,partition]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+# The fault plumbing is the test suite's (simulated hosts, Sentinel group, load with checks), and
+# this checkout's hermes_queue goes with it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import harness
+
+from hermes_queue.config import Settings
+from tests.hosts import Spread, spread
+from tests.load import Load, RunTrace, record_problems
+from tests.netns import Host
+
+FAULTS = ("worker", "api", "redis", "partition")
+SETTLE_S = 4.0  # load keeps running this long after a fault has been repaired
+
+
+async def busiest_worker(d: Spread, load: Load) -> Host:
+    """The worker host running most of the runs in flight."""
+    counts: Counter[Host] = Counter()
+    for trace in load.accepted:
+        if trace.end:
+            continue
+        host = await d.holder(trace.run_id)
+        if host is not None:
+            counts[host] += 1
+    return counts.most_common(1)[0][0] if counts else next(iter(d.workers))
+
+
+Notes = dict[str, float]  # milestones of a fault: seconds after it
+
+
+async def kill_worker(d: Spread, load: Load, notes: Notes) -> Callable[[], Awaitable[None]]:
+    host = await busiest_worker(d, load)
+    d.workers[host].kill()
+
+    async def repair() -> None:
+        await d.start_worker(host)
+
+    return repair
+
+
+async def kill_api(d: Spread, load: Load, notes: Notes) -> Callable[[], Awaitable[None]]:
+    host = next(iter(d.apis))
+    d.apis[host][1].kill()
+
+    async def repair() -> None:
+        await d.start_api(host)
+
+    return repair
+
+
+async def kill_primary(d: Spread, load: Load, notes: Notes) -> Callable[[], Awaitable[None]]:
+    assert d.group is not None
+    old = d.group.kill_primary()
+    killed = time.monotonic()
+
+    async def repair() -> None:
+        assert d.group is not None
+        await d.group.wait_for_new_primary(old)
+        notes["promoted_s"] = round(time.monotonic() - killed, 2)
+        await d.group.restart(old)
+        notes["replica_back_s"] = round(time.monotonic() - killed, 2)
+
+    return repair
+
+
+async def partition(d: Spread, load: Load, notes: Notes) -> Callable[[], Awaitable[None]]:
+    host = await busiest_worker(d, load)
+    host.cut()
+
+    async def repair() -> None:
+        await asyncio.sleep(d.cluster.settings.lease_seconds + 2)
+        host.reconnect()
+
+    return repair
+
+
+INJECT = {"worker": kill_worker, "api": kill_api, "redis": kill_primary, "partition": partition}
+
+
+async def one_fault(d: Spread, fault: str, clients: int, interval: float) -> dict[str, Any]:
+    load = Load(d.http, d.urls, clients=clients, interval=interval, max_runs=400)
+    load.start()
+    try:
+        await load.wait_for_completed(2 * clients, within=60)
+        notes: Notes = {}
+        fault_at = time.monotonic()
+        repair = await INJECT[fault](d, load, notes)
+        await repair()
+        repaired_at = time.monotonic()
+        await load.wait_for_completed(clients, since=repaired_at, within=60)
+        await asyncio.sleep(SETTLE_S)
+        await load.finish(within=180)
+    finally:
+        await load.cancel()
+    await load.settle_records(within=d.cluster.settings.lease_seconds * 4 + 20)
+    return {**summarise(load, fault_at, repaired_at), **notes}
+
+
+def summarise(load: Load, fault_at: float, repaired_at: float) -> dict[str, Any]:
+    traces = load.accepted
+    caught = [t for t in traces if t.created_at < fault_at and (t.ended_at or 1e18) > fault_at]
+    to_terminal = [round(t.ended_at - fault_at, 2) for t in caught if t.ended_at is not None]
+    # Served again: the first event of a run created after the fault (one that completed).
+    after = [
+        t.first_at - fault_at
+        for t in traces
+        if t.created_at > fault_at and t.first_at is not None and completed(t)
+    ]
+    return {
+        "accepted": len(traces),
+        "terminal": sum(1 for t in traces if t.end == "terminal"),
+        "error_frames": sum(1 for t in traces if t.end == "error"),
+        "lost": sum(1 for t in traces if record_problems(t)),
+        "duplicated_ids": sum(1 for t in traces if t.duplicates()),
+        "unannounced": sum(1 for t in traces if any("unannounced" in p for p in t.problems())),
+        "restarted_or_gap": sum(1 for t in traces if t.warned()),
+        "caught_in_flight": len(caught),
+        "to_terminal_s": to_terminal,
+        "recovery_s": round(min(after), 2) if after else None,
+        "repair_s": round(repaired_at - fault_at, 2),
+        "refused": dict(load.refused),
+        "hangs": load.hangs,
+    }
+
+
+def completed(trace: RunTrace) -> bool:
+    return (trace.terminal or {}).get("event") == "run.completed"
+
+
+def table(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
+    rows = []
+    for fault, rounds in results.items():
+        terminal_s = [s for r in rounds for s in r["to_terminal_s"]]
+        recovery = [r["recovery_s"] for r in rounds if r["recovery_s"] is not None]
+        refused: Counter[str] = Counter()
+        for r in rounds:
+            refused.update(r["refused"])
+        rows.append(
+            [
+                fault,
+                len(rounds),
+                sum(r["accepted"] for r in rounds),
+                sum(r["terminal"] for r in rounds),
+                sum(r["lost"] for r in rounds),
+                sum(r["duplicated_ids"] for r in rounds),
+                sum(r["unannounced"] for r in rounds),
+                sum(r["restarted_or_gap"] for r in rounds),
+                f"{harness.percentile(terminal_s, 50):.1f}/{max(terminal_s, default=0):.1f}",
+                f"{harness.percentile(recovery, 50):.1f}/{max(recovery, default=0):.1f}",
+                ", ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "-",
+                _milestones(rounds),
+            ]
+        )
+    return rows
+
+
+def _milestones(rounds: list[dict[str, Any]]) -> str:
+    """The redis fault's promotion / replica-back times per round, seconds after the kill."""
+    marks = [f"{r['promoted_s']}/{r['replica_back_s']}" for r in rounds if "promoted_s" in r]
+    return " ".join(marks) or "-"
+
+
+async def main(args: argparse.Namespace) -> None:
+    settings = Settings(
+        namespace=f"chaos-{uuid.uuid4().hex[:8]}",
+        api_key=harness.API_KEY,
+        lease_seconds=args.lease,
+        heartbeat_seconds=args.lease / 6,
+        reaper_interval_seconds=0.25,
+        keepalive_seconds=1.0,
+        max_attempts=3,
+        metrics_port=0,
+        redis_min_replicas=args.min_replicas,
+        store_url="sqlite:///:memory:",  # runs only; no session store traffic
+    ).validate()
+    faults = [f for f in args.faults.split(",") if f]
+    results: dict[str, list[dict[str, Any]]] = {fault: [] for fault in faults}
+    async with spread(settings, sentinel=True, replicas=args.replicas) as d:
+        for round_no in range(args.rounds):
+            for fault in faults:
+                outcome = await one_fault(d, fault, args.clients, args.interval)
+                results[fault].append(outcome)
+                print(f"round {round_no + 1} {fault}: {outcome}", flush=True)
+    header = [
+        "fault",
+        "rounds",
+        "accepted",
+        "terminal",
+        "lost",
+        "dup ids",
+        "unannounced",
+        "restart/gap",
+        "to terminal s p50/max",
+        "recovery s p50/max",
+        "refused",
+        "promoted/replica back s",
+    ]
+    harness.print_table(
+        f"chaos: lease {args.lease} s, {args.replicas} replica(s), "
+        f"redis_min_replicas {args.min_replicas}, "
+        f"{args.clients} clients x 1 run / {args.interval} s",
+        header,
+        table(results),
+    )
+    harness.emit_json(
+        "chaos",
+        {
+            "lease_seconds": args.lease,
+            "redis_min_replicas": args.min_replicas,
+            "replicas": args.replicas,
+            "results": results,
+            "machine": harness.machine_facts(),
+        },
+    )
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument("--min-replicas", type=int, default=1)
+    parser.add_argument("--replicas", type=int, default=1, help="Redis replicas")
+    parser.add_argument("--lease", type=float, default=3.0)
+    parser.add_argument("--clients", type=int, default=3)
+    parser.add_argument("--interval", type=float, default=0.5)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse()))
