@@ -1,4 +1,5 @@
-"""Every kind of Redis client a process opens follows a Sentinel failover by itself.
+"""Every kind of Redis client a process opens (the CLI's too) follows a Sentinel failover by
+itself.
 
 A primary, a replica and three Sentinels run as real processes; the clients are built by the
 factories in ``redis_client`` from a ``redis+sentinel://`` URL, once, before the primary is
@@ -10,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import redis
 from arq.connections import create_pool
 
+from hermes_queue.cli_check import CheckResult, run_checks
+from hermes_queue.cli_ops import redis_session
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.connection import redis_settings as arq_settings
 from hermes_queue.keys import Keys
@@ -113,3 +117,24 @@ async def test_stream_hub_follows_a_run_across_the_failover(
     finally:
         await hub.aclose()
         await writer.aclose()
+
+
+async def test_cli_check_and_status_read_through_sentinel(
+    group: SentinelGroup, namespace: str, tmp_path: Path
+) -> None:
+    settings = Settings(
+        redis_url=group.url, namespace=namespace, store_url=f"sqlite:///{tmp_path}/s.db"
+    )
+    old = group.kill_primary()
+    await group.wait_for_new_primary(old)
+    redis_check = await eventually(lambda: _redis_ok(settings))
+    assert redis_check.ok and redis_check.detail.startswith("redis+sentinel://")
+    async with redis_session(settings) as client:
+        assert await client.ping()
+
+
+async def _redis_ok(settings: Settings) -> CheckResult:
+    result = next(r for r in await run_checks(settings) if r.name == "redis")
+    if not result.ok:
+        raise redis.ConnectionError(result.detail)
+    return result
