@@ -10,8 +10,8 @@ connection so far, which includes the script's writes.
 When fewer replicas acknowledge within :data:`WAIT_TIMEOUT_MS` the write still happened on the
 primary (Redis cannot take it back): :class:`NotReplicated` then says so. It is a redis-py
 ``TimeoutError``, so the API answers 503 ``redis_unavailable`` as for any Redis outage; the run,
-stop or answer stands on the primary, and the client's retry (an ``Idempotency-Key`` for run
-creation, or simply again for stop and approvals) finds it.
+stop or answer stands on the primary. A retried stop or answer finds it done; a retried run
+creation starts a second run (an ``Idempotency-Key`` is released when its request fails).
 """
 
 from __future__ import annotations
