@@ -26,7 +26,7 @@ from hermes_queue.api.responses_render import (
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import ResponseRow
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
 
 

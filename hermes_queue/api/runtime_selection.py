@@ -25,7 +25,7 @@ from hermes_queue.routing import (
     select_runtime,
 )
 from hermes_queue.store import SessionRow, StoreError
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.protocol import SessionStore
 
 
 def _api_error(exc: RoutingError) -> ApiError:

@@ -22,7 +22,7 @@ from hermes_queue.store import (
     project_message,
     project_session,
 )
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.protocol import SessionStore
 
 MAX_LIST_LIMIT = 200
 MAX_MESSAGES_LIMIT = 500

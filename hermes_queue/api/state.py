@@ -26,7 +26,7 @@ from hermes_queue.routing import RoutingConfig
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store import open_store
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
 
 

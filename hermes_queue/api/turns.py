@@ -27,7 +27,7 @@ from hermes_queue.routing import Selection
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists, SessionRow
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.protocol import SessionStore
 
 # What a second turn on a busy stored session does: refused (409), queued behind the active
 # one, or queued after stopping the active and waiting ones.

@@ -31,8 +31,8 @@ from hermes_queue.runs.model import RunRecord, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.parsing import Schedule, next_after
-from hermes_queue.store.base import SessionStore
 from hermes_queue.store.jobs import FireRecord, JobRow, JobRunRow
+from hermes_queue.store.protocol import SessionStore
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from hermes_queue.aio import cancel_requested
 from hermes_queue.config import Settings
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.schedules.firing import FireObserver, Firing
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.protocol import SessionStore
 
 log = logging.getLogger(__name__)
 

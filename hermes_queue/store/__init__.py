@@ -22,7 +22,6 @@ from hermes_queue.store.base import (
     SessionExists,
     SessionNotFound,
     SessionRow,
-    SessionStore,
     StoreError,
     StoreUnavailable,
     TitleConflict,
@@ -30,6 +29,7 @@ from hermes_queue.store.base import (
     project_session,
     sanitize_title,
 )
+from hermes_queue.store.protocol import SessionStore
 from hermes_queue.store.responses import ResponseRow
 
 __all__ = [

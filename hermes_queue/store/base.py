@@ -1,4 +1,4 @@
-"""The session store contract: row types, errors, the ``SessionStore`` protocol, projections.
+"""The session store contract: row types, errors and projections (the protocol: ``protocol.py``).
 
 Sessions and their transcripts are the only state the API keeps in SQL (HERMES_API §6). Two
 backends implement the same protocol (SQLite for one host, PostgreSQL for several), and one
@@ -15,12 +15,7 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
-
-from hermes_queue.store.responses import ResponseRow
-
-if TYPE_CHECKING:  # store.jobs builds on the SQL seam, which imports this module
-    from hermes_queue.store.jobs import FireRecord, JobRow, JobRunRow
+from typing import Any, Literal
 
 MAX_TITLE_LENGTH = 100
 PREVIEW_LENGTH = 60
@@ -162,7 +157,8 @@ _SESSION_PUBLIC_KEYS = (
     "preview",
     "_lineage_root_id",
 )
-_MESSAGE_PUBLIC_KEYS = (
+# What a client may see of a stored message (upstream's ``_message_response`` keys).
+MESSAGE_PUBLIC_KEYS = (
     "id",
     "session_id",
     "role",
@@ -214,8 +210,8 @@ def project_session(row: SessionRow | Mapping[str, Any]) -> dict[str, Any]:
 def project_message(row: MessageRow | Mapping[str, Any]) -> dict[str, Any]:
     """The client-safe message dict: only the fields upstream exposes (no turn_key)."""
     if isinstance(row, Mapping):
-        return {key: row[key] for key in _MESSAGE_PUBLIC_KEYS if key in row}
-    return {key: getattr(row, key) for key in _MESSAGE_PUBLIC_KEYS}
+        return {key: row[key] for key in MESSAGE_PUBLIC_KEYS if key in row}
+    return {key: getattr(row, key) for key in MESSAGE_PUBLIC_KEYS}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,158 +271,3 @@ def make_preview(text: str | None) -> str:
         return ""
     raw = text.replace("\r", " ").replace("\n", " ")[: PREVIEW_LENGTH + 3].strip()
     return raw[:PREVIEW_LENGTH] + ("..." if len(raw) > PREVIEW_LENGTH else "")
-
-
-# ---------------------------------------------------------------------------------------------
-# The protocol
-# ---------------------------------------------------------------------------------------------
-
-
-@runtime_checkable
-class SessionStore(Protocol):
-    """Async session store. Every method may raise ``StoreUnavailable``."""
-
-    async def migrate(self, target: int | None = None) -> list[int]:
-        """Apply pending schema migrations (up to ``target``); returns the versions applied."""
-        ...
-
-    async def schema_version(self) -> int:
-        """Highest applied migration version; 0 for a database never migrated."""
-        ...
-
-    async def close(self) -> None: ...
-
-    async def ping(self) -> None:
-        """Round-trip to the database; raises ``StoreUnavailable`` when it cannot."""
-        ...
-
-    async def create_session(
-        self,
-        id: str,
-        *,
-        source: str = "api_server",
-        model: str | None = None,
-        model_config: dict[str, Any] | None = None,
-        system_prompt: str | None = None,
-        title: str | None = None,
-        parent_session_id: str | None = None,
-        user_id: str | None = None,
-        session_key: str | None = None,
-    ) -> SessionRow: ...
-
-    async def get_session(self, id: str) -> SessionRow | None: ...
-
-    async def list_sessions(
-        self,
-        limit: int = 50,
-        offset: int = 0,
-        *,
-        source: str | None = None,
-        include_children: bool = False,
-    ) -> list[SessionRow]: ...
-
-    async def update_session(
-        self,
-        id: str,
-        *,
-        title: str | _Unset | None = UNSET,
-        end_reason: str | _Unset = UNSET,
-    ) -> SessionRow: ...
-
-    async def end_session(self, id: str, reason: str) -> bool: ...
-
-    async def delete_session(self, id: str) -> bool: ...
-
-    async def append_messages(
-        self, session_id: str, messages: list[dict[str, Any]], *, turn_key: str | None = None
-    ) -> int: ...
-
-    async def get_messages(
-        self,
-        session_id: str,
-        limit: int | None = None,
-        offset: int = 0,
-        order: MessageOrder = "oldest",
-    ) -> list[MessageRow]: ...
-
-    async def get_conversation(
-        self, session_id: str, *, exclude_turn_prefix: str | None = None
-    ) -> list[dict[str, Any]]: ...
-
-    async def update_usage(
-        self,
-        session_id: str,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        reasoning_tokens: int = 0,
-        api_calls: int = 0,
-        estimated_cost_usd: float | None = None,
-        actual_cost_usd: float | None = None,
-    ) -> None: ...
-
-    async def fork_session(
-        self, source_id: str, new_id: str, *, title: str | None = None
-    ) -> SessionRow: ...
-
-    async def next_title_in_lineage(self, base: str) -> str: ...
-
-    async def resolve_tip(self, session_id: str) -> str: ...
-
-    async def set_model_config(
-        self,
-        session_id: str,
-        model_config: dict[str, Any],
-        *,
-        model: str | None = None,
-        clear_system_prompt: bool = False,
-    ) -> SessionRow: ...
-
-    # -- stored responses (/v1/responses) -------------------------------------------------
-
-    async def put_response(self, row: ResponseRow) -> None: ...
-
-    async def get_response(self, id: str) -> ResponseRow | None: ...
-
-    async def delete_response(self, id: str) -> bool: ...
-
-    async def conversation_head(self, name: str) -> str | None: ...
-
-    async def set_conversation_head(self, name: str, response_id: str) -> None: ...
-
-    # -- scheduled jobs (/api/jobs; store/jobs.py) -----------------------------------------
-
-    async def create_job(self, job: JobRow) -> JobRow: ...
-
-    async def ensure_job_session(self, job: JobRow) -> None: ...
-
-    async def get_job(self, id: str) -> JobRow | None: ...
-
-    async def list_jobs(self, *, include_disabled: bool = False) -> list[JobRow]: ...
-
-    async def update_job(self, id: str, changes: Mapping[str, Any]) -> JobRow | None: ...
-
-    async def delete_job(self, id: str) -> bool: ...
-
-    async def due_jobs(self, now: float, limit: int = 100) -> list[JobRow]: ...
-
-    async def job_fire_recorded(self, run_id: str) -> bool: ...
-
-    async def record_fire(self, fire: FireRecord) -> bool: ...
-
-    async def job_runs(self, job_id: str, limit: int = 20) -> list[JobRunRow]: ...
-
-    async def open_job_runs(self, limit: int = 500) -> list[JobRunRow]: ...
-
-    async def settle_job_run(
-        self,
-        run_id: str,
-        *,
-        status: str,
-        output: str | None = None,
-        error: str | None = None,
-        finished_at: float | None = None,
-        last_status: str | None = None,
-    ) -> bool: ...

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from hermes_queue.agents.base import AgentResult
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.protocol import SessionStore
 
 
 class SessionTurnLog:

@@ -36,7 +36,8 @@ from hermes_queue.routing import LockMismatch, Selection, check_lock_runtime, ru
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.repository import RunRepository
-from hermes_queue.store.base import SessionStore, StoreError
+from hermes_queue.store.base import StoreError
+from hermes_queue.store.protocol import SessionStore
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink, Wakeup

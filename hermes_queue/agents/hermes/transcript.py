@@ -5,21 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-# What upstream's API server lets a client see of a message (its ``_message_response`` keys).
-_CLIENT_KEYS = (
-    "id",
-    "session_id",
-    "role",
-    "content",
-    "tool_call_id",
-    "tool_calls",
-    "tool_name",
-    "timestamp",
-    "token_count",
-    "finish_reason",
-    "reasoning",
-    "reasoning_content",
-)
+from hermes_queue.store.base import MESSAGE_PUBLIC_KEYS
 
 
 def to_hermes_history(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -60,7 +46,7 @@ def turn_messages(
         users = [i for i, m in enumerate(conversation) if m.get("role") == "user"]
         start = users[-1] + 1 if users else 0
     return [
-        {key: message[key] for key in _CLIENT_KEYS if key in message}
+        {key: message[key] for key in MESSAGE_PUBLIC_KEYS if key in message}
         for message in conversation[start:]
         if message.get("role") in ("assistant", "tool")
     ]
