@@ -204,8 +204,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if key and not public and request.method != "OPTIONS":
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
+        # Header bytes that are not UTF-8 arrive surrogate-escaped: compared as the raw bytes.
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode(), key.encode()
+            token.strip().encode("utf-8", "surrogateescape"), key.encode()
         ):
             raise auth_error()
     return await handler(request)

@@ -44,7 +44,7 @@ def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfi
             param="system_message",
         )
     strategy = body.get("multitask_strategy", "reject")
-    if strategy not in STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise ApiError(
             400,
             "invalid_multitask_strategy",
