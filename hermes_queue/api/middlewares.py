@@ -156,7 +156,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except ApiError as exc:
         return exc.response()
     except web.HTTPRequestEntityTooLarge:
-        return ApiError(413, "body_too_large", "Request body too large").response()
+        return ApiError(413, "body_too_large", "Request body too large.").response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -189,7 +189,7 @@ async def body_limit_middleware(request: web.Request, handler: Handler) -> web.S
     answers a malformed Content-Length with a plain 400; chunked bodies hit client_max_size)."""
     length = request.content_length
     if length is not None and length > request.app[STATE].settings.body_limit_bytes:
-        raise ApiError(413, "body_too_large", "Request body too large")
+        raise ApiError(413, "body_too_large", "Request body too large.")
     return await handler(request)
 
 

@@ -99,14 +99,16 @@ async def _plan(state: ApiState, body: dict[str, Any]) -> Plan:
         raise ApiError(
             400,
             "conflicting_history",
-            "'conversation' and 'previous_response_id' are mutually exclusive",
+            "Cannot use both 'conversation' and 'previous_response_id'",
             param="conversation",
         )
     previous: ResponseRow | None = None
     if previous_id:
         previous = await responses.load(previous_id)
         if previous is None:
-            raise not_found(previous_id, "response_not_found")
+            raise ApiError(
+                404, "response_not_found", f"Previous response not found: {previous_id}"
+            )
     elif conversation:
         head = await store.conversation_head(conversation)
         previous = await responses.load(head) if head else None

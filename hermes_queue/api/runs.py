@@ -52,7 +52,10 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
         )
 
     if body.get("conversation_history") is not None:
-        history = message_list(body["conversation_history"], "conversation_history") + history
+        history = (
+            message_list(body["conversation_history"], "conversation_history", need_content=True)
+            + history
+        )
     instructions = optional_string(body, "instructions", "invalid_instructions")
     model = optional_string(body, "model", "invalid_model", max_length=200)
     session_id = body.get("session_id")
@@ -68,7 +71,7 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
 
 async def start_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    body = await json_object(request)
+    body = await json_object(request, "Invalid JSON")  # upstream's wording on this endpoint
     turn = parse_run_body(body, state.routing)
     async with await state.idempotency.begin(request.headers, "runs", body) as idem:
         if idem.replay_of is not None:  # nothing is admitted or created again

@@ -40,7 +40,7 @@ def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfi
         raise ApiError(
             400,
             "invalid_system_message",
-            "'system_message' must be a string",
+            "system_message must be a string",
             param="system_message",
         )
     strategy = body.get("multitask_strategy", "reject")

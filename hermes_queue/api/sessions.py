@@ -22,7 +22,7 @@ from hermes_queue.store import (
     project_message,
     project_session,
 )
-from hermes_queue.store.base import SessionStore
+from hermes_queue.store.base import SessionStore, TitleConflict
 
 MAX_LIST_LIMIT = 200
 MAX_MESSAGES_LIMIT = 500
@@ -55,12 +55,25 @@ def _int_param(request: web.Request, name: str, default: int, maximum: int) -> i
 def _optional_text(body: dict[str, Any], name: str, code: str) -> str | None:
     value = body.get(name)
     if value is not None and not isinstance(value, str):
-        raise ApiError(400, code, f"'{name}' must be a string", param=name)
+        raise ApiError(400, code, f"{name} must be a string", param=name)
     return value
 
 
 def session_body(row: SessionRow) -> dict[str, Any]:
     return {"object": "hermes.session", "session": project_session(row)}
+
+
+async def title_error(store: SessionStore, exc: InvalidTitle, *, created: bool) -> ApiError:
+    """400 ``invalid_title`` in upstream's words: a taken title names the session holding it
+    ("Title already in use by session …" on create, hermes_state's sentence on a rename)."""
+    message = str(exc)
+    if isinstance(exc, TitleConflict) and exc.title:
+        holder = await store.title_holder(exc.title)
+        if created:
+            message = f"Title already in use by session {holder}"
+        else:
+            message = f"Title '{exc.title}' is already in use by session {holder}"
+    return ApiError(400, "invalid_title", message, param="title")
 
 
 async def load_session(store: SessionStore, session_id: str) -> SessionRow:
@@ -112,7 +125,7 @@ async def create_session(request: web.Request) -> web.Response:
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {session_id}") from None
     except InvalidTitle as exc:
-        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+        raise await title_error(state.store, exc, created=True) from None
     return web.json_response(session_body(row), status=201)
 
 
@@ -130,7 +143,7 @@ async def update_session(request: web.Request) -> web.Response:
         raise ApiError(
             400,
             "unsupported_session_field",
-            f"Unsupported session field(s): {', '.join(unknown)}",
+            f"Unsupported session fields: {', '.join(unknown)}",
             param=unknown[0],
         )
     changes: dict[str, Any] = {}
@@ -142,7 +155,7 @@ async def update_session(request: web.Request) -> web.Response:
     try:
         updated = await store.update_session(row.id, **changes)
     except InvalidTitle as exc:
-        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+        raise await title_error(store, exc, created=False) from None
     return web.json_response(session_body(updated))
 
 
@@ -201,7 +214,7 @@ async def fork_session(request: web.Request) -> web.Response:
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {new_id}") from None
     except InvalidTitle as exc:
-        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+        raise await title_error(store, exc, created=False) from None
     return web.json_response(session_body(child), status=201)
 
 

@@ -51,6 +51,7 @@ async def test_bad_or_missing_key_is_401_gateway_auth_failed(api: TestClient, he
         (b'{"input": [{"role": "wizard", "content": "hi"}]}', "invalid_messages"),
         (b'{"input": "hi", "conversation_history": "nope"}', "invalid_messages"),
         (b'{"input": "hi", "conversation_history": [{"content": "x"}]}', "invalid_messages"),
+        (b'{"input": "hi", "conversation_history": [{"role": "user"}]}', "invalid_messages"),
         (b'{"input": "hi", "instructions": 5}', "invalid_instructions"),
         (b'{"input": "hi", "session_id": "../etc"}', "invalid_session_id"),
         (b'{"input": "hi", "session_id": "a\\nb"}', "invalid_session_id"),
