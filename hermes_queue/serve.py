@@ -13,6 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from hermes_queue.api.app import create_app
+from hermes_queue.api.server import api_runner
 from hermes_queue.api.state import STATE, DrainState
 from hermes_queue.config import ConfigError, Settings
 from hermes_queue.redis_server import EmbeddedRedis
@@ -71,7 +72,7 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
     check_bind_safety(settings)
     stop = _stop_on_signals()
     app = create_app(settings)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = api_runner(app, settings)
     await runner.setup()
     drain_state = app[STATE].drain
     site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=5.0)
@@ -112,7 +113,7 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
     check_bind_safety(settings)
     stop = _stop_on_signals()
     worker = build_worker(settings, handle_signals=False)
-    runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
+    runner = api_runner(create_app(settings), settings)
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port).start()
     base = f"http://{settings.host}:{settings.port}"

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.json_body import BodyError, decode
 from hermes_queue.api.state import STATE
+from hermes_queue.api.validation import read_body
 from hermes_queue.schedules.definitions import (
     JobInputError,
     job_json,
@@ -85,7 +86,7 @@ def _job_id(request: web.Request) -> str:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
-        body = decode(await request.read())
+        body = decode(await read_body(request))
     except BodyError as exc:
         raise JobInputError("Invalid JSON body" if exc.syntax else exc.message) from None
     if not isinstance(body, dict):

@@ -106,9 +106,7 @@ async def _plan(state: ApiState, body: dict[str, Any]) -> Plan:
     if previous_id:
         previous = await responses.load(previous_id)
         if previous is None:
-            raise ApiError(
-                404, "response_not_found", f"Previous response not found: {previous_id}"
-            )
+            raise ApiError(404, "response_not_found", f"Previous response not found: {previous_id}")
     elif conversation:
         head = await store.conversation_head(conversation)
         previous = await responses.load(head) if head else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -9,6 +10,7 @@ from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.json_body import BodyError, decode
+from hermes_queue.api.state import STATE
 from hermes_queue.config import Settings
 
 MAX_ID_LENGTH = 256
@@ -33,9 +35,25 @@ def json_document(raw: bytes, invalid: str = INVALID_JSON) -> dict[str, Any]:
     return body
 
 
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, or 408 ``request_timeout`` (connection closed) when it does not arrive
+    within ``body_timeout_seconds``: a client trickling its body holds nothing for long."""
+    limit = request.app[STATE].settings.body_timeout_seconds
+    try:
+        async with asyncio.timeout(limit):
+            return await request.read()
+    except TimeoutError:
+        raise ApiError(
+            408,
+            "request_timeout",
+            f"The request body did not arrive within {limit:g} s",
+            close=True,
+        ) from None
+
+
 async def json_object(request: web.Request, invalid: str = INVALID_JSON) -> dict[str, Any]:
     """The body as a JSON object, or 400 ``invalid_json`` (see :func:`json_document`)."""
-    return json_document(await request.read(), invalid)
+    return json_document(await read_body(request), invalid)
 
 
 def header_text(value: str) -> bool:
