@@ -19,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hermes_queue.booleans import parse_bool
+from hermes_queue.keyguard import normalize_key
 from hermes_queue.logs import LOG_FORMATS
 from hermes_queue.providers import (
     ProviderConfigError,
@@ -135,6 +136,10 @@ class Settings:
     max_ready_age_seconds: float = 0.0
     # Period of the snapshots sent by GET /v1/queue/stream.
     queue_stream_interval_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        # One normalisation of the key for the guard, auth and every "is a key set?" check.
+        object.__setattr__(self, "api_key", normalize_key(self.api_key))
 
     def __repr__(self) -> str:
         shown = []

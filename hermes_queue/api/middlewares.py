@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from hermes_queue.api.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.errors import ApiError, auth_error
 from hermes_queue.api.state import STATE
+from hermes_queue.keyguard import normalize_key
 from hermes_queue.logs import request_id_var
 from hermes_queue.store.base import StoreUnavailable
 
@@ -204,9 +205,10 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if key and not public and request.method != "OPTIONS":
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        # Header bytes that are not UTF-8 arrive surrogate-escaped: compared as the raw bytes.
+        # The token normalised as the key was (keyguard); header bytes that are not UTF-8
+        # arrive surrogate-escaped and are compared as the raw bytes.
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode("utf-8", "surrogateescape"), key.encode()
+            normalize_key(token).encode("utf-8", "surrogateescape"), key.encode()
         ):
             raise auth_error()
     return await handler(request)
