@@ -9,9 +9,15 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.request_models import (
+    ForkBody,
+    ModelLockBody,
+    SessionCreateBody,
+    SessionPatchBody,
+)
 from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.api.state import STATE
-from hermes_queue.api.validation import json_object, session_id_value
+from hermes_queue.api.validation import json_object
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
@@ -26,7 +32,7 @@ from hermes_queue.store.base import SessionStore, TitleConflict
 
 MAX_LIST_LIMIT = 200
 MAX_MESSAGES_LIMIT = 500
-PATCHABLE_FIELDS = frozenset({"title", "end_reason"})
+PATCHABLE_FIELDS = frozenset(SessionPatchBody.model_fields)
 
 
 def session_not_found(session_id: str) -> ApiError:
@@ -50,13 +56,6 @@ def _int_param(request: web.Request, name: str, default: int, maximum: int) -> i
     if value < 0:
         raise ApiError(400, "invalid_pagination", f"'{name}' must not be negative", param=name)
     return min(value, maximum)
-
-
-def _optional_text(body: dict[str, Any], name: str, code: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise ApiError(400, code, f"{name} must be a string", param=name)
-    return value
 
 
 def session_body(row: SessionRow) -> dict[str, Any]:
@@ -105,12 +104,10 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 async def create_session(request: web.Request) -> web.Response:
     body = await json_object(request) if request.can_read_body else {}
-    raw_id = body.get("id", body.get("session_id"))
-    session_id = session_id_value(raw_id, param="id") if raw_id is not None else new_session_id()
-    title = _optional_text(body, "title", "invalid_title")
-    system_prompt = _optional_text(body, "system_prompt", "invalid_system_prompt")
-    model = _optional_text(body, "model", "invalid_model")
-    source = _optional_text(body, "source", "invalid_source") or "api_server"
+    fields = SessionCreateBody.parse(body)
+    session_id = fields.id or new_session_id()
+    title, system_prompt, model = fields.title, fields.system_prompt, fields.model
+    source = fields.source or "api_server"
     state = request.app[STATE]
     model_config, locked_model = creation_lock(state.routing, body)
     try:
@@ -146,12 +143,12 @@ async def update_session(request: web.Request) -> web.Response:
             f"Unsupported session fields: {', '.join(unknown)}",
             param=unknown[0],
         )
+    fields = SessionPatchBody.parse(body)
     changes: dict[str, Any] = {}
-    if "title" in body:
-        changes["title"] = _optional_text(body, "title", "invalid_title")
-    if "end_reason" in body:
-        reason = _optional_text(body, "end_reason", "invalid_end_reason")
-        changes["end_reason"] = reason if reason else UNSET
+    if "title" in fields.model_fields_set:
+        changes["title"] = fields.title
+    if "end_reason" in fields.model_fields_set:
+        changes["end_reason"] = fields.end_reason if fields.end_reason else UNSET
     try:
         updated = await store.update_session(row.id, **changes)
     except InvalidTitle as exc:
@@ -206,9 +203,8 @@ async def fork_session(request: web.Request) -> web.Response:
     store = request.app[STATE].store
     source = await load_session(store, request.match_info["session_id"])
     body = await json_object(request) if request.can_read_body else {}
-    raw_id = body.get("id", body.get("session_id"))
-    new_id = session_id_value(raw_id, param="id") if raw_id is not None else new_session_id()
-    title = _optional_text(body, "title", "invalid_title")
+    fields = ForkBody.parse(body)
+    new_id, title = fields.id or new_session_id(), fields.title
     try:
         child = await store.fork_session(source.id, new_id, title=title)
     except SessionExists:
@@ -222,7 +218,9 @@ async def set_model_lock(request: web.Request) -> web.Response:
     """Persist a confirmed model lock (HERMES_API §2, §6.3 rule 2)."""
     state = request.app[STATE]
     row = await load_session(state.store, request.match_info["session_id"])
-    selection = lock_selection(state.routing, await json_object(request))
+    body = await json_object(request)
+    ModelLockBody.parse(body)  # the runtime fields themselves are routing's to check
+    selection = lock_selection(state.routing, body)
     await persist_lock(state.store, row, selection)
     runtime = {**runtime_metadata(selection, None), "model_lock": "accepted"}
     return web.json_response(

@@ -83,6 +83,14 @@ def optional_string(
     return value
 
 
+def optional_text(body: dict[str, Any], name: str, code: str) -> str | None:
+    """Upstream's session-API wording ("title must be a string")."""
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, code, f"{name} must be a string", param=name)
+    return value
+
+
 def _content(value: Any, param: str) -> str | list[Any]:
     if isinstance(value, str):
         return value
