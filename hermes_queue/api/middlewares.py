@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API).
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", *DASHBOARD_ASSETS})
+# The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API);
+# the OpenAPI document describes the API, not its data.
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/openapi.json", *DASHBOARD_ASSETS})
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 

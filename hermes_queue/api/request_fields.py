@@ -27,13 +27,22 @@ LENIENT = (
 
 
 def document_aliases(schema: dict[str, Any], model: type[BaseModel]) -> None:
-    """List every alias of a field in the schema (pydantic lists only the first)."""
+    """Finish a model's schema: every alias of a field listed (pydantic lists only the first),
+    and fields a body must have marked required (they default to None only so that their check
+    runs, with upstream's own refusal, when they are missing)."""
     properties = schema.get("properties", {})
-    for field in model.model_fields.values():
-        choices = field.validation_alias
-        if not isinstance(choices, AliasChoices):
+    for name, field in model.model_fields.items():
+        key = (
+            field.validation_alias.choices[0]
+            if isinstance(field.validation_alias, AliasChoices)
+            else name
+        )
+        if field.validate_default and field.default is None:
+            properties[str(key)].pop("default", None)
+            schema.setdefault("required", []).append(str(key))
+        if not isinstance(field.validation_alias, AliasChoices):
             continue
-        first, *others = [str(choice) for choice in choices.choices]
+        first, *others = [str(choice) for choice in field.validation_alias.choices]
         for other in others:
             described = dict(properties[first])
             described["description"] = f"Alias of `{first}` (used when `{first}` is absent)."

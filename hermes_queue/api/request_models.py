@@ -261,7 +261,11 @@ class ChatCompletionBody(RequestModel):
     """``POST /v1/chat/completions`` (HERMES_API §2.2). ``messages`` is checked by
     ``chat_completions.parse_messages`` (upstream's codes and order)."""
 
-    messages: Annotated[Any, checked(as_is, list[ChatMessage])] = None
+    messages: Annotated[
+        Any,
+        checked(as_is, Annotated[list[ChatMessage], Field(min_length=1)] | None),
+        Field(default=None, validate_default=True),
+    ]
     model: NamedModel = ""
     stream: LenientFalse = False
     cancel_on_disconnect: Annotated[
@@ -388,7 +392,11 @@ class ApprovalBody(RequestModel):
                 Field(json_schema_extra={"enum": [*APPROVAL_CHOICES, *CHOICE_ALIASES]}),
             ],
         ),
-        Field(default=None, validate_default=True, description="Case and blanks ignored."),
+        Field(
+            default=None,
+            validate_default=True,
+            description="Case and blanks ignored.",
+        ),
     ]
     all: LenientFalse = False
     resolve_all: LenientFalse = False
@@ -406,23 +414,32 @@ class ApprovalBody(RequestModel):
 Loose = Annotated[Any, checked(as_is, Any)]
 
 
+JobName = Annotated[str, Field(min_length=1, max_length=200)]
+Schedule = Annotated[
+    str, Field(description="30m / 2h / 1d (once), every 30m, a cron expression, an ISO time.")
+]
+Required = Field(default=None, validate_default=True)
+
+
+class JobPatchBody(RequestModel):
+    """``PATCH /api/jobs/{id}``: any of these (nothing valid is 400)."""
+
+    name: Annotated[Any, checked(as_is, JobName | None)] = None
+    schedule: Annotated[Any, checked(as_is, Schedule | None)] = None
+    prompt: Annotated[Any, checked(as_is, Annotated[str, Field(max_length=5000)] | None)] = None
+    deliver: Annotated[Any, checked(as_is, Annotated[str, Field(pattern="^local$")] | None)] = None
+    skills: Annotated[Any, checked(as_is, str | list[str] | None)] = None
+    skill: Annotated[Any, checked(as_is, str | None)] = None
+    repeat: Annotated[Any, checked(as_is, Annotated[int, Field(ge=1)] | None)] = None
+    enabled: Annotated[Any, checked(as_is, bool | None)] = None
+
+
 class JobCreateBody(RequestModel):
     """``POST /api/jobs``: a job needs a prompt or skills."""
 
-    name: Annotated[Any, checked(as_is, Annotated[str, Field(min_length=1, max_length=200)])] = None
-    schedule: Annotated[
-        Any,
-        checked(as_is, str),
-        Field(description="30m / 2h / 1d (once), every 30m, a cron expression, an ISO time."),
-    ] = None
+    name: Annotated[Any, checked(as_is, JobName | None), Required]
+    schedule: Annotated[Any, checked(as_is, Schedule | None), Required]
     prompt: Annotated[Any, checked(as_is, Annotated[str, Field(max_length=5000)] | None)] = None
     deliver: Annotated[Any, checked(as_is, Annotated[str, Field(pattern="^local$")] | None)] = None
     skills: Annotated[Any, checked(as_is, str | list[str] | None)] = None
     repeat: Annotated[Any, checked(as_is, Annotated[int, Field(ge=1)] | None)] = None
-
-
-class JobPatchBody(JobCreateBody):
-    """``PATCH /api/jobs/{id}``: any of these; nothing valid is 400."""
-
-    skill: Annotated[Any, checked(as_is, str | None)] = None
-    enabled: Annotated[Any, checked(as_is, bool | None)] = None

@@ -15,10 +15,10 @@ from hermes_queue.api.request_models import (
     SessionCreateBody,
     SessionPatchBody,
 )
+from hermes_queue.api.request_queries import MessageListQuery, SessionListQuery
 from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.api.state import STATE
 from hermes_queue.api.validation import json_object
-from hermes_queue.booleans import coerce_bool
 from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
     UNSET,
@@ -30,7 +30,6 @@ from hermes_queue.store import (
 )
 from hermes_queue.store.base import SessionStore, TitleConflict
 
-MAX_LIST_LIMIT = 200
 MAX_MESSAGES_LIMIT = 500
 PATCHABLE_FIELDS = frozenset(SessionPatchBody.model_fields)
 
@@ -41,21 +40,6 @@ def session_not_found(session_id: str) -> ApiError:
 
 def new_session_id() -> str:
     return f"api_{int(time.time())}_{secrets.token_hex(4)}"
-
-
-def _int_param(request: web.Request, name: str, default: int, maximum: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(
-            400, "invalid_pagination", f"'{name}' must be an integer", param=name
-        ) from None
-    if value < 0:
-        raise ApiError(400, "invalid_pagination", f"'{name}' must not be negative", param=name)
-    return min(value, maximum)
 
 
 def session_body(row: SessionRow) -> dict[str, Any]:
@@ -83,13 +67,10 @@ async def load_session(store: SessionStore, session_id: str) -> SessionRow:
 
 
 async def list_sessions(request: web.Request) -> web.Response:
-    limit = _int_param(request, "limit", 50, MAX_LIST_LIMIT) or 50
-    offset = _int_param(request, "offset", 0, 10**9)
+    query = SessionListQuery.parse(request.query)
+    limit, offset = query.limit or 50, query.offset or 0
     rows = await request.app[STATE].store.list_sessions(
-        limit,
-        offset,
-        source=request.query.get("source") or None,
-        include_children=coerce_bool(request.query.get("include_children"), False),
+        limit, offset, source=query.source or None, include_children=query.include_children
     )
     return web.json_response(
         {
@@ -176,11 +157,9 @@ async def list_messages(request: web.Request) -> web.Response:
     store = request.app[STATE].store
     row = await load_session(store, request.match_info["session_id"])
     resolved = await store.resolve_tip(row.id)
-    limit = _int_param(request, "limit", MAX_MESSAGES_LIMIT, MAX_MESSAGES_LIMIT) or 1
-    offset = _int_param(request, "offset", 0, 10**9)
-    order = request.query.get("order", "latest")
-    if order not in ("oldest", "latest"):
-        raise ApiError(400, "invalid_pagination", "'order' must be oldest or latest", param="order")
+    query = MessageListQuery.parse(request.query)
+    limit = MAX_MESSAGES_LIMIT if query.limit is None else (query.limit or 1)
+    offset, order = query.offset or 0, query.order
     messages = await store.get_messages(
         resolved, limit=limit, offset=offset, order="oldest" if order == "oldest" else "latest"
     )
