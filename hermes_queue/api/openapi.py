@@ -4,7 +4,8 @@ the handlers validate with, so it cannot drift from them (no hand-written copy).
 Paths and methods come from ``routes.ROUTES`` (501 placeholders included, answering 501);
 request bodies and query parameters from the pydantic models each handler parses with
 (``request_models.py``, ``request_queries.py``); answers from ``response_schemas.py``, SSE
-answers as ``text/event-stream`` whose frames' JSON is described by ``x-event-data``. Every
+answers as ``text/event-stream``, event by event (``data`` holds the JSON of the frame's model,
+its ``contentSchema``). Every
 operation lists the error envelope for its refusals (the jobs API its own ``{"error": "…"}``).
 """
 
@@ -77,12 +78,21 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 def _content(answer: Answer) -> dict[str, Any]:
     if answer.media == SSE:
         assert answer.model is not None
-        return {
-            SSE: {
-                "schema": {"type": "string", "description": "data: lines carry JSON"},
-                "x-event-data": _ref(answer.model),
-            }
+        # One server-sent event, as OpenAPI 3.2 describes streams item by item (and as
+        # schemathesis checks each event): its data: line is the JSON of ``answer.model``.
+        event = {
+            "type": "object",
+            "properties": {
+                "event": {"type": "string"},
+                "id": {"type": "string"},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": _ref(answer.model),
+                },
+            },
         }
+        return {SSE: {"schema": event}}
     schema: dict[str, Any] = _ref(answer.model) if answer.model else {}
     return {answer.media: {"schema": schema}}
 

@@ -25,6 +25,7 @@ so SSE responses stream on. A body trickled in is bounded where it is read
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from aiohttp import http_exceptions, web
@@ -32,6 +33,8 @@ from aiohttp import http_exceptions, web
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.middlewares import SECURITY_HEADERS
 from hermes_queue.config import Settings
+
+log = logging.getLogger(__name__)
 
 LINGERING_SECONDS = 10.0  # aiohttp's default
 
@@ -62,10 +65,16 @@ class JsonErrorHandler(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        # aiohttp's version logs, refuses when a response has already started (raises), and
-        # closes the connection after the answer; only the body it builds is replaced.
-        plain = super().handle_error(request, status, exc, message)
-        response = protocol_error(plain.status, exc).response()
+        if status >= 500:
+            # aiohttp's version logs the traceback and refuses when a response has already
+            # started (raises); only the body it builds is replaced.
+            super().handle_error(request, status, exc, message)
+        else:
+            # A malformed request is the client's fault: one line, no traceback.
+            log.info("refused a malformed request from %s: %s", request.remote, exc)
+            if request.writer.output_size > 0:
+                raise ConnectionError("a response was already sent")
+        response = protocol_error(status, exc).response()
         response.headers.update(SECURITY_HEADERS)
         response.force_close()
         return response

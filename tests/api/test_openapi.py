@@ -66,7 +66,8 @@ async def test_bodies_come_from_the_models_the_handlers_parse_with(api: TestClie
 async def test_streams_and_errors_are_described(api: TestClient) -> None:
     doc = await fetch(api)
     events = doc["paths"]["/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]
-    assert events["text/event-stream"]["x-event-data"] == {"$ref": "#/components/schemas/RunsEvent"}
+    data = events["text/event-stream"]["schema"]["properties"]["data"]
+    assert data["contentSchema"] == {"$ref": "#/components/schemas/RunsEvent"}
     start = doc["paths"]["/v1/runs"]["post"]["responses"]
     for status in ("400", "401", "413", "429", "503", "default"):
         schema = start[status]["content"]["application/json"]["schema"]
