@@ -19,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hermes_queue.booleans import parse_bool
+from hermes_queue.keyguard import normalize_key
 from hermes_queue.logs import LOG_FORMATS
 from hermes_queue.providers import (
     ProviderConfigError,
@@ -56,6 +57,12 @@ class Settings:
     port: int = 8642
     api_key: str = ""
     body_limit_bytes: int = 10_000_000
+    # A connection waiting for a request (new, or kept alive between requests, including one
+    # whose headers are still trickling in) is closed after idle_timeout_seconds; keep it above
+    # your load balancer's idle timeout. A request body must arrive within body_timeout_seconds
+    # (else 408). Responses being sent, SSE streams included, are never cut by either.
+    idle_timeout_seconds: float = 75.0
+    body_timeout_seconds: float = 30.0
     keepalive_seconds: float = 10.0
     model_name: str = "hermes-agent"
     # Browser origins allowed to call the API (HERMES_API §1.4); "*" allows any. Empty: a request
@@ -133,6 +140,10 @@ class Settings:
     # Period of the snapshots sent by GET /v1/queue/stream.
     queue_stream_interval_seconds: float = 1.0
 
+    def __post_init__(self) -> None:
+        # One normalisation of the key for the guard, auth and every "is a key set?" check.
+        object.__setattr__(self, "api_key", normalize_key(self.api_key))
+
     def __repr__(self) -> str:
         shown = []
         for f in fields(self):
@@ -176,6 +187,9 @@ class Settings:
             raise ConfigError("metrics_port_span must be at least 1 and end at a TCP port")
         if self.idempotency_ttl_seconds < 1:
             raise ConfigError("idempotency_ttl_seconds must be at least 1")
+        for name in ("idle_timeout_seconds", "body_timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
         if self.drain_grace_seconds < 0:
             raise ConfigError("drain_grace_seconds must be 0 (off) or positive")
         if self.approval_timeout_seconds <= 0:

@@ -37,9 +37,11 @@ class Keys:
 
     # -- per client request ------------------------------------------------------------------
     def idempotency(self, scope: str, route: str, key_digest: str) -> str:
-        """String (JSON): the run an ``Idempotency-Key`` started. ``scope`` is a hash of the
-        caller's API key, so two tenants' keys never collide; ``route`` keeps ``/v1/runs`` and
-        ``/v1/chat/completions`` apart; ``key_digest`` hashes the client's key (any length)."""
+        """String (JSON): the run an ``Idempotency-Key`` started. ``scope`` names whose records
+        they are: the id of the API key the caller proved (``idempotency.KEY_ID``), never a
+        value computed from the key, which anyone reading Redis could test guesses against;
+        ``route`` keeps ``/v1/runs`` and ``/v1/chat/completions`` apart; ``key_digest`` hashes
+        the client's Idempotency-Key (any length)."""
         return f"{self.namespace}:idem:{scope}:{route}:{key_digest}"
 
     # -- global sets and channels ------------------------------------------------------------

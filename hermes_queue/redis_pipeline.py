@@ -12,7 +12,8 @@ share a connection without taking turns.
 Failure handling stays simple because every caller's command is idempotent on retry (the
 append script dedupes by batch token): a lost connection, or a reply not back within
 ``timeout``, fails every call in flight with redis-py's ``ConnectionError``/``TimeoutError``
-and the next call reconnects. An error reply fails only its own call.
+and the next call reconnects. An error reply, or an argument that cannot be encoded, fails only
+its own call.
 """
 
 from __future__ import annotations
@@ -69,12 +70,15 @@ class PipelinedConnection:
         conn = self._conn
         if conn is None or self._reader is None:
             conn = await self._connected()
+        # Encoded before anything is queued: an argument that cannot be encoded (a lone surrogate,
+        # a value of no Redis type) fails this call alone, never the connection others share.
+        packed = conn.pack_command(*args)
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         # Queue the future and write the bytes with no await in between, so the futures are in
         # the order the commands reach the socket whatever other callers do.
         self._pending.append(reply)
         try:
-            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            await conn.send_packed_command(packed, check_health=False)
         except Exception as exc:
             self._fail_all(exc)
             raise RedisConnectionError(f"send failed: {exc!r}") from exc

@@ -13,14 +13,14 @@ from pathlib import Path
 from aiohttp import web
 
 from hermes_queue.api.app import create_app
+from hermes_queue.api.server import api_runner
 from hermes_queue.api.state import STATE, DrainState
 from hermes_queue.config import ConfigError, Settings
+from hermes_queue.keyguard import GENERATE_HINT, OPEN_WARNING, key_weakness
 from hermes_queue.redis_server import EmbeddedRedis
 from hermes_queue.workers.worker import build_worker
 
 log = logging.getLogger(__name__)
-
-MIN_KEY_LENGTH = 16
 
 
 def _is_loopback(host: str) -> bool:
@@ -33,13 +33,18 @@ def _is_loopback(host: str) -> bool:
 
 
 def check_bind_safety(settings: Settings) -> None:
-    """Refuse to expose the API beyond this machine without a strong key (HERMES_API §1.1)."""
+    """Refuse to expose the API beyond this machine without a strong key (HERMES_API §1.1,
+    stricter: ``keyguard.key_weakness``). On loopback an API without a key stays open for
+    development, announced by one loud warning (and on ``/health/detailed``)."""
     if _is_loopback(settings.host):
+        if not settings.api_key:
+            log.warning("%s\n%s\n%s", "!" * 78, OPEN_WARNING, "!" * 78)
         return
-    if len(settings.api_key) < MIN_KEY_LENGTH:
+    weakness = key_weakness(settings.api_key)
+    if weakness is not None:
         raise ConfigError(
-            f"refusing to listen on {settings.host}: set HERMES_QUEUE_API_KEY to a secret of at "
-            f"least {MIN_KEY_LENGTH} characters"
+            f"refusing to listen on {settings.host}: the API key (HERMES_QUEUE_API_KEY) "
+            f"{weakness}; {GENERATE_HINT}"
         )
 
 
@@ -71,7 +76,7 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
     check_bind_safety(settings)
     stop = _stop_on_signals()
     app = create_app(settings)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = api_runner(app, settings)
     await runner.setup()
     drain_state = app[STATE].drain
     site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=5.0)
@@ -112,7 +117,7 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
     check_bind_safety(settings)
     stop = _stop_on_signals()
     worker = build_worker(settings, handle_signals=False)
-    runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
+    runner = api_runner(create_app(settings), settings)
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port).start()
     base = f"http://{settings.host}:{settings.port}"

@@ -54,6 +54,23 @@ async def test_an_error_reply_fails_only_its_own_call(
     assert await pipe.call("GET", f"{namespace}:n") == b"2"
 
 
+async def test_an_argument_that_cannot_be_encoded_fails_only_its_own_call(
+    pipe: PipelinedConnection, redis: aioredis.Redis, namespace: str
+) -> None:
+    """A lone surrogate used to fail inside the send, which dropped the shared connection and
+    every call in flight on it (issue 12 §1)."""
+    await pipe.call("SET", f"{namespace}:warm", "1")
+    client_id = await _client_id(redis, pipe.client_name)
+    slow = asyncio.ensure_future(pipe.call("BLPOP", f"{namespace}:never", "0.3"))
+    await asyncio.sleep(0.05)  # BLPOP is on the wire and waiting
+    with pytest.raises(UnicodeEncodeError):
+        await pipe.call("SET", f"{namespace}:bad", "\ud800")
+    assert await slow is None  # the call in flight got its own reply
+    assert await pipe.call("INCR", f"{namespace}:n") == 1
+    assert await _client_id(redis, pipe.client_name) == client_id  # the same connection
+    assert await redis.exists(f"{namespace}:bad") == 0
+
+
 async def test_a_script_redis_does_not_hold_is_loaded_and_run(
     pipe: PipelinedConnection, redis: aioredis.Redis, namespace: str
 ) -> None:

@@ -26,6 +26,7 @@ from hermes_queue.api.openai_render import (
     hermes_block,
     usage_of,
 )
+from hermes_queue.api.request_models import ChatCompletionBody
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import Renderer, open_stream
 from hermes_queue.api.state import STATE, ApiState
@@ -120,6 +121,7 @@ def parse_completion(
 ) -> NewTurn:
     """The turn a completion request starts: on the ``continued`` session (whose stored
     transcript is the history), else on the session derived from the conversation it sends."""
+    fields = ChatCompletionBody.parse(body)
     system_prompt, conversation = parse_messages(body)
     turn = TurnRequest(conversation[-1]["content"], instructions=system_prompt or None)
     session: RunSession | StoredSession
@@ -129,9 +131,7 @@ def parse_completion(
         first_user = next(m for m in conversation if m["role"] == "user")
         session = RunSession(derived_session_id(system_prompt, flatten_text(first_user["content"])))
         turn = dataclasses.replace(turn, history=conversation[:-1])
-    named = body.get("model")
-    named = named if isinstance(named, str) else ""
-    return NewTurn(turn, select_for_body(routing, body), session, named_model=named)
+    return NewTurn(turn, select_for_body(routing, body), session, named_model=fields.model)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

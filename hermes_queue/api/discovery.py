@@ -24,6 +24,7 @@ from hermes_queue import __version__
 from hermes_queue.api.state import STATE
 from hermes_queue.api.unsupported import is_not_implemented
 from hermes_queue.catalog import CachedCatalog
+from hermes_queue.keyguard import OPEN_WARNING
 from hermes_queue.store.migrations import LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -302,5 +303,7 @@ async def health_detailed(request: web.Request) -> web.Response:
             "updated_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             "pid": os.getpid(),
             "queue": {"ready": queue_check.get("ready")},
+            # An API without a key is open to anyone who reaches it (keyguard.OPEN_WARNING).
+            "warnings": [] if settings.api_key else [OPEN_WARNING],
         }
     )

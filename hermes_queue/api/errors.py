@@ -20,6 +20,7 @@ class ApiError(Exception):
         param: str | None = None,
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -30,6 +31,8 @@ class ApiError(Exception):
         self.headers = headers or {}
         # Machine-readable details beside the standard four keys (e.g. the blocking run_id).
         self.extra = extra or {}
+        # Close the connection after answering (the request was not read to its end).
+        self.close = close
 
     def body(self) -> dict[str, Any]:
         return {
@@ -43,7 +46,10 @@ class ApiError(Exception):
         }
 
     def response(self) -> web.Response:
-        return web.json_response(self.body(), status=self.status, headers=self.headers)
+        response = web.json_response(self.body(), status=self.status, headers=self.headers)
+        if self.close:
+            response.force_close()
+        return response
 
 
 def _default_type(status: int) -> str:

@@ -4,7 +4,7 @@ Upstream keeps these records in one process (memory or a local SQLite file), so 
 retry lands on another replica starts a second agent turn. Here the record lives in Redis under
 the namespace, so a retry reaching any replica replays the run the first attempt started.
 
-One record per (API key, route, Idempotency-Key): ``{"fp": <fingerprint>, "run_id": ...}``. The
+One record per (API key id, route, Idempotency-Key): ``{"fp": <fingerprint>, "run_id": ...}``. The
 first request claims it with ``SET NX`` (a *pending* record with a short TTL, so a process that
 dies between claim and creation does not block the key for a day), creates its run, then
 settles the claim with the run id and the full TTL. A concurrent duplicate finds the pending
@@ -32,6 +32,7 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.api.errors import ApiError
 from hermes_queue.config import Settings
+from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.runs.scripts import load_script
 
@@ -75,10 +76,21 @@ def fingerprint(body: dict[str, Any], header_values: list[str | None]) -> str:
     return digest.hexdigest()
 
 
-def _scope(headers: Mapping[str, str]) -> str:
-    """A hash of the caller's bearer token: tenants with different keys never share records."""
-    token = headers.get("Authorization", "").partition(" ")[2].strip()
-    return hashlib.sha256(token.encode()).hexdigest()[:32]
+KEY_ID = "key"
+"""The id of the deployment's API key in record names. It says which key a caller proved, and
+is not computed from the key, so reading Redis gives nothing to guess the key against offline
+(a hash of it would). One key per deployment: every caller that passed auth is the same
+principal, so a rotated key keeps its records; a second accepted key would get its own id."""
+
+
+def _scope(headers: Mapping[str, str], api_key: str) -> str:
+    """Whose records these are: the key's id, or, on an API without a key (development, any
+    bearer accepted), a hash of the bearer the caller chose, which then is no credential, so
+    separate clients keep separate records."""
+    if api_key:
+        return KEY_ID
+    token = normalize_key(headers.get("Authorization", "").partition(" ")[2])
+    return "open-" + hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 class Idempotency:
@@ -147,6 +159,7 @@ class IdempotencyRecords:
         self._keys = keys
         self._settle = redis.register_script(load_script("idempotency_settle"))
         self._ttl = max(1, min(settings.idempotency_ttl_seconds, settings.retention_seconds))
+        self._api_key = settings.api_key
 
     async def begin(
         self,
@@ -169,7 +182,7 @@ class IdempotencyRecords:
         names = (SESSION_KEY_HEADER, *headers)
         fp = fingerprint(body, [request_headers.get(name) for name in names])
         record_key = self._keys.idempotency(
-            _scope(request_headers), route, hashlib.sha256(key.encode()).hexdigest()
+            _scope(request_headers, self._api_key), route, hashlib.sha256(key.encode()).hexdigest()
         )
         pending = json.dumps({"fp": fp, "run_id": None, "claim": uuid.uuid4().hex})
         deadline = time.monotonic() + WAIT_SECONDS

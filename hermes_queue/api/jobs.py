@@ -10,7 +10,6 @@ passes. ``POST …/run`` creates the run here and now (and answers its ``run_id`
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 import time
@@ -21,7 +20,9 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.json_body import BodyError, decode
 from hermes_queue.api.state import STATE
+from hermes_queue.api.validation import read_body
 from hermes_queue.schedules.definitions import (
     JobInputError,
     job_json,
@@ -85,9 +86,9 @@ def _job_id(request: web.Request) -> str:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise JobInputError("Invalid JSON body") from None
+        body = decode(await read_body(request))
+    except BodyError as exc:
+        raise JobInputError("Invalid JSON body" if exc.syntax else exc.message) from None
     if not isinstance(body, dict):
         raise JobInputError("Request body must be a JSON object")
     return body

@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from hermes_queue.api.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.errors import ApiError, auth_error
 from hermes_queue.api.state import STATE
+from hermes_queue.keyguard import normalize_key
 from hermes_queue.logs import request_id_var
 from hermes_queue.store.base import StoreUnavailable
 
@@ -23,8 +24,9 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API).
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", *DASHBOARD_ASSETS})
+# The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API);
+# the OpenAPI document describes the API, not its data.
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/openapi.json", *DASHBOARD_ASSETS})
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
@@ -156,7 +158,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except ApiError as exc:
         return exc.response()
     except web.HTTPRequestEntityTooLarge:
-        return ApiError(413, "body_too_large", "Request body too large").response()
+        return ApiError(413, "body_too_large", "Request body too large.").response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -189,7 +191,7 @@ async def body_limit_middleware(request: web.Request, handler: Handler) -> web.S
     answers a malformed Content-Length with a plain 400; chunked bodies hit client_max_size)."""
     length = request.content_length
     if length is not None and length > request.app[STATE].settings.body_limit_bytes:
-        raise ApiError(413, "body_too_large", "Request body too large")
+        raise ApiError(413, "body_too_large", "Request body too large.")
     return await handler(request)
 
 
@@ -204,8 +206,10 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if key and not public and request.method != "OPTIONS":
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
+        # The token normalised as the key was (keyguard); header bytes that are not UTF-8
+        # arrive surrogate-escaped and are compared as the raw bytes.
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode(), key.encode()
+            normalize_key(token).encode("utf-8", "surrogateescape"), key.encode()
         ):
             raise auth_error()
     return await handler(request)

@@ -42,11 +42,14 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=registry.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
+MAX_OFFSET = 10**9
+
+
 def _page(request: web.Request) -> tuple[int, int]:
     values = []
     for name, default, low, high in (
         ("limit", DEFAULT_PAGE, 1, MAX_PAGE),
-        ("offset", 0, 0, None),
+        ("offset", 0, 0, MAX_OFFSET),  # bounded: Redis refuses indexes past 64 bits
     ):
         raw = request.query.get(name, str(default))
         try:

@@ -20,20 +20,15 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.request_models import ResponseBody
 from hermes_queue.api.responses_render import ResponseMeta, stream_renderer
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import open_stream
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns import NewTurn, RunSession, turn_headers
-from hermes_queue.api.validation import (
-    json_object,
-    message_list,
-    optional_string,
-    session_key_header,
-)
+from hermes_queue.api.validation import json_object, session_key_header
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 from hermes_queue.store import ResponseRow
@@ -52,67 +47,33 @@ class Plan:
     conversation: str | None
 
 
-def parse_input(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
-    """``input`` as messages (the last one this turn's user message) and any system texts."""
-    if isinstance(value, str) and value.strip():
-        return [{"role": "user", "content": value}], []
-    if not isinstance(value, list) or not value:
-        raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
-    messages: list[dict[str, Any]] = []
-    system: list[str] = []
-    for index, item in enumerate(value):
-        where = f"input[{index}]"
-        if isinstance(item, str):
-            messages.append({"role": "user", "content": item})
-            continue
-        role = item.get("role") if isinstance(item, dict) else None
-        if role in ("system", "developer"):
-            system.append(flatten_text(item.get("content")))
-        elif role in ("user", "assistant"):
-            content = normalize_content(item.get("content"), f"{where}.content")
-            messages.append({"role": role, "content": content})
-        else:
-            raise ApiError(
-                400,
-                "invalid_input",
-                f"{where} must be a string or a message with role user or assistant",
-                param=where,
-            )
-    if not messages or messages[-1]["role"] != "user":
-        raise ApiError(400, "missing_input", "No user message found in input", param="input")
-    if not has_visible_payload(messages[-1]["content"]):
-        raise ApiError(400, "missing_input", "No user message found in input", param="input")
-    return messages, [text for text in system if text]
-
-
 def not_found(response_id: str, code: str | None = None) -> ApiError:
     return ApiError(404, code, f"Response not found: {response_id}")
 
 
-async def _plan(state: ApiState, body: dict[str, Any]) -> Plan:
+async def _plan(state: ApiState, fields: ResponseBody) -> Plan:
     responses, store = state.responses, state.store
-    messages, system = parse_input(body.get("input"))
-    instructions = optional_string(body, "instructions", "invalid_instructions")
-    previous_id = optional_string(body, "previous_response_id", "invalid_previous_response_id")
-    conversation = optional_string(body, "conversation", "invalid_conversation")
+    messages, system = fields.input
+    instructions = fields.instructions
+    previous_id, conversation = fields.previous_response_id, fields.conversation
     if previous_id and conversation:
         raise ApiError(
             400,
             "conflicting_history",
-            "'conversation' and 'previous_response_id' are mutually exclusive",
+            "Cannot use both 'conversation' and 'previous_response_id'",
             param="conversation",
         )
     previous: ResponseRow | None = None
     if previous_id:
         previous = await responses.load(previous_id)
         if previous is None:
-            raise not_found(previous_id, "response_not_found")
+            raise ApiError(404, "response_not_found", f"Previous response not found: {previous_id}")
     elif conversation:
         head = await store.conversation_head(conversation)
         previous = await responses.load(head) if head else None
     history: list[dict[str, Any]] = []
-    if "conversation_history" in body and body["conversation_history"] is not None:
-        history = message_list(body["conversation_history"], "conversation_history")
+    if fields.conversation_history is not None:
+        history = fields.conversation_history
     elif previous is not None:
         history = list(previous.transcript)
     if instructions is None and previous is not None:
@@ -120,23 +81,21 @@ async def _plan(state: ApiState, body: dict[str, Any]) -> Plan:
     if system:
         instructions = "\n\n".join([*([instructions] if instructions else []), *system])
     history += messages[:-1]
-    if body.get("truncation") == "auto":
+    if fields.truncation == "auto":
         history = history[-TRUNCATE_TO:]
     return Plan(messages[-1]["content"], history, instructions, previous, conversation)
 
 
 async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
     """The turn a ``POST /v1/responses`` body starts, with its history resolved."""
-    plan = await _plan(state, body)
-    background = coerce_bool(body.get("background"), False)
-    stored = coerce_bool(body.get("store"), True)
+    fields = ResponseBody.parse(body)
+    plan = await _plan(state, fields)
+    background, stored = fields.background, fields.store
     if background and not stored:
         raise ApiError(400, "invalid_request", "background requires store=true", param="store")
-    named = body.get("model")
-    named = named if isinstance(named, str) else ""
     settings = ResponseSettings(
         created_at=int(time.time()),
-        model=named or state.settings.model_name,
+        model=fields.model or state.settings.model_name,
         previous_response_id=plan.previous.id if plan.previous else None,
         conversation=plan.conversation,
         store=stored,

@@ -14,6 +14,7 @@ from hermes_queue.api import (
     dashboard,
     discovery,
     jobs,
+    openapi,
     operations,
     responses,
     runs,
@@ -26,6 +27,7 @@ from hermes_queue.api import (
 SERVED: list[web.RouteDef] = [
     web.get("/health", discovery.health),
     web.get("/v1/health", discovery.health),
+    web.get("/openapi.json", openapi.openapi_json),
     # Runs: start a turn, poll it, follow its events, stop it, answer its approvals.
     web.post("/v1/runs", runs.start_run),
     web.get("/v1/runs/{run_id}", runs.get_run),

@@ -7,19 +7,14 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.dialects import render_runs
-from hermes_queue.api.errors import ApiError, run_not_found
+from hermes_queue.api.errors import run_not_found
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.request_models import RunBody
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import STREAM_CLOSED, open_stream, resume_cursor
 from hermes_queue.api.state import STATE
 from hermes_queue.api.turns import NewTurn, RunSession
-from hermes_queue.api.validation import (
-    is_empty,
-    json_object,
-    message_list,
-    optional_string,
-    session_id_value,
-)
+from hermes_queue.api.validation import json_object
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.repository import RunRepository
@@ -30,45 +25,19 @@ MAX_RUN_ID_LENGTH = 128
 
 def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
     """Validate a ``POST /v1/runs`` body (HERMES_API §4.1) into the turn it starts."""
-    raw_input = body.get("input")
-    if raw_input is None or (isinstance(raw_input, str | list) and len(raw_input) == 0):
-        raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
-    history: list[dict[str, Any]] = []
-    if isinstance(raw_input, str):
-        if not raw_input.strip():
-            raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
-        message: Any = raw_input
-    elif isinstance(raw_input, list):
-        messages = message_list(raw_input, "input")
-        if messages[-1]["role"] != "user" or is_empty(messages[-1]["content"]):
-            raise ApiError(
-                400, "missing_user_message", "No user message found in input", param="input"
-            )
-        message = messages[-1]["content"]
-        history = messages[:-1]
-    else:
-        raise ApiError(
-            400, "invalid_input", "'input' must be a string or an array of messages", param="input"
-        )
-
-    if body.get("conversation_history") is not None:
-        history = message_list(body["conversation_history"], "conversation_history") + history
-    instructions = optional_string(body, "instructions", "invalid_instructions")
-    model = optional_string(body, "model", "invalid_model", max_length=200)
-    session_id = body.get("session_id")
-    if session_id is not None:
-        session_id = session_id_value(session_id)
+    fields = RunBody.parse(body)
+    message, history = fields.input
     return NewTurn(
-        TurnRequest(message, history, instructions),
+        TurnRequest(message, fields.conversation_history + history, fields.instructions),
         select_for_body(routing, body),
-        RunSession(session_id),
-        named_model=model or "",
+        RunSession(fields.session_id),
+        named_model=fields.model or "",
     )
 
 
 async def start_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    body = await json_object(request)
+    body = await json_object(request, "Invalid JSON")  # upstream's wording on this endpoint
     turn = parse_run_body(body, state.routing)
     async with await state.idempotency.begin(request.headers, "runs", body) as idem:
         if idem.replay_of is not None:  # nothing is admitted or created again

@@ -7,13 +7,13 @@ with ``GET …/chat/stream?run_id=`` and ``Last-Event-ID``, on any replica.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
-from hermes_queue.api.content import has_visible_payload, normalize_content
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, render_session
 from hermes_queue.api.errors import ApiError, run_not_found
+from hermes_queue.api.request_models import SessionChatBody
 from hermes_queue.api.runtime_selection import select_for_session
 from hermes_queue.api.sessions import load_session
 from hermes_queue.api.sse import open_stream, resume_cursor
@@ -25,35 +25,16 @@ from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionRow
 
-STRATEGIES: frozenset[Strategy] = frozenset({"reject", "enqueue", "interrupt"})
 MAX_RUN_ID_LENGTH = 128
 
 
 def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfig) -> NewTurn:
     """The turn a chat body starts on the session ``row``, under its ``multitask_strategy``."""
-    raw = body.get("message", body.get("input"))
-    if raw is None or not has_visible_payload(raw):
-        raise ApiError(400, "missing_message", "Missing 'message' field", param="message")
-    message = normalize_content(raw, "message")
-    system = body.get("system_message", body.get("instructions"))
-    if system is not None and not isinstance(system, str):
-        raise ApiError(
-            400,
-            "invalid_system_message",
-            "'system_message' must be a string",
-            param="system_message",
-        )
-    strategy = body.get("multitask_strategy", "reject")
-    if strategy not in STRATEGIES:
-        raise ApiError(
-            400,
-            "invalid_multitask_strategy",
-            f"'multitask_strategy' must be one of {sorted(STRATEGIES)}",
-            param="multitask_strategy",
-        )
+    fields = SessionChatBody.parse(body)
+    strategy = cast(Strategy, fields.multitask_strategy)
     return NewTurn(
         # The id as addressed: the turn runs on the session's live tip, resumable by either.
-        TurnRequest(message, instructions=system or None, path_id=row.id),
+        TurnRequest(fields.message, instructions=fields.system_message, path_id=row.id),
         select_for_session(routing, row, body),
         StoredSession(row.id, strategy, lock_row=row),
     )

@@ -9,10 +9,16 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.request_models import (
+    ForkBody,
+    ModelLockBody,
+    SessionCreateBody,
+    SessionPatchBody,
+)
+from hermes_queue.api.request_queries import MessageListQuery, SessionListQuery
 from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.api.state import STATE
-from hermes_queue.api.validation import json_object, session_id_value
-from hermes_queue.booleans import coerce_bool
+from hermes_queue.api.validation import json_object
 from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
     UNSET,
@@ -22,11 +28,11 @@ from hermes_queue.store import (
     project_message,
     project_session,
 )
+from hermes_queue.store.base import TitleConflict
 from hermes_queue.store.protocol import SessionStore
 
-MAX_LIST_LIMIT = 200
 MAX_MESSAGES_LIMIT = 500
-PATCHABLE_FIELDS = frozenset({"title", "end_reason"})
+PATCHABLE_FIELDS = frozenset(SessionPatchBody.model_fields)
 
 
 def session_not_found(session_id: str) -> ApiError:
@@ -37,30 +43,21 @@ def new_session_id() -> str:
     return f"api_{int(time.time())}_{secrets.token_hex(4)}"
 
 
-def _int_param(request: web.Request, name: str, default: int, maximum: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(
-            400, "invalid_pagination", f"'{name}' must be an integer", param=name
-        ) from None
-    if value < 0:
-        raise ApiError(400, "invalid_pagination", f"'{name}' must not be negative", param=name)
-    return min(value, maximum)
-
-
-def _optional_text(body: dict[str, Any], name: str, code: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise ApiError(400, code, f"'{name}' must be a string", param=name)
-    return value
-
-
 def session_body(row: SessionRow) -> dict[str, Any]:
     return {"object": "hermes.session", "session": project_session(row)}
+
+
+async def title_error(store: SessionStore, exc: InvalidTitle, *, created: bool) -> ApiError:
+    """400 ``invalid_title`` in upstream's words: a taken title names the session holding it
+    ("Title already in use by session …" on create, hermes_state's sentence on a rename)."""
+    message = str(exc)
+    if isinstance(exc, TitleConflict) and exc.title:
+        holder = await store.title_holder(exc.title)
+        if created:
+            message = f"Title already in use by session {holder}"
+        else:
+            message = f"Title '{exc.title}' is already in use by session {holder}"
+    return ApiError(400, "invalid_title", message, param="title")
 
 
 async def load_session(store: SessionStore, session_id: str) -> SessionRow:
@@ -71,13 +68,10 @@ async def load_session(store: SessionStore, session_id: str) -> SessionRow:
 
 
 async def list_sessions(request: web.Request) -> web.Response:
-    limit = _int_param(request, "limit", 50, MAX_LIST_LIMIT) or 50
-    offset = _int_param(request, "offset", 0, 10**9)
+    query = SessionListQuery.parse(request.query)
+    limit, offset = query.limit or 50, query.offset or 0
     rows = await request.app[STATE].store.list_sessions(
-        limit,
-        offset,
-        source=request.query.get("source") or None,
-        include_children=coerce_bool(request.query.get("include_children"), False),
+        limit, offset, source=query.source or None, include_children=query.include_children
     )
     return web.json_response(
         {
@@ -92,12 +86,10 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 async def create_session(request: web.Request) -> web.Response:
     body = await json_object(request) if request.can_read_body else {}
-    raw_id = body.get("id", body.get("session_id"))
-    session_id = session_id_value(raw_id, param="id") if raw_id is not None else new_session_id()
-    title = _optional_text(body, "title", "invalid_title")
-    system_prompt = _optional_text(body, "system_prompt", "invalid_system_prompt")
-    model = _optional_text(body, "model", "invalid_model")
-    source = _optional_text(body, "source", "invalid_source") or "api_server"
+    fields = SessionCreateBody.parse(body)
+    session_id = fields.id or new_session_id()
+    title, system_prompt, model = fields.title, fields.system_prompt, fields.model
+    source = fields.source or "api_server"
     state = request.app[STATE]
     model_config, locked_model = creation_lock(state.routing, body)
     try:
@@ -112,7 +104,7 @@ async def create_session(request: web.Request) -> web.Response:
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {session_id}") from None
     except InvalidTitle as exc:
-        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+        raise await title_error(state.store, exc, created=True) from None
     return web.json_response(session_body(row), status=201)
 
 
@@ -130,19 +122,19 @@ async def update_session(request: web.Request) -> web.Response:
         raise ApiError(
             400,
             "unsupported_session_field",
-            f"Unsupported session field(s): {', '.join(unknown)}",
+            f"Unsupported session fields: {', '.join(unknown)}",
             param=unknown[0],
         )
+    fields = SessionPatchBody.parse(body)
     changes: dict[str, Any] = {}
-    if "title" in body:
-        changes["title"] = _optional_text(body, "title", "invalid_title")
-    if "end_reason" in body:
-        reason = _optional_text(body, "end_reason", "invalid_end_reason")
-        changes["end_reason"] = reason if reason else UNSET
+    if "title" in fields.model_fields_set:
+        changes["title"] = fields.title
+    if "end_reason" in fields.model_fields_set:
+        changes["end_reason"] = fields.end_reason if fields.end_reason else UNSET
     try:
         updated = await store.update_session(row.id, **changes)
     except InvalidTitle as exc:
-        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+        raise await title_error(store, exc, created=False) from None
     return web.json_response(session_body(updated))
 
 
@@ -166,11 +158,9 @@ async def list_messages(request: web.Request) -> web.Response:
     store = request.app[STATE].store
     row = await load_session(store, request.match_info["session_id"])
     resolved = await store.resolve_tip(row.id)
-    limit = _int_param(request, "limit", MAX_MESSAGES_LIMIT, MAX_MESSAGES_LIMIT) or 1
-    offset = _int_param(request, "offset", 0, 10**9)
-    order = request.query.get("order", "latest")
-    if order not in ("oldest", "latest"):
-        raise ApiError(400, "invalid_pagination", "'order' must be oldest or latest", param="order")
+    query = MessageListQuery.parse(request.query)
+    limit = MAX_MESSAGES_LIMIT if query.limit is None else (query.limit or 1)
+    offset, order = query.offset or 0, query.order
     messages = await store.get_messages(
         resolved, limit=limit, offset=offset, order="oldest" if order == "oldest" else "latest"
     )
@@ -193,15 +183,14 @@ async def fork_session(request: web.Request) -> web.Response:
     store = request.app[STATE].store
     source = await load_session(store, request.match_info["session_id"])
     body = await json_object(request) if request.can_read_body else {}
-    raw_id = body.get("id", body.get("session_id"))
-    new_id = session_id_value(raw_id, param="id") if raw_id is not None else new_session_id()
-    title = _optional_text(body, "title", "invalid_title")
+    fields = ForkBody.parse(body)
+    new_id, title = fields.id or new_session_id(), fields.title
     try:
         child = await store.fork_session(source.id, new_id, title=title)
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {new_id}") from None
     except InvalidTitle as exc:
-        raise ApiError(400, "invalid_title", str(exc), param="title") from None
+        raise await title_error(store, exc, created=False) from None
     return web.json_response(session_body(child), status=201)
 
 
@@ -209,7 +198,9 @@ async def set_model_lock(request: web.Request) -> web.Response:
     """Persist a confirmed model lock (HERMES_API §2, §6.3 rule 2)."""
     state = request.app[STATE]
     row = await load_session(state.store, request.match_info["session_id"])
-    selection = lock_selection(state.routing, await json_object(request))
+    body = await json_object(request)
+    ModelLockBody.parse(body)  # the runtime fields themselves are routing's to check
+    selection = lock_selection(state.routing, body)
     await persist_lock(state.store, row, selection)
     runtime = {**runtime_metadata(selection, None), "model_lock": "accepted"}
     return web.json_response(

@@ -2,30 +2,64 @@
 
 from __future__ import annotations
 
-import json
+import asyncio
 import re
 from typing import Any
 
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.json_body import BodyError, decode
+from hermes_queue.api.state import STATE
 from hermes_queue.config import Settings
 
 MAX_ID_LENGTH = 256
-_UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f/\\]|^\.\.?$")
+_UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f/\\\ud800-\udfff]|^\.\.?$")
+_SURROGATES = re.compile("[\ud800-\udfff]")
 MESSAGE_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
-async def json_object(request: web.Request) -> dict[str, Any]:
-    """The body as a JSON object, or 400 ``invalid_json``."""
-    raw = await request.read()
+INVALID_JSON = "Invalid JSON in request body"
+
+
+def json_document(raw: bytes, invalid: str = INVALID_JSON) -> dict[str, Any]:
+    """``raw`` as a JSON object (``json_body.decode``'s checks), or 400: ``invalid`` is the
+    endpoint's wording (upstream's) for a body that is not JSON at all."""
     try:
-        body = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "invalid_json", "Invalid JSON in request body") from None
+        body = decode(raw) if raw else None
+    except BodyError as exc:
+        message = invalid if exc.syntax else exc.message
+        raise ApiError(400, exc.code, message, param=exc.param) from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "Request body must be a JSON object")
     return body
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body, or 408 ``request_timeout`` (connection closed) when it does not arrive
+    within ``body_timeout_seconds``: a client trickling its body holds nothing for long."""
+    limit = request.app[STATE].settings.body_timeout_seconds
+    try:
+        async with asyncio.timeout(limit):
+            return await request.read()
+    except TimeoutError:
+        raise ApiError(
+            408,
+            "request_timeout",
+            f"The request body did not arrive within {limit:g} s",
+            close=True,
+        ) from None
+
+
+async def json_object(request: web.Request, invalid: str = INVALID_JSON) -> dict[str, Any]:
+    """The body as a JSON object, or 400 ``invalid_json`` (see :func:`json_document`)."""
+    return json_document(await read_body(request), invalid)
+
+
+def header_text(value: str) -> bool:
+    """Whether a header value is text: aiohttp decodes header bytes that are not UTF-8 with
+    ``surrogateescape``, and such a value cannot be stored, hashed or echoed."""
+    return value.isascii() or not _SURROGATES.search(value)
 
 
 def session_id_value(value: Any, *, param: str = "session_id") -> str:
@@ -49,6 +83,14 @@ def optional_string(
     return value
 
 
+def optional_text(body: dict[str, Any], name: str, code: str) -> str | None:
+    """Upstream's session-API wording ("title must be a string")."""
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(400, code, f"{name} must be a string", param=name)
+    return value
+
+
 def _content(value: Any, param: str) -> str | list[Any]:
     if isinstance(value, str):
         return value
@@ -62,26 +104,37 @@ def _content(value: Any, param: str) -> str | list[Any]:
     )
 
 
-def message_list(value: Any, param: str) -> list[dict[str, Any]]:
-    """A list of ``{role, content}`` messages, validated before anything is allocated."""
+def message_list(value: Any, param: str, *, need_content: bool = False) -> list[dict[str, Any]]:
+    """A list of ``{role, content}`` messages, validated before anything is allocated.
+
+    ``need_content``: every entry must carry ``content`` (upstream's rule for
+    ``conversation_history``; in ``input`` a message without it is empty)."""
     if not isinstance(value, list):
         raise ApiError(
-            400, "invalid_messages", f"'{param}' must be an array of messages", param=param
+            400,
+            "invalid_messages",
+            f"'{param}' must be an array of message objects",
+            param=param,
         )
     out: list[dict[str, Any]] = []
     for index, item in enumerate(value):
         where = f"{param}[{index}]"
-        if not isinstance(item, dict) or item.get("role") not in MESSAGE_ROLES:
+        if (
+            not isinstance(item, dict)
+            or "role" not in item
+            or (need_content and "content" not in item)
+        ):
+            fields = "'role' and 'content' fields" if need_content else "a 'role' field"
+            raise ApiError(400, "invalid_messages", f"{where} must have {fields}", param=where)
+        role = item["role"]
+        if not isinstance(role, str) or role not in MESSAGE_ROLES:
             raise ApiError(
                 400,
                 "invalid_messages",
                 f"{where} must be an object with a role of {sorted(MESSAGE_ROLES)}",
                 param=where,
             )
-        message = {
-            "role": item["role"],
-            "content": _content(item.get("content", ""), f"{where}.content"),
-        }
+        message = {"role": role, "content": _content(item.get("content", ""), f"{where}.content")}
         for extra in ("tool_calls", "tool_call_id", "name"):
             if extra in item:
                 message[extra] = item[extra]
@@ -105,7 +158,7 @@ def session_key_header(request: web.Request, settings: Settings) -> str | None:
             "X-Hermes-Session-Key requires API key authentication. "
             "Configure API_SERVER_KEY to enable this feature.",
         )
-    if any(char in value for char in "\r\n\x00"):
+    if any(char in value for char in "\r\n\x00") or not header_text(value):
         raise ApiError(400, "invalid_session_key", "Invalid session key")
     if len(value) > MAX_ID_LENGTH:
         raise ApiError(400, "invalid_session_key", "Session key too long")

@@ -66,7 +66,12 @@ class InvalidTitle(StoreError):
 
 class TitleConflict(InvalidTitle):
     """Another session already has this title. A subclass so ``except InvalidTitle`` covers both,
-    matching upstream where both cases are one ValueError and one 400 code."""
+    matching upstream where both cases are one ValueError and one 400 code. ``title`` is the
+    title as stored (sanitised), so ``title_holder`` finds the session that has it."""
+
+    def __init__(self, title: str | None) -> None:
+        super().__init__(f"title {title!r} is already in use")
+        self.title = title
 
 
 # ---------------------------------------------------------------------------------------------

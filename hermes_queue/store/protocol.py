@@ -51,6 +51,10 @@ class SessionStore(Protocol):
 
     async def get_session(self, id: str) -> SessionRow | None: ...
 
+    async def title_holder(self, title: str) -> str | None:
+        """The id of the session with this (sanitised) title, if any."""
+        ...
+
     async def list_sessions(
         self,
         limit: int = 50,

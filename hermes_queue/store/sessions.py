@@ -83,7 +83,7 @@ class SessionRowsMixin(SqlBackend):
             )
         except UniqueViolation as exc:
             if "title" in str(exc):
-                raise TitleConflict(f"title {title!r} is already in use") from exc
+                raise TitleConflict(title) from exc
             raise
         if row is None:
             raise SessionExists(id)
@@ -134,6 +134,11 @@ class SessionRowsMixin(SqlBackend):
             row = await conn.fetchrow("SELECT * FROM sessions WHERE id = ?", id)
         return session_from_row(row) if row else None
 
+    async def title_holder(self, title: str) -> str | None:
+        async with self._read() as conn:
+            row = await conn.fetchrow("SELECT id FROM sessions WHERE title = ?", title)
+        return str(row["id"]) if row else None
+
     async def list_sessions(
         self,
         limit: int = 50,
@@ -178,7 +183,7 @@ class SessionRowsMixin(SqlBackend):
                 try:
                     await conn.execute("UPDATE sessions SET title = ? WHERE id = ?", clean, id)
                 except UniqueViolation as exc:
-                    raise TitleConflict(f"title {clean!r} is already in use") from exc
+                    raise TitleConflict(clean) from exc
             if not isinstance(end_reason, _Unset):
                 await self._end(conn, id, end_reason)
             row = await self._fetch_session(conn, id)

@@ -8,6 +8,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from hermes_queue.config import Settings
+from tests.api.conftest import running_api
 
 
 def error_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -51,6 +52,7 @@ async def test_bad_or_missing_key_is_401_gateway_auth_failed(api: TestClient, he
         (b'{"input": [{"role": "wizard", "content": "hi"}]}', "invalid_messages"),
         (b'{"input": "hi", "conversation_history": "nope"}', "invalid_messages"),
         (b'{"input": "hi", "conversation_history": [{"content": "x"}]}', "invalid_messages"),
+        (b'{"input": "hi", "conversation_history": [{"role": "user"}]}', "invalid_messages"),
         (b'{"input": "hi", "instructions": 5}', "invalid_instructions"),
         (b'{"input": "hi", "session_id": "../etc"}', "invalid_session_id"),
         (b'{"input": "hi", "session_id": "a\\nb"}', "invalid_session_id"),
@@ -131,3 +133,27 @@ async def test_every_response_has_security_headers(api: TestClient) -> None:
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["X-Frame-Options"] == "DENY"
     assert "X-Request-Id" in response.headers
+
+
+async def test_the_key_is_compared_after_the_normalisation_the_guard_applied(
+    settings: Settings,
+) -> None:
+    """A key configured with surrounding whitespace is the key without it, on both sides."""
+    async with running_api(settings.replace(api_key=f"  {settings.api_key}\t")) as api:
+        for header in (f"Bearer {settings.api_key}", f"Bearer   {settings.api_key}  "):
+            response = await api.post(
+                "/v1/runs", json={"input": "hi"}, headers={"Authorization": header}
+            )
+            assert response.status == 202
+        wrong = await api.post(
+            "/v1/runs", json={"input": "hi"}, headers={"Authorization": "Bearer " + " " * 16}
+        )
+        assert wrong.status == 401
+
+
+async def test_health_detailed_warns_when_the_api_has_no_key(settings: Settings) -> None:
+    async with running_api(settings.replace(api_key="")) as api:
+        body = await (await api.get("/health/detailed")).json()
+        assert len(body["warnings"]) == 1 and "No API key is set" in body["warnings"][0]
+    async with running_api(settings) as api:
+        assert (await (await api.get("/health/detailed")).json())["warnings"] == []

@@ -4,6 +4,7 @@ replays never enqueue, a different body is a 409, concurrent duplicates make one
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from typing import Any
 
 import pytest
@@ -110,6 +111,20 @@ async def test_keys_are_scoped_by_route_and_api_key(
             assert chat.headers["X-Hermes-Run-Id"] not in (one[1]["run_id"], two[1]["run_id"])
             assert "Idempotency-Replayed" not in chat.headers
     assert await run_records(redis, keys) == 3
+
+
+async def test_record_names_hold_nothing_computed_from_the_api_key(
+    api: TestClient, redis: aioredis.Redis, keys: Keys, settings: Settings
+) -> None:
+    """Anyone reading Redis could test guesses of the key against a hash of it offline."""
+    assert (await post_run(api, {"input": "a"}, key="k-name"))[0] == 202
+    digest = hashlib.sha256(settings.api_key.encode()).hexdigest()
+    names = [k.decode() async for k in redis.scan_iter(match=f"{keys.namespace}:*", count=500)]
+    assert f"{keys.namespace}:idem:key:runs:{hashlib.sha256(b'k-name').hexdigest()}" in names
+    for name in names:
+        assert digest[:8] not in name and settings.api_key not in name
+        if await redis.type(name) == b"string":
+            assert digest[:8].encode() not in await redis.get(name)
 
 
 async def test_a_refused_request_releases_its_key(

@@ -113,7 +113,7 @@ async def test_bad_requests(api: TestClient) -> None:
     assert (await create(api, 400, input=[]))["error"]["code"] == "missing_input"
     unknown = await create(api, 404, input="x", previous_response_id="resp_nope")
     assert unknown["error"] == {
-        "message": "Response not found: resp_nope",
+        "message": "Previous response not found: resp_nope",
         "type": "invalid_request_error",
         "param": None,
         "code": "response_not_found",

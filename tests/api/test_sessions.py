@@ -52,6 +52,38 @@ async def test_create_errors(session_api: TestClient) -> None:
     assert (await session_api.get("/api/sessions/other")).status == 404
 
 
+async def test_a_taken_title_names_its_holder_in_upstreams_words(session_api: TestClient) -> None:
+    await create(session_api, id="holder", title="Taken")
+    await create(session_api, id="renamed")
+    cases = [
+        (
+            "POST",
+            "/api/sessions",
+            {"id": "n1", "title": "Taken"},
+            "Title already in use by session holder",
+        ),
+        (
+            "PATCH",
+            "/api/sessions/renamed",
+            {"title": "Taken"},
+            "Title 'Taken' is already in use by session holder",
+        ),
+        (
+            "POST",
+            "/api/sessions/renamed/fork",
+            {"id": "f1", "title": "Taken"},
+            "Title 'Taken' is already in use by session holder",
+        ),
+    ]
+    for method, path, body, message in cases:
+        response = await session_api.request(method, path, json=body)
+        assert response.status == 400
+        error = (await response.json())["error"]
+        assert (error["code"], error["message"]) == ("invalid_title", message)
+    unsupported = await session_api.patch("/api/sessions/renamed", json={"pinned": True})
+    assert (await unsupported.json())["error"]["message"] == "Unsupported session fields: pinned"
+
+
 async def test_concurrent_creates_with_one_id_give_one_201(session_api: TestClient) -> None:
     responses = await asyncio.gather(
         *(session_api.post("/api/sessions", json={"id": "race"}) for _ in range(8))

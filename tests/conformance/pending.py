@@ -78,13 +78,6 @@ CAPABILITIES_SELF = Pending(
     "found: /v1/capabilities lists a 'capabilities' endpoint upstream does not",
     r"body\.endpoints\.capabilities$",
 )
-ERROR_WORDING = Pending(
-    "found: error messages worded differently from upstream's", r"body\.error\.message$"
-)
-RUNS_HISTORY = Pending(
-    "found: /v1/runs accepts conversation_history entries without role/content",
-    r"POST /v1/runs › (status|body)",
-)
 RESPONSES_TOOL_OUTPUT = Pending(
     "found: non-stream function_call_output.output is a part list, not text",
     r"body\.output\[\d+\]\.output$",

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from tests.conformance.conftest import Sides
 from tests.conformance.exchange import Side
-from tests.conformance.pending import ERROR_WORDING, SESSION_AFTER_TURN, pending
+from tests.conformance.pending import SESSION_AFTER_TURN, pending
 from tests.conformance.scripts import conform, create_session, messages_of
 
 
-@pending(ERROR_WORDING)
 async def test_create_read_update_delete(sides: Sides) -> None:
     sid, nonce = f"conf-{sides.nonce}", sides.nonce
 
@@ -35,7 +34,6 @@ async def test_create_read_update_delete(sides: Sides) -> None:
     await conform(sides, script)
 
 
-@pending(ERROR_WORDING)
 async def test_create_refusals_and_defaults(sides: Sides) -> None:
     sid, nonce = f"conf-{sides.nonce}", sides.nonce
 

@@ -1,0 +1,80 @@
+"""The key guard: which keys may expose the API beyond loopback, and that the key clients send
+is compared after the same normalisation the guard judged (issue 12 §3)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+import pytest
+
+from hermes_queue.config import ConfigError, Settings, load_settings
+from hermes_queue.keyguard import OPEN_WARNING, estimated_entropy_bits, key_weakness
+from hermes_queue.serve import check_bind_safety
+
+STRONG = "4f9c2a1b7d04e6a8c3b5d7f9e1a2c4b6"
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("", "is not set"),
+        (" " * 16, "is not set"),
+        ("\t" * 20, "is not set"),
+        ("abcd efgh ijkl mnop", "whitespace"),
+        ("abcdefghijklmnop\x00x", "control characters"),
+        ("short-key", "shorter than 16"),
+        ("a" * 32, "one character repeated"),
+        ("your_api_key_here", "placeholder"),
+        ("YOUR_API_KEY_HERE", "placeholder"),
+        ("changeme-changeme-2024", "placeholder"),
+        ("please-replace-me-now", "placeholder"),
+        ("aaaaaaaaaaaaaaab", "too predictable"),
+        ("abababababababab", "too predictable"),
+        ("0123456789abcdef", "too predictable"),
+        ("abcdefghijklmnopqrstuvwxyz", "too predictable"),
+        ("1234567890123456", "too predictable"),
+    ],
+)
+def test_weak_keys_are_refused_with_the_reason(key: str, reason: str) -> None:
+    weakness = key_weakness(key)
+    assert weakness is not None and reason in weakness
+    with pytest.raises(ConfigError, match=r"refusing to listen on 0\.0\.0\.0") as refused:
+        check_bind_safety(Settings(host="0.0.0.0", api_key=key))
+    assert "openssl rand -hex 32" in str(refused.value)
+    assert key.strip() == "" or key.strip() not in str(refused.value)  # never echoed
+
+
+@pytest.mark.parametrize(
+    "key",
+    [STRONG, secrets.token_hex(32), "hq-" + secrets.token_urlsafe(24), "test-key-0123456789abcdef"],
+)
+def test_strong_keys_pass(key: str) -> None:
+    assert key_weakness(key) is None
+    check_bind_safety(Settings(host="0.0.0.0", api_key=key))
+    check_bind_safety(Settings(host="::", api_key=key))
+
+
+def test_the_entropy_estimate_tells_random_from_patterned() -> None:
+    assert estimated_entropy_bits(secrets.token_hex(32)) > 150
+    assert estimated_entropy_bits("0123456789abcdef0123456789abcdef") < 20
+    assert estimated_entropy_bits("x") == 0.0
+
+
+def test_surrounding_whitespace_is_normalised_once_for_guard_and_auth() -> None:
+    settings = load_settings(environ={"HERMES_QUEUE_API_KEY": f"  {STRONG}\n"})
+    assert settings.api_key == STRONG
+    assert Settings(api_key=f" {STRONG} ").replace(port=1).api_key == STRONG
+    assert Settings(api_key="   ").api_key == ""  # blank is no key
+
+
+def test_no_key_on_loopback_stays_open_with_one_loud_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="hermes_queue.serve"):
+        check_bind_safety(Settings(host="127.0.0.1", api_key=""))
+        check_bind_safety(Settings(host="127.0.0.1", api_key=STRONG))
+    warnings = [r for r in caplog.records if OPEN_WARNING in r.getMessage()]
+    assert len(warnings) == 1
+    with pytest.raises(ConfigError):
+        check_bind_safety(Settings(host="192.0.2.10", api_key=""))
