@@ -71,13 +71,6 @@ DERIVED_ID = Pending(
 TOOL_EMOJI = Pending(
     "found: hermes.tool.progress always says ⚡, upstream the tool's own emoji", r"data\.emoji$"
 )
-MODEL_ALIASES = Pending(
-    "found: /v1/models does not list model_routes aliases", r"GET /v1/models › body\.data"
-)
-CAPABILITIES_SELF = Pending(
-    "found: /v1/capabilities lists a 'capabilities' endpoint upstream does not",
-    r"body\.endpoints\.capabilities$",
-)
 ERROR_WORDING = Pending(
     "found: error messages worded differently from upstream's", r"body\.error\.message$"
 )
