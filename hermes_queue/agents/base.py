@@ -54,6 +54,8 @@ class AgentResult:
     messages: list[dict[str, Any]] = field(default_factory=list)
     # The runtime that actually ran (provider, model).
     runtime: dict[str, Any] = field(default_factory=dict)
+    # The agent's estimate of what the turn cost (USD), when it prices its model calls.
+    cost_usd: float | None = None
 
 
 class AgentError(Exception):

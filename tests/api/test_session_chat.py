@@ -224,12 +224,10 @@ async def test_multimodal_message(session_api: TestClient, session_worker: Any) 
     body = await (
         await session_api.post(f"/api/sessions/{sid}/chat", json={"message": message})
     ).json()
-    assert body["message"]["content"] == "Echo: see [image]"
+    assert body["message"]["content"] == "Echo: see [image]"  # the agent saw the image
+    # Stored as Hermes' agent stores it (upstream): the text, [screenshot] for the image.
     page = await (await session_api.get(f"/api/sessions/{sid}/messages")).json()
-    assert page["data"][0]["content"] == [
-        {"type": "text", "text": "see"},
-        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-    ]
+    assert page["data"][0]["content"] == "see\n[screenshot]"
     bad = await session_api.post(
         f"/api/sessions/{sid}/chat",
         json={"message": [{"type": "image_url", "image_url": "javascript:alert(1)"}]},

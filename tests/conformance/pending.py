@@ -90,14 +90,6 @@ RUN_MODEL = Pending(
     "found: hermes.run model is the resolved model, upstream the requested name",
     r"GET /v1/runs/\{id\} › body\.model$",
 )
-STORED_USER_PARTS = Pending(
-    "found: a multimodal user turn is stored with its images, upstream as text",
-    r"messages › body\.data\[0\]\.content$",
-)
-SESSION_AFTER_TURN = Pending(
-    "found: after a turn the session row has no model and no cost estimate",
-    r"session\.(model|estimated_cost_usd)$",
-)
 MESSAGE_STARTED = Pending(
     "found: a failed session stream has no message.started frame", r"frame \d+ message\.started$"
 )
