@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from hermes_queue.api.validation import (
     message_list,
     optional_string,
     session_id_value,
+    session_key_header,
 )
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import RunRecord
@@ -68,20 +70,33 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
 
 async def start_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    # Checked first, as upstream: 403 without an API key, 400 malformed; echoed on the 202.
+    session_key = session_key_header(request, state.settings)
     body = await json_object(request)
-    turn = parse_run_body(body, state.routing)
+    turn = _saved(parse_run_body(body, state.routing))
+    key_header = {"X-Hermes-Session-Key": session_key} if session_key else {}
     async with await state.idempotency.begin(request.headers, "runs", body) as idem:
         if idem.replay_of is not None:  # nothing is admitted or created again
-            return await _replay_start(state.runs, idem.replay_of)
+            return await _replay_start(state.runs, idem.replay_of, key_header)
         started = await state.turns.enqueue_turn(turn)
         idem.record(started.run_id)
     answer: dict[str, Any] = {"run_id": started.run_id, "status": "started"}
     if idem.used:
         answer["replayed"] = False
-    return web.json_response(answer, status=202)
+    return web.json_response(answer, status=202, headers=key_header)
 
 
-async def _replay_start(runs: RunRepository, run_id: str) -> web.Response:
+def _saved(turn: NewTurn) -> NewTurn:
+    """A run's turn is saved to its session (the run id's when the body names none), as
+    upstream's agent saves it, so the session's transcript and a later stored-session turn
+    see it; its history stays the one the body sent."""
+    session = turn.session
+    if isinstance(session, RunSession):
+        turn = dataclasses.replace(turn, session=RunSession(session.session_id, persisted=True))
+    return turn
+
+
+async def _replay_start(runs: RunRepository, run_id: str, headers: dict[str, str]) -> web.Response:
     """The run an earlier request with this Idempotency-Key started, with its current status."""
     record = await runs.get(run_id)
     if record is None:
@@ -89,7 +104,7 @@ async def _replay_start(runs: RunRepository, run_id: str) -> web.Response:
     return web.json_response(
         {"run_id": run_id, "status": record.status, "replayed": True},
         status=202,
-        headers={REPLAYED_HEADER: "true"},
+        headers={**headers, REPLAYED_HEADER: "true"},
     )
 
 

@@ -277,7 +277,7 @@ def _failure(run_id: str, exc: Exception) -> tuple[FailReason, str]:
 async def _start(
     attempt: Attempt, sink: RunEventSink, turn_log: SessionTurnLog | None
 ) -> AgentRequest:
-    history = await turn_log.history() if turn_log else None
+    history = await turn_log.history() if turn_log and attempt.record.history_from_store else None
     request = build_request(attempt, history)
     if turn_log:
         await turn_log.record_user(request.message)

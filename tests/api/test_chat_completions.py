@@ -150,6 +150,78 @@ async def test_webui_style_client_keeps_one_server_side_session(
     assert replies == ["Echo: first", "Echo: second (turn 2)", "Echo: third (turn 3)"]
 
 
+async def finished_run(api: TestClient, run_id: str) -> dict[str, Any]:
+    """The run's status once its events stream has ended (the stream ends with the run)."""
+    events = await api.get(f"/v1/runs/{run_id}/events")
+    assert [f async for f in iter_sse(events)][-1].comment == "stream closed"
+    return dict(await (await api.get(f"/v1/runs/{run_id}")).json())
+
+
+async def test_a_run_then_a_completion_on_its_session_see_the_whole_history(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    """hermes-webui's switch between its paths: a ``/v1/runs`` turn on a session, then a
+    ``/v1/chat/completions`` turn with ``X-Hermes-Session-Id`` on the same session, which
+    continues the conversation the run started (upstream's agent saves the run's turn)."""
+    started = await session_api.post(
+        "/v1/runs", json={"input": "my name is Ada", "session_id": "webui-conv-2"}
+    )
+    assert started.status == 202
+    run = await finished_run(session_api, (await started.json())["run_id"])
+    assert run["status"] == "completed" and run["output"] == "Echo: my name is Ada"
+    stored = await (await session_api.get("/api/sessions/webui-conv-2/messages")).json()
+    assert [(m["role"], m["content"]) for m in stored["data"]] == [
+        ("user", "my name is Ada"),
+        ("assistant", "Echo: my name is Ada"),
+    ]
+    response = await session_api.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "what is my name"}]},
+        headers={"X-Hermes-Session-Id": "webui-conv-2"},
+    )
+    reply = (await response.json())["choices"][0]["message"]["content"]
+    assert reply == "Echo: what is my name (turn 2)"  # the run's turn was its history
+    stored = await (await session_api.get("/api/sessions/webui-conv-2/messages")).json()
+    assert len(stored["data"]) == 4
+
+
+async def test_a_run_keeps_the_history_its_body_sends(
+    session_api: TestClient, session_worker: Any
+) -> None:
+    """A run's history is the one its body sends, as upstream 0.19's: the stored transcript of
+    its session is written, not read. Without ``session_id`` the run id names the session."""
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    started = await session_api.post(
+        "/v1/runs", json={"input": "c", "conversation_history": history}
+    )
+    run_id = (await started.json())["run_id"]
+    run = await finished_run(session_api, run_id)
+    assert run["output"] == "Echo: c (turn 2)" and run["session_id"] == run_id
+    stored = await (await session_api.get(f"/api/sessions/{run_id}/messages")).json()
+    assert [m["content"] for m in stored["data"]] == ["c", "Echo: c (turn 2)"]
+
+
+async def test_a_run_checks_and_echoes_the_session_key(settings: Settings) -> None:
+    """``X-Hermes-Session-Key`` on ``/v1/runs`` as on session chat: echoed on the 202, 400 when
+    too long, 403 on a server without an API key."""
+    async with running_api(settings) as api:
+        started = await api.post(
+            "/v1/runs", json={"input": "x"}, headers={"X-Hermes-Session-Key": "webui:7"}
+        )
+        assert started.status == 202 and started.headers["X-Hermes-Session-Key"] == "webui:7"
+        refused = await api.post(
+            "/v1/runs", json={"input": "x"}, headers={"X-Hermes-Session-Key": "k" * 257}
+        )
+        assert refused.status == 400
+        assert (await refused.json())["error"]["code"] == "invalid_session_key"
+    async with running_api(settings.replace(api_key="")) as keyless:
+        refused = await keyless.post(
+            "/v1/runs", json={"input": "x"}, headers={"X-Hermes-Session-Key": "webui:7"}
+        )
+        assert refused.status == 403
+        assert "requires API key" in (await refused.json())["error"]["message"]
+
+
 async def test_session_header_without_api_key_is_403(settings: Settings) -> None:
     async with running_api(settings.replace(api_key="")) as api:
         response = await api.post(

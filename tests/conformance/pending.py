@@ -44,19 +44,10 @@ NOTES = Pending(
     "stream, no note reasoning.available on runs; streamed reasoning shows there instead)",
     r"› frame [-\d/]+ (tool\.progress|reasoning\.available)$",
 )
-RUNS_STORE = Pending(
-    "issue 13 §2: /v1/runs turns are not written to the session store",
-    r"GET /api/sessions/\{sid\}/messages",
-)
 COMPLETION_FAILURE = Pending(
     "issue 13 §2: a failed completion: partial:true and no usage on the final chunk; "
     "502 instead of upstream's 200 with finish_reason error and the hermes block",
     r"POST /v1/chat/completions › (status|header X-Hermes-|body|frame)",
-)
-RUNS_SESSION_KEY = Pending(
-    "issue 13 §2: /v1/runs does not check X-Hermes-Session-Key (no 403 without an API key, "
-    "no 400 when too long) and does not echo it",
-    r"POST /v1/runs › ",
 )
 MEDIA = Pending(
     "issue 13 §2: MEDIA: tags in the reply are not inlined (agents/media.py, not wired yet)",
@@ -85,10 +76,6 @@ RESPONSES_TOOL_OUTPUT = Pending(
 RESPONSES_TEXT = Pending(
     "found: the Responses stream's final text is the last reply only, not all text",
     r"(data\.text|content\[0\]\.text)$",
-)
-RUN_MODEL = Pending(
-    "found: hermes.run model is the resolved model, upstream the requested name",
-    r"GET /v1/runs/\{id\} › body\.model$",
 )
 MESSAGE_STARTED = Pending(
     "found: a failed session stream has no message.started frame", r"frame \d+ message\.started$"
