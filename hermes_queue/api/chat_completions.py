@@ -45,8 +45,10 @@ from hermes_queue.streams.hub import StreamHub
 SESSION_HEADER = "X-Hermes-Session-Id"
 
 
-def derived_session_id(system_prompt: str, first_user: str) -> str:
-    """Every turn of one frontend conversation maps to one session (upstream's rule)."""
+def derived_session_id(system_prompt: str, first_user: Any) -> str:
+    """Every turn of one frontend conversation maps to one session (upstream's rule): the hash
+    of the system prompt and the first user message's normalised content, as Python prints it
+    (text, or the part list with its images)."""
     digest = hashlib.sha256(f"{system_prompt}\n{first_user}".encode()).hexdigest()
     return "api-" + digest[:16]
 
@@ -127,7 +129,7 @@ def parse_completion(
         session = StoredSession(continued, "enqueue", create_missing=True)
     else:
         first_user = next(m for m in conversation if m["role"] == "user")
-        session = RunSession(derived_session_id(system_prompt, flatten_text(first_user["content"])))
+        session = RunSession(derived_session_id(system_prompt, first_user["content"]))
         turn = dataclasses.replace(turn, history=conversation[:-1])
     named = body.get("model")
     named = named if isinstance(named, str) else ""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from hermes_queue.api.chat_completions import derived_session_id
 from hermes_queue.client import SSEFrame, iter_sse
 from hermes_queue.config import Settings
 from tests.api.conftest import running_api
@@ -256,3 +258,17 @@ async def test_dropped_stream_is_finished_on_the_runs_endpoint(
 
 async def test_dropped_stream_stops_the_turn_when_asked(api: TestClient, worker: Any) -> None:
     assert (await drop_after_three_frames(api, cancel_on_disconnect=True))[-1] == "run.cancelled"
+
+
+def test_the_derived_session_id_hashes_the_first_message_as_upstream_prints_it() -> None:
+    """Upstream hashes ``f"{system}\\n{first_user}"`` with the normalised content as Python
+    prints it: an image in the first message makes another session than its text alone."""
+    parts = [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+    ]
+    seed = "Be brief.\n" + str(parts)
+    assert derived_session_id("Be brief.", parts) == (
+        "api-" + hashlib.sha256(seed.encode()).hexdigest()[:16]
+    )
+    assert derived_session_id("Be brief.", parts) != derived_session_id("Be brief.", "look")

@@ -55,10 +55,6 @@ MEDIA = Pending(
 )
 
 # Found by this suite.
-DERIVED_ID = Pending(
-    "found: the derived session id ignores a first message's non-text parts",
-    r"› header X-Hermes-Session-Id$",
-)
 TOOL_EMOJI = Pending(
     "found: hermes.tool.progress always says ⚡, upstream the tool's own emoji", r"data\.emoji$"
 )

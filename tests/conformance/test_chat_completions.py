@@ -11,7 +11,6 @@ from tests.conformance.conftest import NOKEY_ALIAS, Sides
 from tests.conformance.exchange import Side
 from tests.conformance.pending import (
     COMPLETION_FAILURE,
-    DERIVED_ID,
     IDS,
     TOOL_EMOJI,
     case,
@@ -28,9 +27,8 @@ def completion(content: Any, *, stream: bool, **extra: Any) -> dict[str, Any]:
 
 PENDING: dict[tuple[bool, str], tuple[str, ...]] = {
     (False, "failure"): (COMPLETION_FAILURE,),
-    (False, "multimodal"): (DERIVED_ID,),
     (True, "failure"): (COMPLETION_FAILURE, IDS),
-    (True, "multimodal"): (IDS, DERIVED_ID),
+    (True, "multimodal"): (IDS,),
     (True, "plain"): (IDS,),
     (True, "reasoning"): (IDS,),
     (True, "tool"): (IDS, TOOL_EMOJI),
