@@ -116,11 +116,21 @@ class FirstEventProbe:
             self._note()
         await self._sink.reasoning(text)
 
+    async def thinking(self, text: str) -> None:
+        if text:
+            self._note()
+        await self._sink.thinking(text)
+
     async def tool_started(
-        self, name: str, call_id: str, preview: str | None = None, args: Any = None
+        self,
+        name: str,
+        call_id: str,
+        preview: str | None = None,
+        args: Any = None,
+        emoji: str | None = None,
     ) -> None:
         self._note()
-        await self._sink.tool_started(name, call_id, preview, args)
+        await self._sink.tool_started(name, call_id, preview, args, emoji)
 
     async def tool_completed(
         self,
@@ -248,6 +258,7 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         usage=result.usage.as_dict(),
         messages=result.messages,
         runtime=result.runtime,
+        streamed=sink.text_streamed,
     )
     return "completed"
 
@@ -291,6 +302,7 @@ async def _start(
         await sink.emit(EventType.RUN_STARTED, data)
     else:
         await sink.emit(EventType.RUN_RESTARTED, {"attempt": attempt.number})
+    await sink.start_reply()
     return request
 
 
@@ -334,5 +346,6 @@ async def _end_cancelled(sink: RunEventSink, active: ActiveRun) -> str:
 async def _end_failed(sink: RunEventSink, reason: FailReason, error: str) -> str:
     if not await _flushed(sink):
         return "lease_lost"
-    await sink.attempt.fail(reason, error)
+    # Upstream's controlled provider-auth text is a reply on session chat and chat completions.
+    await sink.attempt.fail(reason, error, as_reply=reason == FailReason.PROVIDER_AUTH)
     return "failed"

@@ -83,6 +83,9 @@ async def test_stream_chunks_tool_progress_reasoning_and_done(api: TestClient, w
         progress[0]["tool"] == "search" and progress[0]["toolCallId"] == progress[1]["toolCallId"]
     )
     assert progress[0]["label"] and progress[0]["emoji"]
+    # Every frame has an id of its own (the final chunk too); [DONE] closes without one.
+    ids = [f.id for f in frames[:-1]]
+    assert all(ids) and len(set(ids)) == len(ids) and not frames[-1].id
 
 
 async def test_failure_with_partial_text_and_without(api: TestClient, worker: Any) -> None:
@@ -94,7 +97,9 @@ async def test_failure_with_partial_text_and_without(api: TestClient, worker: An
     assert payload["choices"][0]["finish_reason"] == "error"
     assert payload["choices"][0]["message"]["content"].startswith("Echo:")
     assert payload["hermes"]["failed"] is True and payload["hermes"]["error_code"] == "agent_error"
+    assert payload["hermes"]["partial"] is True  # the agent said something before failing
     assert partial.headers["X-Hermes-Completed"] == "false"
+    assert partial.headers["X-Hermes-Partial"] == "true"
     assert "failure" in partial.headers["X-Hermes-Error"]
 
     streamed = await api.post(
@@ -106,6 +111,10 @@ async def test_failure_with_partial_text_and_without(api: TestClient, worker: An
     assert frames[-1].data == "[DONE]"
     assert last_chunk["choices"][0]["finish_reason"] == "error"
     assert last_chunk["error"]["type"] == "agent_error"
+    # As upstream's: usage (zeros for a failed turn), and whether any text went out.
+    assert last_chunk["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    assert last_chunk["hermes"]["partial"] is True and last_chunk["hermes"]["failed"] is True
+    assert frames[-2].id and not frames[-1].id
 
 
 async def test_bad_requests(api: TestClient) -> None:

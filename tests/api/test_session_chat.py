@@ -77,10 +77,12 @@ async def test_stream_event_order_and_fields(session_api: TestClient, session_wo
     run_id = response.headers["X-Hermes-Run-Id"]
     for payload in payloads:
         assert payload["session_id"] == sid and payload["run_id"] == run_id
-        assert isinstance(payload["seq"], int) and isinstance(payload["ts"], float)
-    # One id per event, on its last frame: the completion's three frames share the last one.
-    assert all(f.id for f in frames[:-3]) and len({f.id for f in frames[:-3]}) == len(frames) - 3
-    assert [bool(f.id) for f in frames[-3:]] == [False, False, True]
+        assert isinstance(payload["ts"], float)
+    # Upstream numbers every frame 1, 2, 3 …; every frame but the closing ``done`` has an id of
+    # its own (one stored event per frame).
+    assert [p["seq"] for p in payloads] == list(range(1, len(frames) + 1))
+    ids = [f.id for f in frames[:-1]]
+    assert all(ids) and len(set(ids)) == len(ids) and not frames[-1].id
     assert payloads[0]["user_message"] == {
         "role": "user",
         "content": "look [think] [tool:search] it up",
@@ -98,22 +100,25 @@ async def test_stream_event_order_and_fields(session_api: TestClient, session_wo
     assert [m["role"] for m in transcript] == ["assistant", "tool", "assistant"]
 
 
-async def test_a_client_cut_off_inside_the_completion_gets_all_of_it_again(
+async def test_a_client_cut_off_between_any_two_frames_gets_exactly_the_rest(
     session_api: TestClient, session_worker: Any
 ) -> None:
+    """Resuming after any frame's id sends the frames after it, numbered as the first time:
+    the completion's frames included (``assistant.completed``, ``run.completed``, ``done``)."""
     sid = await new_session(session_api)
-    response, frames = await stream_turn(session_api, sid, message="finish me")
+    response, frames = await stream_turn(session_api, sid, message="finish me [tool:t]")
     run_id = response.headers["X-Hermes-Run-Id"]
-    # Cut after ``assistant.completed``: the last id this client saw is the event before it.
-    last_seen = next(f.id for f in reversed(frames[:-2]) if f.id)
-    again = await session_api.get(
-        f"/api/sessions/{sid}/chat/stream",
-        params={"run_id": run_id},
-        headers={"Last-Event-ID": last_seen},
-    )
-    tail = await frames_of(again)
-    assert [f.event for f in tail] == ["assistant.completed", "run.completed", "done"]
-    assert [f.data for f in tail] == [f.data for f in frames[-3:]]
+    assert [f.event for f in frames[-3:]] == ["assistant.completed", "run.completed", "done"]
+    for cut, frame in enumerate(frames[:-1], start=1):
+        again = await session_api.get(
+            f"/api/sessions/{sid}/chat/stream",
+            params={"run_id": run_id},
+            headers={"Last-Event-ID": frame.id},
+        )
+        tail = await frames_of(again)
+        assert [(f.event, f.id, f.data) for f in tail] == [
+            (f.event, f.id, f.data) for f in frames[cut:]
+        ], f"resumed after frame {cut} ({frame.event})"
 
 
 async def test_failed_turn_streams_error_then_done(
