@@ -29,6 +29,7 @@ from hermes_queue.agents.base import (
     ProviderAuthError,
     TurnCancelled,
 )
+from hermes_queue.agents.media import inline_media
 from hermes_queue.events import EventType
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
@@ -69,6 +70,8 @@ class WorkerRuntime:
     shutting_down: Callable[[], bool] = lambda: False
     active: dict[str, ActiveRun] = field(default_factory=dict)
     metrics: WorkerMetrics | None = None
+    # The agent's Hermes home, whose secret files a reply's MEDIA: tags may never deliver.
+    hermes_home: str = ""
 
     def signal(self, run_id: str, verdict: int) -> None:
         """A stop request or a lost lease reached this worker (pub/sub or heartbeat)."""
@@ -258,6 +261,10 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         usage=result.usage.as_dict(),
         messages=result.messages,
         runtime=result.runtime,
+        # The reply as shown: MEDIA: image tags inlined here, where the agent's files are
+        # (upstream shows them inlined in its session chat and chat completions replies; the
+        # run's output, a stream's deltas and the transcript keep the tags).
+        shown=inline_media(result.output, hermes_home=runtime.hermes_home),
         streamed=sink.text_streamed,
     )
     return "completed"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -279,3 +281,29 @@ async def test_session_key_without_api_key_is_403(settings: Settings) -> None:
         )
         assert response.status == 403
         assert "requires API key authentication" in (await response.json())["error"]["message"]
+
+
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADElEQVR4nGNgYGAAAAAEAAH2FzhVAAAAAElFTkSuQmCC"
+)
+
+
+async def test_a_media_tag_in_a_reply_is_inlined_where_upstream_inlines_it(
+    session_api: TestClient, session_worker: Any, tmp_path: Path
+) -> None:
+    """The worker reads the file its agent named (``MEDIA:/abs/path.png``) and the reply as
+    shown carries it as a ``data:`` image: session chat and the session stream's
+    ``assistant.completed``. The streamed deltas and the run's output keep the tag, as
+    upstream's."""
+    image = tmp_path / "chart.png"
+    image.write_bytes(PIXEL)
+    sid = await new_session(session_api)
+    inline = "![image](data:image/png;base64," + base64.b64encode(PIXEL).decode() + ")"
+    answer = await session_api.post(f"/api/sessions/{sid}/chat", json={"message": f"MEDIA:{image}"})
+    assert (await answer.json())["message"]["content"] == f"Echo: {inline}"
+    run = await (await session_api.get(f"/v1/runs/{answer.headers['X-Hermes-Run-Id']}")).json()
+    assert run["output"] == f"Echo: MEDIA:{image}"
+    _, frames = await stream_turn(session_api, sid, message=f"MEDIA:{image}")
+    deltas = "".join(f.json()["delta"] for f in frames if f.event == "assistant.delta")
+    completed = next(f.json() for f in frames if f.event == "assistant.completed")
+    assert f"MEDIA:{image}" in deltas and inline in completed["content"]

@@ -31,12 +31,7 @@ class Pending:
         return re.search(self.explains_where, difference.where) is not None
 
 
-MEDIA = Pending(
-    "issue 13 §2: MEDIA: tags in the reply are not inlined (agents/media.py, not wired yet)",
-    r"(message\.content|data\.content|content\[0\]\.text)$",
-)
-
-# Found by this suite. (Issue 13 §2's other differences and the others found with them are
+# Found by this suite. (Issue 13 §2's own differences and the others found with them are
 # fixed: their comparisons pass.)
 ERROR_WORDING = Pending(
     "found: error messages worded differently from upstream's", r"body\.error\.message$"
