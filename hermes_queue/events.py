@@ -5,6 +5,13 @@ its own dialect (see ``hermes_queue.api.dialects``). A stream entry has the fiel
 ``t`` (type), ``s`` (seq), ``a`` (attempt), ``ts`` (unix seconds), ``sid`` (session id) and
 ``d`` (JSON object with the event-specific data). The stream entry id is the event's id and the
 SSE ``id:`` line.
+
+One entry is at most one frame a client sees (besides a stream's closing ``done`` / ``[DONE]``):
+a dialect that shows two things at one moment has two entries to show them from, e.g. the
+reply's ``assistant.completed`` is stored before the terminal ``run.completed``. So every frame
+carries its own id and a client cut off between any two frames resumes after the last it saw.
+The Responses dialect, whose frames are positions in a fold over the whole run, numbers its
+frames itself (``sequence_number``, also its ``id:``).
 """
 
 from __future__ import annotations
@@ -21,7 +28,11 @@ class EventType(StrEnum):
     RUN_RESTARTED = "run.restarted"
     MESSAGE_STARTED = "message.started"
     MESSAGE_DELTA = "message.delta"
+    # The model's streamed reasoning (chat completions' ``reasoning_content``).
     REASONING = "reasoning.available"
+    # The agent's progress note (Hermes' ``reasoning.available`` callback): the session stream's
+    # ``tool.progress`` (``_thinking``) and the runs stream's ``reasoning.available``.
+    PROGRESS_NOTE = "progress.note"
     TOOL_STARTED = "tool.started"
     TOOL_COMPLETED = "tool.completed"
     APPROVAL_REQUEST = "approval.request"
@@ -29,6 +40,9 @@ class EventType(StrEnum):
     # A delegated child agent started / finished (Hermes' ``delegate_task``).
     SUBAGENT_START = "subagent.start"
     SUBAGENT_COMPLETE = "subagent.complete"
+    # The reply's final text, stored just before the terminal event (of a completed run, or of
+    # a provider-auth failure, which session chat and chat completions show as a reply).
+    ASSISTANT_COMPLETED = "assistant.completed"
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"

@@ -54,6 +54,8 @@ class AgentResult:
     messages: list[dict[str, Any]] = field(default_factory=list)
     # The runtime that actually ran (provider, model).
     runtime: dict[str, Any] = field(default_factory=dict)
+    # The agent's estimate of what the turn cost (USD), when it prices its model calls.
+    cost_usd: float | None = None
 
 
 class AgentError(Exception):
@@ -152,8 +154,15 @@ class EventSink(Protocol):
     async def reasoning(self, text: str) -> None: ...
 
     async def tool_started(
-        self, name: str, call_id: str, preview: str | None = None, args: Any = None
-    ) -> None: ...
+        self,
+        name: str,
+        call_id: str,
+        preview: str | None = None,
+        args: Any = None,
+        emoji: str | None = None,
+    ) -> None:
+        """A tool call began; ``emoji``: the agent's own icon for the tool, if it has one."""
+        ...
 
     async def tool_completed(
         self,
@@ -175,6 +184,17 @@ class EventSink(Protocol):
         ``deny``. Silence is not consent: an unanswered request comes back ``deny`` after the
         configured timeout. Raises ``TurnCancelled`` when the run is stopped meanwhile."""
         ...
+
+
+@runtime_checkable
+class NoteSink(Protocol):
+    """A sink that also takes the agent's progress notes: short "what I am doing" texts the
+    agent tells between model calls (Hermes' ``reasoning.available`` callback, the first 500
+    characters of each reply before its tools run), distinct from the model's streamed
+    reasoning (``EventSink.reasoning``). Upstream shows them on its session stream
+    (``tool.progress``, ``_thinking``) and runs stream (``reasoning.available``)."""
+
+    async def thinking(self, text: str) -> None: ...
 
 
 @runtime_checkable

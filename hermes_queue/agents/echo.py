@@ -1,7 +1,8 @@
 """The offline, deterministic backend used in development and in every test that needs a turn.
 
 It needs no network and no credentials, yet exercises everything a real backend does: streamed
-deltas, reasoning, tool call pairs, approval requests, failures and cancellation. Marker tokens
+deltas, reasoning and progress notes, tool call pairs, approval requests, failures and
+cancellation. Marker tokens
 in the user text pick the behaviour, so an end-to-end test can ask for exactly the event
 sequence it wants to check.
 """
@@ -21,6 +22,7 @@ from .base import (
     ApprovalRequest,
     CancelToken,
     EventSink,
+    NoteSink,
     TurnCancelled,
     Usage,
 )
@@ -101,9 +103,13 @@ class EchoBackend:
         messages: list[dict[str, Any]] = []
         reasoning: str | None = None
         if think:
+            # The model's reasoning, and the agent's progress note about it (as Hermes tells
+            # one before a reply's tools), for sinks that take notes.
             reasoning = f"Thinking about: {text}"
             await _check(cancel)
             await sink.reasoning(reasoning)
+            if isinstance(sink, NoteSink):
+                await sink.thinking(reasoning)
 
         for index, token in enumerate(tokens):
             if index:

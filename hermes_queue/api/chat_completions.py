@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -21,7 +22,7 @@ from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.openai_render import (
-    chat_renderer,
+    ChatStream,
     completion_id_for,
     hermes_block,
     usage_of,
@@ -38,16 +39,19 @@ from hermes_queue.api.validation import (
 )
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.config import Settings
-from hermes_queue.events import EventType
+from hermes_queue.events import EventType, RunEvent
 from hermes_queue.routing import RoutingConfig
+from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.streams.hub import StreamHub
 
 SESSION_HEADER = "X-Hermes-Session-Id"
 
 
-def derived_session_id(system_prompt: str, first_user: str) -> str:
-    """Every turn of one frontend conversation maps to one session (upstream's rule)."""
+def derived_session_id(system_prompt: str, first_user: Any) -> str:
+    """Every turn of one frontend conversation maps to one session (upstream's rule): the hash
+    of the system prompt and the first user message's normalised content, as Python prints it
+    (text, or the part list with its images)."""
     digest = hashlib.sha256(f"{system_prompt}\n{first_user}".encode()).hexdigest()
     return "api-" + digest[:16]
 
@@ -129,7 +133,7 @@ def parse_completion(
         session = StoredSession(continued, "enqueue", create_missing=True)
     else:
         first_user = next(m for m in conversation if m["role"] == "user")
-        session = RunSession(derived_session_id(system_prompt, flatten_text(first_user["content"])))
+        session = RunSession(derived_session_id(system_prompt, first_user["content"]))
         turn = dataclasses.replace(turn, history=conversation[:-1])
     return NewTurn(turn, select_for_body(routing, body), session, named_model=fields.model)
 
@@ -161,7 +165,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     created = int(record.created_at)
     headers = {**turn_headers(record.session_id, run_id, session_key), **replayed}
     if stream:
-        renderer = chat_renderer(completion_id_for(run_id), created, model)
+        renderer = ChatStream(completion_id_for(run_id), created, model)
         cancel = _cancel_on_disconnect(request, body)
         return await _stream(request, state, run_id, renderer, headers, cancel)
     return await _complete(state.hub, run_id, created, model, headers)
@@ -188,26 +192,51 @@ async def _stream(
     return response
 
 
-async def _complete(
-    hub: StreamHub, run_id: str, created: int, model: str, headers: dict[str, str]
-) -> web.Response:
+@dataclass
+class _Reply:
+    """What a completion's run said, read from its events to the terminal one."""
+
+    terminal: RunEvent
+    streamed: str  # the text of this attempt's deltas
+    shown: str | None  # the reply as shown (assistant.completed: MEDIA tags inlined)
+
+
+async def _read_reply(hub: StreamHub, run_id: str) -> _Reply:
     text: list[str] = []
+    shown: str | None = None
     async with hub.subscribe(run_id, None) as subscription:
         async for event in subscription:
             if event.type == EventType.MESSAGE_DELTA:
                 text.append(str(event.data.get("delta", "")))
+            elif event.type == EventType.ASSISTANT_COMPLETED:
+                shown = str(event.data.get("content", ""))
+            elif event.type == EventType.RUN_RESTARTED:
+                text, shown = [], None  # a retry starts the reply over
             if event.terminal:
-                break
-        else:
-            raise ApiError(500, "internal_error", "The run ended without a terminal event")
-    data = event.data
+                return _Reply(event, "".join(text), shown)
+    raise ApiError(500, "internal_error", "The run ended without a terminal event")
+
+
+async def _complete(
+    hub: StreamHub, run_id: str, created: int, model: str, headers: dict[str, str]
+) -> web.Response:
+    reply = await _read_reply(hub, run_id)
+    event, data = reply.terminal, reply.terminal.data
     if event.type == EventType.RUN_FAILED and is_controlled_reply(data):
         data = controlled_reply(data)  # upstream answers it as an ordinary reply
+    hermes: dict[str, Any] | None = None
     if event.type == EventType.RUN_COMPLETED or data is not event.data:
-        content, finish, hermes = str(data.get("output", "")), "stop", None
+        content, finish = (
+            reply.shown if reply.shown is not None else str(data.get("output")),
+            "stop",
+        )
     else:
-        error = str(event.data.get("error") or "the turn was stopped")
-        content = "".join(text)
+        error = str(data.get("error") or "the turn was stopped")
+        # The agent's failed reply is its text, as upstream answers Hermes' failed result (200,
+        # finish_reason "error"); a turn that failed otherwise or was stopped, having said
+        # nothing, has no answer at all.
+        agent_failed = data.get("reason") == FailReason.AGENT_ERROR
+        content = reply.streamed or (error if agent_failed else "")
         if not content:
             raise ApiError(
                 502,
@@ -220,11 +249,12 @@ async def _complete(
                 },
             )
         finish = "error"
-        hermes = hermes_block(completed=False, partial=True, failed=True, error=error)
+        partial = bool(reply.streamed)
+        hermes = hermes_block(completed=False, partial=partial, failed=True, error=error)
         headers = {
             **headers,
             "X-Hermes-Completed": "false",
-            "X-Hermes-Partial": "true",
+            "X-Hermes-Partial": "true" if partial else "false",
             "X-Hermes-Error": " ".join(error.split())[:200],  # one header line, always
         }
     body: dict[str, Any] = {

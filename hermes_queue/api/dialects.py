@@ -1,31 +1,44 @@
-"""Renderers: one canonical event in, the frames of one endpoint's dialect out.
+"""Renderers: canonical events in, the frames of one endpoint's dialect out.
 
-Each function is pure and stateless, so a resumed stream renders exactly what the first
-connection would have, on any replica.
+Each stored event becomes at most one frame (besides a stream's closing ``done``), carrying the
+event's id, so a resumed stream renders exactly what the first connection would have from the
+same point, on any replica. The runs dialect is a pure function of one event. The session
+stream numbers its frames (``seq`` 1, 2, 3 … as upstream), skipping the events it does not
+show, so it is a fold over the run from its first event: every connection, a resume too, reads
+the run from the start and sends only what follows the client's cursor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
-from hermes_queue.api.sse import Frame
-from hermes_queue.events import SUBAGENT_FIELDS, EventType, RunEvent, message_id_for
+from hermes_queue.api.sse import Frame, shared
+from hermes_queue.events import (
+    SUBAGENT_FIELDS,
+    EventType,
+    RunEvent,
+    message_id_for,
+    parse_stream_id,
+)
 
 
-def render_runs(event: RunEvent) -> Iterable[Frame]:
+@shared
+def render_runs(event: RunEvent) -> list[Frame]:
     """Upstream ``/v1/runs/{id}/events`` (HERMES_API §3.3): unnamed frames with ``event``.
 
-    ``run.restarted`` and ``stream.gap`` are additions: a retried attempt tells clients to drop
-    the partial output they have, and a trimmed stream is never skipped silently.
+    ``reasoning.available`` is the agent's progress note, as upstream's; the model's streamed
+    reasoning is not shown. ``run.restarted`` and ``stream.gap`` are additions: a retried
+    attempt tells clients to drop the partial output they have, and a trimmed stream is never
+    skipped silently.
     """
     data = event.data
     fields: dict[str, Any]
+    name = str(event.type)
     match event.type:
         case EventType.MESSAGE_DELTA:
             fields = {"delta": data.get("delta", "")}
-        case EventType.REASONING:
-            fields = {"text": data.get("text", "")}
+        case EventType.PROGRESS_NOTE:
+            name, fields = "reasoning.available", {"text": data.get("text", "")}
         case EventType.TOOL_STARTED:
             fields = {"tool": data.get("tool"), "preview": data.get("preview")}
         case EventType.TOOL_COMPLETED:
@@ -37,7 +50,7 @@ def render_runs(event: RunEvent) -> Iterable[Frame]:
         case EventType.APPROVAL_REQUEST | EventType.APPROVAL_RESPONDED:
             fields = dict(data)
         case EventType.SUBAGENT_START | EventType.SUBAGENT_COMPLETE:
-            fields = {name: data[name] for name in SUBAGENT_FIELDS if name in data}
+            fields = {key: data[key] for key in SUBAGENT_FIELDS if key in data}
         case EventType.RUN_COMPLETED:
             fields = {"output": data.get("output", ""), "usage": data.get("usage", {})}
         case EventType.RUN_FAILED:
@@ -51,64 +64,95 @@ def render_runs(event: RunEvent) -> Iterable[Frame]:
         case EventType.STREAM_GAP:
             fields = dict(data)
         case _:
-            return ()
-    payload = {"event": str(event.type), "run_id": event.run_id, "timestamp": event.ts, **fields}
-    return ((None, payload),)
+            return []
+    payload = {"event": name, "run_id": event.run_id, "timestamp": event.ts, **fields}
+    return [(None, payload, event.id)]
 
 
-def render_session(event: RunEvent) -> Iterable[Frame]:
-    """Upstream's session chat stream (HERMES_API §3.1): named frames, each payload carrying
-    ``session_id``, ``run_id``, ``seq`` and ``ts``; a terminal event closes with ``done``.
+# A session-stream frame before the common fields: (name, payload, is the closing ``done``).
+_SessionFrame = tuple[str, dict[str, Any], bool]
+DONE: _SessionFrame = ("done", {}, True)
 
-    Subagent events are not rendered: upstream forwards them on the runs stream only."""
+
+class SessionStream:
+    """Upstream's session chat stream (HERMES_API §3.1) for one connection: named frames, each
+    payload carrying ``session_id``, ``run_id``, ``seq`` and ``ts``; a terminal event closes
+    with ``done``. Feed it the run from its first event; with ``after`` (a resume cursor) only
+    the frames after the one that carried that id are returned, numbered as the first
+    connection numbered them.
+
+    Not shown: the model's streamed reasoning (upstream shows only the agent's progress notes,
+    as ``tool.progress``) and subagent events (upstream forwards them on the runs stream)."""
+
+    def __init__(self, after: str | None = None) -> None:
+        self._after = parse_stream_id(after) if after else None
+        self._seq = 0
+
+    def __call__(self, event: RunEvent) -> list[Frame]:
+        common = {"session_id": event.session_id, "run_id": event.run_id, "ts": event.ts}
+        frames: list[Frame] = []
+        for name, payload, closer in session_frames(event):
+            self._seq += 1
+            if self._shown(event, closer):
+                body = {**payload, **common, "seq": self._seq}
+                frames.append((name, body, "" if closer else event.id))
+        return frames
+
+    def _shown(self, event: RunEvent, closer: bool) -> bool:
+        """Whether the client has not seen this frame: it follows the cursor (a closer follows
+        the frame that carried its event's id); a gap only if the client missed entries."""
+        if self._after is None:
+            return True
+        if event.type == EventType.STREAM_GAP:
+            first = parse_stream_id(str(event.data.get("first_available_id") or ""))
+            return first is not None and first > self._after
+        position = parse_stream_id(event.id)
+        if position is None:
+            return True
+        return position > self._after or (closer and position == self._after)
+
+
+def session_frames(event: RunEvent) -> list[_SessionFrame]:
+    """The session stream's frames of one event, before numbering."""
     data, message_id = event.data, message_id_for(event.run_id)
-    frames: list[tuple[str, dict[str, Any]]]
     match event.type:
         case EventType.RUN_STARTED:
-            frames = [
-                (
-                    "run.started",
-                    {"user_message": data.get("user_message"), "runtime": data.get("runtime", {})},
-                )
-            ]
+            payload = {"user_message": data.get("user_message"), "runtime": data.get("runtime", {})}
+            return [("run.started", payload, False)]
         case EventType.MESSAGE_STARTED:
-            frames = [("message.started", {"message": {"id": message_id, "role": "assistant"}})]
+            message = {"id": message_id, "role": "assistant"}
+            return [("message.started", {"message": message}, False)]
         case EventType.MESSAGE_DELTA:
-            frames = [("assistant.delta", {"message_id": message_id, "delta": data.get("delta")})]
-        case EventType.REASONING:
-            frames = [
-                (
-                    "tool.progress",
-                    {"message_id": message_id, "tool_name": "_thinking", "delta": data.get("text")},
-                )
+            return [
+                ("assistant.delta", {"message_id": message_id, "delta": data.get("delta")}, False)
             ]
+        case EventType.PROGRESS_NOTE:
+            note = {"message_id": message_id, "tool_name": "_thinking", "delta": data.get("text")}
+            return [("tool.progress", note, False)]
         case EventType.TOOL_STARTED:
-            frames = [("tool.started", _tool_fields(message_id, data, keep_details=True))]
+            return [("tool.started", _tool_fields(message_id, data, keep_details=True), False)]
         case EventType.TOOL_COMPLETED:
             name = "tool.failed" if data.get("error") else "tool.completed"
-            frames = [(name, _tool_fields(message_id, data, keep_details=False))]
+            return [(name, _tool_fields(message_id, data, keep_details=False), False)]
         case EventType.APPROVAL_REQUEST | EventType.APPROVAL_RESPONDED:
-            frames = [(str(event.type), {"message_id": message_id, **data})]
+            return [(str(event.type), {"message_id": message_id, **data}, False)]
+        case EventType.ASSISTANT_COMPLETED:
+            return [("assistant.completed", _assistant_completed(message_id, data), False)]
         case EventType.RUN_COMPLETED:
-            frames = _completed_frames(message_id, data)
+            return [("run.completed", _run_completed(message_id, data), False), DONE]
         case EventType.RUN_FAILED if is_controlled_reply(data):
-            # Upstream answers a provider-auth failure as an ordinary reply (HERMES_API §6.4).
-            frames = _completed_frames(message_id, controlled_reply(data))
+            # Upstream answers a provider-auth failure as an ordinary reply (HERMES_API §6.4);
+            # its assistant.completed was stored just before.
+            completed = _run_completed(message_id, controlled_reply(data))
+            return [("run.completed", completed, False), DONE]
         case EventType.RUN_FAILED:
-            frames = [("error", {"message": data.get("error", "run failed")}), ("done", {})]
+            return [("error", {"message": data.get("error", "run failed")}, False), DONE]
         case EventType.RUN_CANCELLED:
-            frames = [("run.cancelled", {"message_id": message_id}), ("done", {})]
+            return [("run.cancelled", {"message_id": message_id}, False), DONE]
         case EventType.RUN_RESTARTED | EventType.STREAM_GAP:
-            frames = [(str(event.type), dict(data))]
+            return [(str(event.type), dict(data), False)]
         case _:
-            return ()
-    common = {
-        "session_id": event.session_id,
-        "run_id": event.run_id,
-        "seq": event.seq,
-        "ts": event.ts,
-    }
-    return [(name, {**payload, **common}) for name, payload in frames]
+            return []
 
 
 def is_controlled_reply(data: dict[str, Any]) -> bool:
@@ -121,32 +165,25 @@ def controlled_reply(data: dict[str, Any]) -> dict[str, Any]:
     return {"output": data.get("error", ""), "messages": [], "usage": zero}
 
 
-def _completed_frames(message_id: str, data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    runtime = data.get("runtime", {})
-    return [
-        (
-            "assistant.completed",
-            {
-                "message_id": message_id,
-                "content": data.get("output", ""),
-                "completed": True,
-                "partial": False,
-                "interrupted": False,
-                "runtime": runtime,
-            },
-        ),
-        (
-            "run.completed",
-            {
-                "message_id": message_id,
-                "completed": True,
-                "messages": data.get("messages", []),
-                "usage": data.get("usage", {}),
-                "runtime": runtime,
-            },
-        ),
-        ("done", {}),
-    ]
+def _assistant_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "message_id": message_id,
+        "content": data.get("content", ""),
+        "completed": True,
+        "partial": False,
+        "interrupted": False,
+        "runtime": data.get("runtime") or {},
+    }
+
+
+def _run_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "message_id": message_id,
+        "completed": True,
+        "messages": data.get("messages", []),
+        "usage": data.get("usage", {}),
+        "runtime": data.get("runtime") or {},
+    }
 
 
 def _tool_fields(message_id: str, data: dict[str, Any], *, keep_details: bool) -> dict[str, Any]:

@@ -40,7 +40,6 @@ ENDPOINT_NAMES: dict[tuple[str, str], str] = {
     ("GET", "/health"): "health",
     ("GET", "/health/detailed"): "health_detailed",
     ("GET", "/v1/models"): "models",
-    ("GET", "/v1/capabilities"): "capabilities",
     ("GET", "/api/model/options"): "model_options",
     ("POST", "/v1/chat/completions"): "chat_completions",
     ("POST", "/v1/responses"): "responses",
@@ -216,18 +215,30 @@ async def capabilities(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    """OpenAI model list. Only the advertised name: provider details and keys never leave."""
-    name = request.app[STATE].settings.model_name
-    entry = {
-        "id": name,
-        "object": "model",
-        "created": int(time.time()),
-        "owned_by": "hermes",
-        "permission": [],
-        "root": name,
-        "parent": None,
-    }
-    return web.json_response({"object": "list", "data": [entry]})
+    """OpenAI model list: the advertised name, then each ``model_routes`` alias (its ``root``
+    the route's model, its ``parent`` the advertised name), as upstream lists them. Provider
+    details and keys never leave."""
+    settings = request.app[STATE].settings
+    name, now = settings.model_name, int(time.time())
+
+    def entry(model_id: str, root: str, parent: str | None) -> dict[str, Any]:
+        return {
+            "id": model_id,
+            "object": "model",
+            "created": now,
+            "owned_by": "hermes",
+            "permission": [],
+            "root": root,
+            "parent": parent,
+        }
+
+    data = [entry(name, name, None)]
+    data += [
+        entry(alias, route.model or alias, name)
+        for alias, route in settings.model_routes.items()
+        if alias != name
+    ]
+    return web.json_response({"object": "list", "data": data})
 
 
 Check = Callable[[], Awaitable[dict[str, Any]]]

@@ -1,7 +1,6 @@
 """OpenAI chat-completion dialect: canonical run events as ``chat.completion.chunk`` frames.
 
-Stateless per event (the completion id, creation time and model are fixed per run), so a
-resumed stream renders exactly what the first connection would have. Tool progress goes out as
+The completion id, creation time and model are fixed per run. Tool progress goes out as
 named ``hermes.tool.progress`` frames, as upstream sends them and hermes-webui reads them;
 reasoning as ``delta.reasoning_content`` chunks, which OpenAI-style clients understand.
 Subagent events are not rendered: upstream forwards them on the runs stream only, and an
@@ -10,13 +9,13 @@ OpenAI client has no frame for them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
-from hermes_queue.api.sse import Frame, Renderer
+from hermes_queue.api.sse import Frame
 from hermes_queue.events import EventType, RunEvent
 
+# The emoji of a tool whose backend named none (Hermes names each tool's own).
 TOOL_EMOJI = "⚡"
 
 
@@ -46,56 +45,79 @@ def hermes_block(
     return block
 
 
-def chat_renderer(completion_id: str, created: int, model: str) -> Renderer:
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> Frame:
+class ChatStream:
+    """The ``chat.completion.chunk`` stream of one completion (HERMES_API §3.2): the role
+    chunk, content and reasoning chunks, named ``hermes.tool.progress`` frames, then the final
+    chunk (its own frame, with ``finish_reason`` and ``usage``) and the ``[DONE]`` closer.
+
+    Per connection: it remembers whether any reply text went out, which a failure's ``hermes``
+    block reports as ``partial``. The agent's progress notes are not shown (upstream's chat
+    stream has no frame for them)."""
+
+    def __init__(self, completion_id: str, created: int, model: str) -> None:
+        self.completion_id, self.created, self.model = completion_id, created, model
+        self.streamed = False
+
+    def chunk(
+        self, event: RunEvent, delta: dict[str, Any], finish: str | None = None, **extra: Any
+    ) -> Frame:
         body = {
-            "id": completion_id,
+            "id": self.completion_id,
             "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             **extra,
         }
-        return (None, body)
+        return (None, body, event.id)
 
-    def render(event: RunEvent) -> Iterable[Frame]:
+    def __call__(self, event: RunEvent) -> list[Frame]:
         data = event.data
         match event.type:
             case EventType.RUN_STARTED:
-                return [chunk({"role": "assistant"})]
+                return [self.chunk(event, {"role": "assistant"})]
             case EventType.MESSAGE_DELTA:
-                return [chunk({"content": data.get("delta", "")})]
+                self.streamed = True
+                return [self.chunk(event, {"content": data.get("delta", "")})]
             case EventType.REASONING:
-                return [chunk({"reasoning_content": data.get("text", "")})]
+                return [self.chunk(event, {"reasoning_content": data.get("text", "")})]
+            case EventType.ASSISTANT_COMPLETED if not data.get("streamed", True):
+                # A reply that was not streamed (the controlled provider-auth reply, a backend
+                # that answers at once) still reaches the client as content.
+                self.streamed = True
+                return [self.chunk(event, {"content": str(data.get("content", ""))})]
             case EventType.TOOL_STARTED | EventType.TOOL_COMPLETED:
                 return _tool_progress(event)
             case EventType.RUN_COMPLETED:
-                usage = usage_of(data.get("usage"))
-                return [chunk({}, "stop", usage=usage), (None, "[DONE]")]
+                final = self.chunk(event, {}, "stop", usage=usage_of(data.get("usage")))
+                return [final, DONE]
             case EventType.RUN_FAILED if is_controlled_reply(data):
-                reply = controlled_reply(data)
-                return [
-                    chunk({"content": reply["output"]}),
-                    chunk({}, "stop", usage=usage_of(reply["usage"])),
-                    (None, "[DONE]"),
-                ]
+                usage = usage_of(controlled_reply(data)["usage"])
+                return [self.chunk(event, {}, "stop", usage=usage), DONE]
             case EventType.RUN_FAILED | EventType.RUN_CANCELLED:
-                failed = event.type == EventType.RUN_FAILED
-                error = str(data.get("error") or ("stopped" if not failed else "agent error"))
-                extra: dict[str, Any] = {
-                    "hermes": hermes_block(
-                        completed=False, partial=True, failed=failed, error=error
-                    )
-                }
-                if failed:
-                    extra["error"] = {"message": error, "type": "agent_error"}
-                return [chunk({}, "error" if failed else "stop", **extra), (None, "[DONE]")]
+                return [self._unfinished(event), DONE]
             case EventType.RUN_RESTARTED | EventType.STREAM_GAP:
-                return [(f"hermes.{event.type}", dict(data))]
+                if event.type == EventType.RUN_RESTARTED:
+                    self.streamed = False  # the client drops what the lost attempt said
+                return [(f"hermes.{event.type}", dict(data), event.id)]
             case _:
-                return ()
+                return []
 
-    return render
+    def _unfinished(self, event: RunEvent) -> Frame:
+        """The final chunk of a failed (``finish_reason: "error"``, with ``error``) or stopped
+        (``"stop"``) turn: its ``hermes`` block and usage, as upstream's."""
+        failed = event.type == EventType.RUN_FAILED
+        error = str(event.data.get("error") or ("agent error" if failed else "stopped"))
+        extra: dict[str, Any] = {"usage": usage_of(event.data.get("usage"))}
+        if failed:
+            extra["error"] = {"message": error, "type": "agent_error"}
+        extra["hermes"] = hermes_block(
+            completed=False, partial=self.streamed, failed=failed, error=error
+        )
+        return self.chunk(event, {}, "error" if failed else "stop", **extra)
+
+
+DONE: Frame = (None, "[DONE]", "")
 
 
 def _tool_progress(event: RunEvent) -> list[Frame]:
@@ -104,7 +126,11 @@ def _tool_progress(event: RunEvent) -> list[Frame]:
         return []  # internal tools are never shown, as upstream
     payload: dict[str, Any] = {"tool": tool, "toolCallId": event.data.get("tool_call_id")}
     if event.type == EventType.TOOL_STARTED:
-        payload.update(emoji=TOOL_EMOJI, label=event.data.get("preview") or tool, status="running")
+        payload.update(
+            emoji=event.data.get("emoji") or TOOL_EMOJI,
+            label=event.data.get("preview") or tool,
+            status="running",
+        )
     else:
         payload["status"] = "completed"
-    return [("hermes.tool.progress", payload)]
+    return [("hermes.tool.progress", payload, event.id)]

@@ -80,7 +80,7 @@ class StoredResponses:
         if record is None:
             raise ApiError(500, "internal_error", f"Run {run_id} of this response has expired")
         meta = ResponseMeta.from_request(run_id, record.request)
-        fold = ResponseFold(meta)
+        fold = ResponseFold(meta, streamed=meta.stream)
         async with self._hub.subscribe(run_id, None) as subscription:
             async for event in subscription:
                 fold.feed(event)

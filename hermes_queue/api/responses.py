@@ -13,6 +13,7 @@ HERMES_API does not record upstream's status for it; the stored object says ``fa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
@@ -116,6 +117,11 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     body = await json_object(request)
     turn = await parse_response_body(state, body)
     stream = coerce_bool(body.get("stream"), False)
+    if stream and turn.request.response is not None:  # its stored object is the stream's
+        settings = dataclasses.replace(turn.request.response, stream=True)
+        turn = dataclasses.replace(
+            turn, request=dataclasses.replace(turn.request, response=settings)
+        )
     replayed: dict[str, str] = {}
     async with await state.idempotency.begin(request.headers, "responses", body) as idem:
         if idem.replay_of is None:
@@ -151,8 +157,12 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 
 
 def _starting_after(request: web.Request) -> int:
+    """The resume cursor: ``?starting_after=N``, else ``Last-Event-ID`` (a Responses frame's
+    ``id:`` is its sequence number)."""
     raw = request.query.get("starting_after")
     if raw is None or raw == "":
+        raw = request.headers.get("Last-Event-ID", "").strip()
+    if raw == "":
         return -1
     try:
         value = int(raw)

@@ -65,6 +65,8 @@ class ResponseMeta:
     conversation: str | None = None
     store: bool = True
     background: bool = False
+    # Whether the client asked for a stream: the stored object is then the stream's.
+    stream: bool = False
 
     @classmethod
     def from_request(cls, run_id: str, turn: TurnRequest) -> ResponseMeta:
@@ -79,6 +81,7 @@ class ResponseMeta:
             conversation=settings.conversation,
             store=settings.store,
             background=settings.background,
+            stream=settings.stream,
         )
 
     def envelope(
@@ -110,9 +113,14 @@ def _arguments(args: Any) -> str:
 
 @dataclass
 class ResponseFold:
-    """The response as far as the events fed so far describe it, plus the frames each adds."""
+    """The response as far as the events fed so far describe it, plus the frames each adds.
+
+    ``streamed``: the object as a stream shows it (upstream's stream and non-stream answers
+    differ): its final text is all the text streamed (else the last reply, the run's output),
+    and a tool's output is a part list (else its text)."""
 
     meta: ResponseMeta
+    streamed: bool = True
     status: str = "queued"
     sequence: int = 0
     items: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -125,9 +133,10 @@ class ResponseFold:
     messages: list[dict[str, Any]] = field(default_factory=list)
 
     def _frame(self, name: str, **payload: Any) -> Frame:
-        frame: Frame = (name, {"type": name, "sequence_number": self.sequence, **payload})
+        """The next frame; its ``id:`` is its ``sequence_number``, the Responses cursor."""
+        number = self.sequence
         self.sequence += 1
-        return frame
+        return (name, {"type": name, "sequence_number": number, **payload}, str(number))
 
     def output(self) -> list[dict[str, Any]]:
         return [self.items[index] for index in sorted(self.items)]
@@ -221,12 +230,12 @@ class ResponseFold:
         call = self.items[index] = {**self.items[index], "status": "completed"}
         frames = [self._frame("response.output_item.done", output_index=index, item=call)]
         out_index = len(self.items)
-        result = data.get("result")
+        result = "" if data.get("result") is None else str(data.get("result"))
         item = {
             "id": f"fco_{call_id}",
             "type": "function_call_output",
             "call_id": call_id,
-            "output": [{"type": "input_text", "text": "" if result is None else str(result)}],
+            "output": [{"type": "input_text", "text": result}] if self.streamed else result,
             "status": "completed",
         }
         self.items[out_index] = item
@@ -259,7 +268,9 @@ class ResponseFold:
 
     def _completed(self, data: dict[str, Any]) -> list[Frame]:
         frames = self._open_message()  # a reply without deltas still ends in a message item
-        frames += self._close_message("completed", str(data.get("output", "")))
+        output = str(data.get("output", ""))
+        text = ("".join(self.text) or output) if self.streamed else output
+        frames += self._close_message("completed", text)
         self.status = "completed"
         self.usage = response_usage(data.get("usage"))
         self.messages = [m for m in data.get("messages") or [] if isinstance(m, dict)]
@@ -273,8 +284,6 @@ def stream_renderer(meta: ResponseMeta, starting_after: int = -1) -> Renderer:
 
     def render(event: RunEvent) -> Iterable[Frame]:
         frames = fold.feed(event)
-        return [
-            f for f in frames if isinstance(f[1], dict) and f[1]["sequence_number"] > starting_after
-        ]
+        return [f for f in frames if int(f[2]) > starting_after]
 
     return render

@@ -14,7 +14,7 @@ from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.sse import STREAM_CLOSED, open_stream, resume_cursor
 from hermes_queue.api.state import STATE
 from hermes_queue.api.turns import NewTurn, RunSession
-from hermes_queue.api.validation import json_object
+from hermes_queue.api.validation import json_object, session_key_header
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.repository import RunRepository
@@ -30,27 +30,32 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
     return NewTurn(
         TurnRequest(message, fields.conversation_history + history, fields.instructions),
         select_for_body(routing, body),
-        RunSession(fields.session_id),
+        # Saved to its session (the run id's when the body names none), as upstream's agent
+        # saves it; its history stays the one the body sent.
+        RunSession(fields.session_id, persisted=True),
         named_model=fields.model or "",
     )
 
 
 async def start_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    # Checked first, as upstream: 403 without an API key, 400 malformed; echoed on the 202.
+    session_key = session_key_header(request, state.settings)
     body = await json_object(request, "Invalid JSON")  # upstream's wording on this endpoint
     turn = parse_run_body(body, state.routing)
+    key_header = {"X-Hermes-Session-Key": session_key} if session_key else {}
     async with await state.idempotency.begin(request.headers, "runs", body) as idem:
         if idem.replay_of is not None:  # nothing is admitted or created again
-            return await _replay_start(state.runs, idem.replay_of)
+            return await _replay_start(state.runs, idem.replay_of, key_header)
         started = await state.turns.enqueue_turn(turn)
         idem.record(started.run_id)
     answer: dict[str, Any] = {"run_id": started.run_id, "status": "started"}
     if idem.used:
         answer["replayed"] = False
-    return web.json_response(answer, status=202)
+    return web.json_response(answer, status=202, headers=key_header)
 
 
-async def _replay_start(runs: RunRepository, run_id: str) -> web.Response:
+async def _replay_start(runs: RunRepository, run_id: str, headers: dict[str, str]) -> web.Response:
     """The run an earlier request with this Idempotency-Key started, with its current status."""
     record = await runs.get(run_id)
     if record is None:
@@ -58,7 +63,7 @@ async def _replay_start(runs: RunRepository, run_id: str) -> web.Response:
     return web.json_response(
         {"run_id": run_id, "status": record.status, "replayed": True},
         status=202,
-        headers={REPLAYED_HEADER: "true"},
+        headers={**headers, REPLAYED_HEADER: "true"},
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, render_session
+from hermes_queue.api.dialects import SessionStream, controlled_reply, is_controlled_reply
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.request_models import SessionChatBody
 from hermes_queue.api.runtime_selection import select_for_session
@@ -52,23 +52,31 @@ async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, d
 async def chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
     started, headers = await start_turn(request, state)
+    shown: str | None = None  # the reply as shown (assistant.completed: MEDIA tags inlined)
     async with state.hub.subscribe(started.run_id, None) as subscription:
         async for event in subscription:
+            if event.type == EventType.ASSISTANT_COMPLETED:
+                shown = str(event.data.get("content", ""))
             if event.terminal:
-                return _completion(event.type, event.data, started.session_id, headers)
+                return _completion(event.type, event.data, shown, started.session_id, headers)
     raise ApiError(500, "internal_error", "The run ended without a terminal event")
 
 
 def _completion(
-    event_type: str, data: dict[str, Any], session_id: str, headers: dict[str, str]
+    event_type: str,
+    data: dict[str, Any],
+    shown: str | None,
+    session_id: str,
+    headers: dict[str, str],
 ) -> web.Response:
     if event_type == EventType.RUN_FAILED and is_controlled_reply(data):
         event_type, data = EventType.RUN_COMPLETED, controlled_reply(data)
     if event_type == EventType.RUN_COMPLETED:
+        content = shown if shown is not None else data.get("output", "")
         body = {
             "object": "hermes.session.chat.completion",
             "session_id": session_id,
-            "message": {"role": "assistant", "content": data.get("output", "")},
+            "message": {"role": "assistant", "content": content},
             "usage": data.get("usage", {}),
             "runtime": data.get("runtime", {}),
         }
@@ -84,7 +92,7 @@ async def chat_stream(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     started, headers = await start_turn(request, state)
     response = await open_stream(request, headers)
-    await state.feed.pump(response, started.run_id, None, render_session)
+    await state.feed.pump(response, started.run_id, None, SessionStream())
     return response
 
 
@@ -101,13 +109,14 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
             raise ApiError(404, "no_active_run", "This session has no turn in progress")
     if len(run_id) > MAX_RUN_ID_LENGTH:
         raise run_not_found(run_id[:MAX_RUN_ID_LENGTH])
-    # Run record, cursor check and first replay page: one round trip.
-    found = await state.feed.prefetch(run_id, cursor)
+    # Run record, cursor check and first replay page: one round trip. The stream numbers its
+    # frames from the run's first event, so it is read from there, the cursor only deciding
+    # which frames are sent (the closing ``done`` too, for a client that saw the terminal one).
+    found = await state.feed.prefetch(run_id, None)
     record = found.record
     if record is None or session_id not in (record.session_id, record.request.path_id):
         raise run_not_found(run_id)
-    finished = found.at_end(cursor) and record.terminal
+    found.at_end(cursor)  # a cursor past the run's newest event is refused (400)
     response = await open_stream(request, turn_headers(record.session_id, record.run_id, None))
-    if not finished:
-        await state.feed.pump(response, record.run_id, cursor, render_session, page=found.page)
+    await state.feed.pump(response, record.run_id, None, SessionStream(cursor), page=found.page)
     return response

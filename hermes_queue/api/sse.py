@@ -2,16 +2,17 @@
 
 The framing is written here rather than with aiohttp-sse because clients of upstream Hermes
 parse its exact bytes: ``\\n`` line ends, ``: keepalive`` and ``: stream closed`` comments, and
-frames with or without an ``event:`` line. The ``id:`` is the Redis Stream entry id, which is
-what ``Last-Event-ID`` resumes from. An event that renders as several frames (a completion is
-``assistant.completed``, ``run.completed`` and ``done``) carries it on its last frame only: a
-client cut off inside the group still holds the previous event's id, so it gets the whole event
-again rather than losing its tail (an SSE client keeps the last id it saw).
+frames with or without an ``event:`` line. A renderer gives each frame its ``id:``: the Redis
+Stream entry id of the event it shows, which is what ``Last-Event-ID`` resumes from. One entry
+is at most one frame besides a closer (``done``, ``[DONE]``, which carry no id), so every frame
+has its own id and a client cut off between any two frames resumes right after the last one it
+saw (``events.py``). The Responses dialect numbers its frames instead (``sequence_number``).
 
 Per event the pump does as little as it can: it takes every event the subscription already
 holds and sends their frames in one write (frames are never split across writes), an event's
-frames are rendered once per process however many clients watch it, and the last batch, the
-closing comment and the end of the chunked body leave in one write.
+frames are rendered once per process however many clients watch it when the renderer is shared
+(stateless), and the last batch, the closing comment and the end of the chunked body leave in
+one write.
 """
 
 from __future__ import annotations
@@ -34,9 +35,19 @@ from hermes_queue.runs.model import RunRecord
 from hermes_queue.streams.hub import StreamHub
 from hermes_queue.streams.reader import Page
 
-# One rendered frame: (event name or None for an unnamed frame, JSON payload or raw string).
-Frame = tuple[str | None, dict[str, Any] | str]
+# One rendered frame: (event name or None for an unnamed frame, JSON payload or raw string,
+# its id line: "" for none).
+Frame = tuple[str | None, dict[str, Any] | str, str]
 Renderer = Callable[[RunEvent], Iterable[Frame]]
+# Renderers that are pure functions of one event, whose bytes all clients of a process share.
+_SHARED: set[Renderer] = set()
+
+
+def shared(render: Renderer) -> Renderer:
+    """Mark ``render`` stateless: its frames for an event may be encoded once per process."""
+    _SHARED.add(render)
+    return render
+
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream",
@@ -113,27 +124,22 @@ def encode_frame(event_name: str | None, payload: dict[str, Any] | str, event_id
 
 
 # (id(event), renderer) -> (event, its frames). With many clients on one run every one of them
-# is sent the same event object by the hub, so it is rendered and encoded once. The event is
-# kept in the value so a reused id() never matches; FIFO-bounded.
+# is sent the same event object by the hub, so a shared renderer's frames are encoded once. The
+# event is kept in the value so a reused id() never matches; FIFO-bounded.
 _RENDERED: dict[tuple[int, Renderer], tuple[RunEvent, bytes]] = {}
 _RENDERED_MAX = 1024
 
 
 def event_bytes(event: RunEvent, render: Renderer) -> bytes:
     """All frames of ``event`` in ``render``'s dialect, encoded (b"" when it renders none)."""
+    cached = render in _SHARED and bool(event.id)  # a stream.gap is per client
     key = (id(event), render)
-    hit = _RENDERED.get(key)
-    if hit is not None and hit[0] is event:
-        return hit[1]
-    frames = list(render(event))
-    last = len(frames) - 1
-    data = b"".join(
-        [
-            encode_frame(name, payload, event.id if index == last else "")
-            for index, (name, payload) in enumerate(frames)
-        ]
-    )
-    if event.id:  # synthesised events (stream.gap) are per client: not worth keeping
+    if cached:
+        hit = _RENDERED.get(key)
+        if hit is not None and hit[0] is event:
+            return hit[1]
+    data = b"".join([encode_frame(name, payload, fid) for name, payload, fid in render(event)])
+    if cached:
         _RENDERED[key] = (event, data)
         if len(_RENDERED) > _RENDERED_MAX:
             del _RENDERED[next(iter(_RENDERED))]

@@ -24,6 +24,7 @@ from hermes_queue.api.backpressure import Backpressure
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.runtime_selection import persist_lock
 from hermes_queue.routing import Selection
+from hermes_queue.runs.model import PERSIST_SESSION, PERSIST_TURN
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists, SessionRow
@@ -36,11 +37,16 @@ Strategy = Literal["reject", "enqueue", "interrupt"]
 
 @dataclass(frozen=True)
 class RunSession:
-    """A session that lives only in its runs' records (``/v1/runs``, stateless chat
-    completions, responses): the turn runs at once and the worker stores nothing of it.
-    ``session_id`` None: the run id names the session."""
+    """A session whose history the client sends with each turn (``/v1/runs``, stateless chat
+    completions, responses): the turn runs at once, beside any other on the same session.
+    ``session_id`` None: the run id names the session. ``persisted`` (``/v1/runs``, as
+    upstream's agent saves its turns): the worker also appends the turn to the session's stored
+    transcript (the session is created on first use), so ``/api/sessions/{id}/messages`` shows
+    it and a stored-session turn (chat completions with ``X-Hermes-Session-Id``) continues it;
+    the turn's own history is still the one the client sent."""
 
     session_id: str | None = None
+    persisted: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,23 +131,37 @@ class TurnStarter:
     async def _session_for(self, turn: NewTurn, run_id: str) -> str:
         session = turn.session
         if isinstance(session, RunSession):
-            return session.session_id or run_id
+            session_id = session.session_id or run_id
+            if session.persisted:
+                await self._create_missing(session_id)
+            return session_id
         if session.lock_row is not None and turn.selection.persist_lock:
             await persist_lock(self._store, session.lock_row, turn.selection)
-        if session.create_missing and await self._store.get_session(session.session_id) is None:
+        if session.create_missing:
+            await self._create_missing(session.session_id)
+        return await self._store.resolve_tip(session.session_id)
+
+    async def _create_missing(self, session_id: str) -> None:
+        if await self._store.get_session(session_id) is None:
             try:
-                await self._store.create_session(session.session_id, source="api_server")
+                await self._store.create_session(session_id, source="api_server")
             except SessionExists:
                 pass  # a concurrent first turn created it
-        return await self._store.resolve_tip(session.session_id)
 
     async def _create(self, turn: NewTurn, run_id: str, session_id: str) -> None:
         selection, session = turn.selection, turn.session
         request, route = turn.request.to_json(), selection.as_dict()
-        model = selection.model or turn.named_model or self._default_model
+        # What hermes.run reports: the model the client named, else the advertised name (as
+        # upstream's run status); the resolved one is the route's.
+        model = turn.named_model or self._default_model
         if isinstance(session, RunSession):
             await self._runs.create(
-                run_id=run_id, session_id=session_id, request=request, route=route, model=model
+                run_id=run_id,
+                session_id=session_id,
+                request=request,
+                route=route,
+                model=model,
+                extra={"persist": PERSIST_TURN} if session.persisted else None,
             )
             return
         admission = await self._runs.create_session_run(
@@ -151,7 +171,7 @@ class TurnStarter:
             request=request,
             route=route,
             model=model,
-            extra={"persist": "1"},
+            extra={"persist": PERSIST_SESSION},
         )
         if admission.verdict == "busy":
             raise ApiError(

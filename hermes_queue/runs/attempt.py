@@ -117,15 +117,27 @@ class Attempt:
         usage: dict[str, Any],
         messages: list[dict[str, Any]],
         runtime: dict[str, Any] | None,
+        shown: str | None = None,
+        streamed: bool = True,
     ) -> bool:
-        """``run.completed`` with the reply; the record keeps output and usage."""
+        """``assistant.completed`` with the reply as shown to a person (``shown``, default the
+        output), then ``run.completed`` with the run's output; the record keeps output and
+        usage. ``streamed``: the reply's text went out as ``message.delta`` events (else a
+        dialect that shows text only from deltas takes it from ``assistant.completed``)."""
+        reply = _reply(output if shown is None else shown, runtime, streamed)
         data = {"output": output, "usage": usage, "messages": messages, "runtime": runtime}
         fields = {"output": output, "usage": json.dumps(usage)}
-        return await self._end(RunStatus.COMPLETED, EventType.RUN_COMPLETED, data, fields)
+        return await self._end(
+            RunStatus.COMPLETED, EventType.RUN_COMPLETED, data, fields, before=[reply]
+        )
 
-    async def fail(self, reason: FailReason, error: str) -> bool:
+    async def fail(self, reason: FailReason, error: str, *, as_reply: bool = False) -> bool:
+        """``run.failed``; ``as_reply``: after an ``assistant.completed`` carrying the error,
+        for a failure that session chat and chat completions answer as a reply (upstream's
+        provider-auth text, HERMES_API §6.4)."""
         details = {"error": error, "reason": reason}
-        return await self._end(RunStatus.FAILED, EventType.RUN_FAILED, details, details)
+        before = [_reply(error, None, streamed=False)] if as_reply else []
+        return await self._end(RunStatus.FAILED, EventType.RUN_FAILED, details, details, before)
 
     async def cancel(self) -> bool:
         return await self._end(RunStatus.CANCELLED, EventType.RUN_CANCELLED, {})
@@ -144,10 +156,12 @@ class Attempt:
         event_type: EventType,
         data: dict[str, Any],
         fields: dict[str, str] | None = None,
+        before: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> bool:
-        """The terminal event and status; False when not written (logged, see above)."""
+        """The terminal event and status (after ``before``, in the same script); False when
+        not written (logged, see above)."""
         try:
-            written = await self._finish(status, event_type, data, fields or {})
+            written = await self._finish(status, event_type, data, fields or {}, before or [])
         except Exception:
             log.exception("run %s: could not write its terminal event", self.run_id)
             return False
@@ -156,7 +170,12 @@ class Attempt:
         return written
 
     async def _finish(
-        self, status: RunStatus, event_type: EventType, data: dict[str, Any], fields: dict[str, str]
+        self,
+        status: RunStatus,
+        event_type: EventType,
+        data: dict[str, Any],
+        fields: dict[str, str],
+        before: list[tuple[str, dict[str, Any]]],
     ) -> bool:
         keys, settings = self.scripts.keys, self.settings
         result = await self.scripts.finish_acked(
@@ -175,6 +194,8 @@ class Attempt:
                 encode_data(data),
                 settings.retention_seconds,
                 settings.stream_maxlen,
+                len(before),
+                *[item for kind, extra in before for item in (kind, encode_data(extra))],
                 *[item for pair in fields.items() for item in pair],
             ],
         )
@@ -206,3 +227,14 @@ class Attempt:
         """Time the request out: ``("timed_out", "deny")``, or ``("answered", choice)`` when an
         answer won the race; None when this attempt no longer owns the run."""
         return await self.scripts.approvals.settle(self.run_id, self.number, request_id)
+
+
+def _reply(
+    content: str, runtime: dict[str, Any] | None, streamed: bool
+) -> tuple[str, dict[str, Any]]:
+    """The ``assistant.completed`` event of a reply."""
+    return EventType.ASSISTANT_COMPLETED, {
+        "content": content,
+        "runtime": runtime,
+        "streamed": streamed,
+    }

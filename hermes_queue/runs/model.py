@@ -57,6 +57,14 @@ def _pending_approval(raw: dict[Any, Any]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# A run record's ``persist``: the worker appends the turn to its session's stored transcript,
+# which is also the turn's history (a stored session's turn: session chat, chat completions
+# with X-Hermes-Session-Id, scheduled jobs) ...
+PERSIST_SESSION = "1"
+# ... or whose history the request carries (a /v1/runs turn, saved as upstream's agent saves).
+PERSIST_TURN = "turn"
+
+
 @dataclass(frozen=True)
 class RunRecord:
     run_id: str
@@ -74,8 +82,10 @@ class RunRecord:
     error: str | None = None
     reason: str | None = None
     worker: str = ""
-    # Session turns are written to the SQL store by the worker; plain /v1/runs are not.
+    # The worker writes the turn to its session in the SQL store (PERSIST_SESSION, PERSIST_TURN)
+    # and, for PERSIST_SESSION, reads the turn's history from there.
     persist: bool = False
+    history_from_store: bool = False
     # The turn as accepted by the API.
     request: TurnRequest = field(default_factory=TurnRequest)
     # The resolved route (provider/model/route_source); never credentials.
@@ -104,7 +114,8 @@ class RunRecord:
             error=_text(raw, "error") or None,
             reason=_text(raw, "reason") or None,
             worker=_text(raw, "worker"),
-            persist=_text(raw, "persist") == "1",
+            persist=_text(raw, "persist") in (PERSIST_SESSION, PERSIST_TURN),
+            history_from_store=_text(raw, "persist") == PERSIST_SESSION,
             request=TurnRequest.from_json(_json(_text(raw, "request"), {})),
             route=_json(_text(raw, "route"), {}),
             approval=_pending_approval(raw),

@@ -42,6 +42,9 @@ class ResponseSettings:
     conversation: str | None = None
     store: bool = True
     background: bool = False
+    # Streamed: the stored object is the one the stream ends with (its final text is all the
+    # text streamed, tool outputs are part lists), as upstream stores it.
+    stream: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class ResponseSettings:
             "conversation": self.conversation,
             "store": self.store,
             "background": self.background,
+            "stream": self.stream,
         }
 
     @classmethod
@@ -62,6 +66,7 @@ class ResponseSettings:
             conversation=_optional_text(data.get("conversation")),
             store=bool(data.get("store", True)),
             background=bool(data.get("background", False)),
+            stream=bool(data.get("stream", False)),
         )
 
 

@@ -104,7 +104,11 @@ class SessionStore(Protocol):
         api_calls: int = 0,
         estimated_cost_usd: float | None = None,
         actual_cost_usd: float | None = None,
-    ) -> None: ...
+        model: str | None = None,
+    ) -> None:
+        """Add one turn's usage to the session's totals (costs counted from 0 once given);
+        ``model``: the model that ran, recorded when the session has none yet."""
+        ...
 
     async def fork_session(
         self, source_id: str, new_id: str, *, title: str | None = None

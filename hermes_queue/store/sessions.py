@@ -237,8 +237,10 @@ class SessionRowsMixin(SqlBackend):
         api_calls: int = 0,
         estimated_cost_usd: float | None = None,
         actual_cost_usd: float | None = None,
+        model: str | None = None,
     ) -> None:
-        """Add one turn's usage to the session's running totals."""
+        """Add one turn's usage to the session's running totals; ``model`` fills the
+        session's model when it has none (as Hermes' agent records the model that ran)."""
         sets = [
             f"{col} = {col} + ?"
             for col in (
@@ -265,6 +267,9 @@ class SessionRowsMixin(SqlBackend):
             if value is not None:
                 sets.append(f"{col} = COALESCE({col}, 0) + ?")
                 args.append(float(value))
+        if model:
+            sets.append("model = COALESCE(model, ?)")
+            args.append(model)
         async with self._write() as conn:
             changed = await conn.execute(
                 f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", *args, session_id

@@ -1,5 +1,8 @@
 """Session turns in the SQL store: the user message when a turn starts, the reply when it ends.
 
+What is stored follows Hermes' agent, which upstream lets save its turns: a multimodal user
+message as text, and the session's accounting (tokens, cost estimate, the model that ran).
+
 Writes are keyed by run (``<run_id>:user``, ``<run_id>:reply``), so a retried attempt never
 duplicates a message, and a retry's history leaves out what its own earlier attempt wrote.
 """
@@ -11,6 +14,8 @@ from typing import Any
 
 from hermes_queue.agents.base import AgentResult
 from hermes_queue.store.protocol import SessionStore
+
+IMAGE_PARTS = frozenset({"image", "image_url", "input_image"})
 
 
 class SessionTurnLog:
@@ -27,7 +32,7 @@ class SessionTurnLog:
     async def record_user(self, message: Any) -> None:
         await self.store.append_messages(
             self.session_id,
-            [{"role": "user", "content": message, "timestamp": time.time()}],
+            [{"role": "user", "content": stored_content(message), "timestamp": time.time()}],
             turn_key=f"{self.run_id}:user",
         )
 
@@ -36,9 +41,31 @@ class SessionTurnLog:
             self.session_id, result.messages, turn_key=f"{self.run_id}:reply"
         )
         if written:
+            model = result.runtime.get("model")
             await self.store.update_usage(
                 self.session_id,
                 input_tokens=result.usage.input_tokens,
                 output_tokens=result.usage.output_tokens,
                 api_calls=1,
+                # As Hermes' agent accounts a turn: its cost estimate (0 when unpriced), and
+                # the model that ran when the session names none.
+                estimated_cost_usd=result.cost_usd or 0.0,
+                model=model if isinstance(model, str) else None,
             )
+
+
+def stored_content(content: Any) -> Any:
+    """A user message as the transcript keeps it: content parts become their text, one line
+    per part, ``[screenshot]`` in place of an image (as Hermes' agent saves it: images would
+    bloat the store, and the turn that needed them already saw them)."""
+    if not isinstance(content, list):
+        return content
+    lines = []
+    for part in content:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text":
+            lines.append(str(part.get("text", "")))
+        elif part.get("type") in IMAGE_PARTS:
+            lines.append("[screenshot]")
+    return "\n".join(lines) if lines else None

@@ -100,6 +100,8 @@ class RunEventSink:
         self.message_id = message_id_for(self.run_id)
         self.events_written = 0
         self._message_started = False
+        # Whether this attempt streamed any of the reply's text (message.delta).
+        self.text_streamed = False
         self._backlog: list[Event] = []
         self._flusher: asyncio.Task[None] | None = None
         self._failure: Exception | None = None
@@ -157,11 +159,17 @@ class RunEventSink:
             self._message_started = True
             await self.emit(EventType.MESSAGE_STARTED, {"message_id": self.message_id})
 
+    async def start_reply(self) -> None:
+        """``message.started``, right after the attempt's ``run.started`` (or ``run.restarted``),
+        as upstream announces the reply before the agent runs, whatever it then does."""
+        await self._ensure_message()
+
     # -- EventSink --------------------------------------------------------------------------
     async def delta(self, text: str) -> None:
         if not text:
             return
         await self._ensure_message()
+        self.text_streamed = True
         await self.emit(EventType.MESSAGE_DELTA, {"delta": text})
 
     async def reasoning(self, text: str) -> None:
@@ -170,14 +178,26 @@ class RunEventSink:
         await self._ensure_message()
         await self.emit(EventType.REASONING, {"text": text})
 
+    async def thinking(self, text: str) -> None:
+        """The agent's progress note (``agents.base.NoteSink``), not the model's reasoning."""
+        if not text:
+            return
+        await self._ensure_message()
+        await self.emit(EventType.PROGRESS_NOTE, {"text": text})
+
     async def tool_started(
-        self, name: str, call_id: str, preview: str | None = None, args: Any = None
+        self,
+        name: str,
+        call_id: str,
+        preview: str | None = None,
+        args: Any = None,
+        emoji: str | None = None,
     ) -> None:
         await self._ensure_message()
-        await self.emit(
-            EventType.TOOL_STARTED,
-            {"tool": name, "tool_call_id": call_id, "preview": preview, "args": args},
-        )
+        data = {"tool": name, "tool_call_id": call_id, "preview": preview, "args": args}
+        if emoji:
+            data["emoji"] = emoji
+        await self.emit(EventType.TOOL_STARTED, data)
 
     async def tool_completed(
         self,

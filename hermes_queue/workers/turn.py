@@ -29,6 +29,7 @@ from hermes_queue.agents.base import (
     ProviderAuthError,
     TurnCancelled,
 )
+from hermes_queue.agents.media import inline_media
 from hermes_queue.events import EventType
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
@@ -69,6 +70,8 @@ class WorkerRuntime:
     shutting_down: Callable[[], bool] = lambda: False
     active: dict[str, ActiveRun] = field(default_factory=dict)
     metrics: WorkerMetrics | None = None
+    # The agent's Hermes home, whose secret files a reply's MEDIA: tags may never deliver.
+    hermes_home: str = ""
 
     def signal(self, run_id: str, verdict: int) -> None:
         """A stop request or a lost lease reached this worker (pub/sub or heartbeat)."""
@@ -116,11 +119,21 @@ class FirstEventProbe:
             self._note()
         await self._sink.reasoning(text)
 
+    async def thinking(self, text: str) -> None:
+        if text:
+            self._note()
+        await self._sink.thinking(text)
+
     async def tool_started(
-        self, name: str, call_id: str, preview: str | None = None, args: Any = None
+        self,
+        name: str,
+        call_id: str,
+        preview: str | None = None,
+        args: Any = None,
+        emoji: str | None = None,
     ) -> None:
         self._note()
-        await self._sink.tool_started(name, call_id, preview, args)
+        await self._sink.tool_started(name, call_id, preview, args, emoji)
 
     async def tool_completed(
         self,
@@ -248,6 +261,11 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         usage=result.usage.as_dict(),
         messages=result.messages,
         runtime=result.runtime,
+        # The reply as shown: MEDIA: image tags inlined here, where the agent's files are
+        # (upstream shows them inlined in its session chat and chat completions replies; the
+        # run's output, a stream's deltas and the transcript keep the tags).
+        shown=inline_media(result.output, hermes_home=runtime.hermes_home),
+        streamed=sink.text_streamed,
     )
     return "completed"
 
@@ -277,7 +295,7 @@ def _failure(run_id: str, exc: Exception) -> tuple[FailReason, str]:
 async def _start(
     attempt: Attempt, sink: RunEventSink, turn_log: SessionTurnLog | None
 ) -> AgentRequest:
-    history = await turn_log.history() if turn_log else None
+    history = await turn_log.history() if turn_log and attempt.record.history_from_store else None
     request = build_request(attempt, history)
     if turn_log:
         await turn_log.record_user(request.message)
@@ -291,6 +309,7 @@ async def _start(
         await sink.emit(EventType.RUN_STARTED, data)
     else:
         await sink.emit(EventType.RUN_RESTARTED, {"attempt": attempt.number})
+    await sink.start_reply()
     return request
 
 
@@ -334,5 +353,6 @@ async def _end_cancelled(sink: RunEventSink, active: ActiveRun) -> str:
 async def _end_failed(sink: RunEventSink, reason: FailReason, error: str) -> str:
     if not await _flushed(sink):
         return "lease_lost"
-    await sink.attempt.fail(reason, error)
+    # Upstream's controlled provider-auth text is a reply on session chat and chat completions.
+    await sink.attempt.fail(reason, error, as_reply=reason == FailReason.PROVIDER_AUTH)
     return "failed"

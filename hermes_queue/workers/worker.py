@@ -137,6 +137,8 @@ class WorkerProcess:
             turn_timeout=float(settings.job_timeout_seconds),
             shutting_down=lambda: worker.shutting_down,
             metrics=metrics,
+            # Hermes' own default home when none is set: its secrets are refused there too.
+            hermes_home=settings.hermes_home or os.environ.get("HERMES_HOME") or "~/.hermes",
         )
         self.runtime = runtime
         metrics.active_runs.set_function(lambda: len(runtime.active))

@@ -27,6 +27,7 @@ class RecordingSink:
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
         self.first_delta = asyncio.Event()
+        self.emojis: dict[str, str | None] = {}  # call id -> the tool's emoji, if named
 
     async def delta(self, text: str) -> None:
         self.events.append(("delta", text))
@@ -36,9 +37,15 @@ class RecordingSink:
         self.events.append(("reasoning", text))
 
     async def tool_started(
-        self, name: str, call_id: str, preview: str | None = None, args: Any = None
+        self,
+        name: str,
+        call_id: str,
+        preview: str | None = None,
+        args: Any = None,
+        emoji: str | None = None,
     ) -> None:
         self.events.append(("tool_started", name, call_id, preview, args))
+        self.emojis[call_id] = emoji
 
     async def tool_completed(
         self,

@@ -127,6 +127,7 @@ async def test_tool_progress_reaches_the_sink_and_the_loop_finishes(backend: Any
     started = [e for e in sink.events if e[0] == "tool_started"]
     completed = [e for e in sink.events if e[0] == "tool_completed"]
     assert [e[1:3] for e in started] == [("todo", "call_fake_1")]
+    assert sink.emojis == {"call_fake_1": "📋"}  # Hermes' own icon for the tool
     assert [e[1:3] for e in completed] == [("todo", "call_fake_1")]
     assert completed[0][4] is False and '"todos"' in completed[0][5]  # no error, real result
     assert sink.kinds.index("tool_started") < sink.kinds.index("tool_completed")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -18,6 +20,7 @@ from hermes_queue.api.discovery import features as derive_features
 from hermes_queue.api.discovery import routed_endpoints
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
+from hermes_queue.providers import ProviderSettings, RouteSettings
 from hermes_queue.redis_server import free_port
 from hermes_queue.store.migrations import LATEST_VERSION
 from tests.api.conftest import running_api
@@ -44,7 +47,6 @@ UPSTREAM_NAMES = {
     "session_chat",
     "session_chat_stream",
     "session_chat_resume",
-    "capabilities",
     "skills",
     "toolsets",
     # Ours (upstream names none for its jobs routes).
@@ -194,6 +196,23 @@ async def test_models(api: TestClient, settings: Settings) -> None:
         "root": settings.model_name,
         "parent": None,
     }
+
+
+async def test_models_list_the_route_aliases(settings: Settings) -> None:
+    """Each ``model_routes`` alias after the advertised name, as upstream lists them: its
+    route's model as ``root``, the advertised name as ``parent``, nothing about the provider."""
+    routed = dataclasses.replace(
+        settings,
+        providers={"p": ProviderSettings("p", "http://127.0.0.1:9/v1", api_key_env="UNSET_KEY")},
+        model_routes={"fast": RouteSettings("fast", "p", "small-model")},
+    )
+    async with running_api(routed) as api:
+        data = (await (await api.get("/v1/models")).json())["data"]
+    assert [(m["id"], m["root"], m["parent"]) for m in data] == [
+        (settings.model_name, settings.model_name, None),
+        ("fast", "small-model", settings.model_name),
+    ]
+    assert "127.0.0.1:9" not in json.dumps(data)  # nothing about the provider
 
 
 async def test_ready_with_a_live_worker(api: TestClient, worker: Any, settings: Settings) -> None:

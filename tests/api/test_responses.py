@@ -30,6 +30,8 @@ async def events(response: Any) -> list[dict[str, Any]]:
     for frame in frames:
         payload = frame.json()
         assert payload["type"] == frame.event
+        # Every frame's id is its sequence number, the Responses cursor.
+        assert frame.id == str(payload["sequence_number"])
         out.append(payload)
     return out
 
@@ -132,7 +134,7 @@ async def test_tool_items_and_failure(api: TestClient, worker: Any) -> None:
     call, result = body["output"][1], body["output"][2]
     assert call["name"] == "search" and call["call_id"] == result["call_id"]
     assert call["status"] == "completed" and '"query"' in call["arguments"]
-    assert result["output"] == [{"type": "input_text", "text": "ok"}]
+    assert result["output"] == "ok"  # the text, as upstream's non-stream object (a stream: parts)
     # The chained transcript holds the tool messages too.
     nxt = await create(api, input="next", previous_response_id=body["id"])
     assert text_of(nxt) == "Echo: next (turn 2)"
@@ -178,8 +180,9 @@ async def test_stream_event_order_and_sequence_numbers(api: TestClient, worker: 
     assert "".join(d["delta"] for d in deltas) == "Echo: go"
     done = next(e for e in got if e["type"] == "response.output_text.done")
     assert done["text"] == "Echo: go"
-    fc = [e for e in got if e["type"] == "response.output_item.added"][1]["item"]
+    fc, fco = [e["item"] for e in got if e["type"] == "response.output_item.added"][1:]
     assert fc["type"] == "function_call" and fc["status"] == "in_progress" and fc["name"] == "x"
+    assert fco["output"] == [{"type": "input_text", "text": "ok"}]  # a stream's: a part list
     # Stored once the run ended, identical to the streamed envelope.
     for _ in range(100):
         stored = await (await api.get(f"/v1/responses/{completed['id']}")).json()
@@ -210,6 +213,11 @@ async def test_resume_with_starting_after_on_a_second_api(
         assert resumed.status == 200
         rest = await events(resumed)
         assert rest == first[4:]
+        # A frame's id is its sequence number, so Last-Event-ID resumes the same way.
+        by_id = await other.get(
+            f"/v1/responses/{response_id}?stream=true", headers={"Last-Event-ID": "3"}
+        )
+        assert await events(by_id) == first[4:]
         whole = await other.get(f"/v1/responses/{response_id}?stream=true")
         assert await events(whole) == first
 

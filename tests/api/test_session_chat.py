@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -77,10 +79,12 @@ async def test_stream_event_order_and_fields(session_api: TestClient, session_wo
     run_id = response.headers["X-Hermes-Run-Id"]
     for payload in payloads:
         assert payload["session_id"] == sid and payload["run_id"] == run_id
-        assert isinstance(payload["seq"], int) and isinstance(payload["ts"], float)
-    # One id per event, on its last frame: the completion's three frames share the last one.
-    assert all(f.id for f in frames[:-3]) and len({f.id for f in frames[:-3]}) == len(frames) - 3
-    assert [bool(f.id) for f in frames[-3:]] == [False, False, True]
+        assert isinstance(payload["ts"], float)
+    # Upstream numbers every frame 1, 2, 3 …; every frame but the closing ``done`` has an id of
+    # its own (one stored event per frame).
+    assert [p["seq"] for p in payloads] == list(range(1, len(frames) + 1))
+    ids = [f.id for f in frames[:-1]]
+    assert all(ids) and len(set(ids)) == len(ids) and not frames[-1].id
     assert payloads[0]["user_message"] == {
         "role": "user",
         "content": "look [think] [tool:search] it up",
@@ -98,22 +102,25 @@ async def test_stream_event_order_and_fields(session_api: TestClient, session_wo
     assert [m["role"] for m in transcript] == ["assistant", "tool", "assistant"]
 
 
-async def test_a_client_cut_off_inside_the_completion_gets_all_of_it_again(
+async def test_a_client_cut_off_between_any_two_frames_gets_exactly_the_rest(
     session_api: TestClient, session_worker: Any
 ) -> None:
+    """Resuming after any frame's id sends the frames after it, numbered as the first time:
+    the completion's frames included (``assistant.completed``, ``run.completed``, ``done``)."""
     sid = await new_session(session_api)
-    response, frames = await stream_turn(session_api, sid, message="finish me")
+    response, frames = await stream_turn(session_api, sid, message="finish me [tool:t]")
     run_id = response.headers["X-Hermes-Run-Id"]
-    # Cut after ``assistant.completed``: the last id this client saw is the event before it.
-    last_seen = next(f.id for f in reversed(frames[:-2]) if f.id)
-    again = await session_api.get(
-        f"/api/sessions/{sid}/chat/stream",
-        params={"run_id": run_id},
-        headers={"Last-Event-ID": last_seen},
-    )
-    tail = await frames_of(again)
-    assert [f.event for f in tail] == ["assistant.completed", "run.completed", "done"]
-    assert [f.data for f in tail] == [f.data for f in frames[-3:]]
+    assert [f.event for f in frames[-3:]] == ["assistant.completed", "run.completed", "done"]
+    for cut, frame in enumerate(frames[:-1], start=1):
+        again = await session_api.get(
+            f"/api/sessions/{sid}/chat/stream",
+            params={"run_id": run_id},
+            headers={"Last-Event-ID": frame.id},
+        )
+        tail = await frames_of(again)
+        assert [(f.event, f.id, f.data) for f in tail] == [
+            (f.event, f.id, f.data) for f in frames[cut:]
+        ], f"resumed after frame {cut} ({frame.event})"
 
 
 async def test_failed_turn_streams_error_then_done(
@@ -224,12 +231,10 @@ async def test_multimodal_message(session_api: TestClient, session_worker: Any) 
     body = await (
         await session_api.post(f"/api/sessions/{sid}/chat", json={"message": message})
     ).json()
-    assert body["message"]["content"] == "Echo: see [image]"
+    assert body["message"]["content"] == "Echo: see [image]"  # the agent saw the image
+    # Stored as Hermes' agent stores it (upstream): the text, [screenshot] for the image.
     page = await (await session_api.get(f"/api/sessions/{sid}/messages")).json()
-    assert page["data"][0]["content"] == [
-        {"type": "text", "text": "see"},
-        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
-    ]
+    assert page["data"][0]["content"] == "see\n[screenshot]"
     bad = await session_api.post(
         f"/api/sessions/{sid}/chat",
         json={"message": [{"type": "image_url", "image_url": "javascript:alert(1)"}]},
@@ -276,3 +281,29 @@ async def test_session_key_without_api_key_is_403(settings: Settings) -> None:
         )
         assert response.status == 403
         assert "requires API key authentication" in (await response.json())["error"]["message"]
+
+
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADElEQVR4nGNgYGAAAAAEAAH2FzhVAAAAAElFTkSuQmCC"
+)
+
+
+async def test_a_media_tag_in_a_reply_is_inlined_where_upstream_inlines_it(
+    session_api: TestClient, session_worker: Any, tmp_path: Path
+) -> None:
+    """The worker reads the file its agent named (``MEDIA:/abs/path.png``) and the reply as
+    shown carries it as a ``data:`` image: session chat and the session stream's
+    ``assistant.completed``. The streamed deltas and the run's output keep the tag, as
+    upstream's."""
+    image = tmp_path / "chart.png"
+    image.write_bytes(PIXEL)
+    sid = await new_session(session_api)
+    inline = "![image](data:image/png;base64," + base64.b64encode(PIXEL).decode() + ")"
+    answer = await session_api.post(f"/api/sessions/{sid}/chat", json={"message": f"MEDIA:{image}"})
+    assert (await answer.json())["message"]["content"] == f"Echo: {inline}"
+    run = await (await session_api.get(f"/v1/runs/{answer.headers['X-Hermes-Run-Id']}")).json()
+    assert run["output"] == f"Echo: MEDIA:{image}"
+    _, frames = await stream_turn(session_api, sid, message=f"MEDIA:{image}")
+    deltas = "".join(f.json()["delta"] for f in frames if f.event == "assistant.delta")
+    completed = next(f.json() for f in frames if f.event == "assistant.completed")
+    assert f"MEDIA:{image}" in deltas and inline in completed["content"]

@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from hermes_queue.api.dialects import render_runs, render_session
-from hermes_queue.api.openai_render import chat_renderer
+from hermes_queue.api.dialects import SessionStream, render_runs
+from hermes_queue.api.openai_render import ChatStream
 from hermes_queue.api.responses_render import ResponseFold, ResponseMeta
 from hermes_queue.config import Settings
 from hermes_queue.events import SUBAGENT_FIELDS, EventType, RunEvent
@@ -32,10 +32,10 @@ def event(kind: EventType, data: dict[str, Any], seq: int = 3) -> RunEvent:
 
 
 def test_runs_dialect_renders_an_unnamed_frame_with_the_fields() -> None:
-    [(name, payload)] = render_runs(event(EventType.SUBAGENT_START, START))
+    [(name, payload, _)] = render_runs(event(EventType.SUBAGENT_START, START))
     assert name is None
     assert payload == {"event": "subagent.start", "run_id": "run_abc", "timestamp": 12.5, **START}
-    [(name, payload)] = render_runs(event(EventType.SUBAGENT_COMPLETE, COMPLETE))
+    [(name, payload, _)] = render_runs(event(EventType.SUBAGENT_COMPLETE, COMPLETE))
     assert name is None and payload["event"] == "subagent.complete"
     assert {k: v for k, v in payload.items() if k in COMPLETE} == COMPLETE
 
@@ -44,15 +44,15 @@ def test_runs_dialect_renders_only_whitelisted_fields() -> None:
     """A stored event is rendered through the same whitelist its producer applied, so a field
     that slipped into the data (``toolsets`` is one Hermes sends) never reaches a client."""
     data = {**START, "toolsets": ["terminal"], "args": {"x": 1}}
-    [(_, payload)] = render_runs(event(EventType.SUBAGENT_START, data))
+    [(_, payload, _)] = render_runs(event(EventType.SUBAGENT_START, data))
     assert set(payload) - {"event", "run_id", "timestamp"} <= set(SUBAGENT_FIELDS)
     assert "toolsets" not in payload and "args" not in payload
 
 
 def test_other_dialects_skip_subagent_events() -> None:
     for kind, data in ((EventType.SUBAGENT_START, START), (EventType.SUBAGENT_COMPLETE, COMPLETE)):
-        assert list(render_session(event(kind, data))) == []
-        assert list(chat_renderer("chatcmpl-x", 1, "m")(event(kind, data))) == []
+        assert list(SessionStream()(event(kind, data))) == []
+        assert list(ChatStream("chatcmpl-x", 1, "m")(event(kind, data))) == []
 
 
 def test_responses_fold_skips_subagent_events_between_others() -> None:

@@ -81,8 +81,9 @@ ALLOWLIST: tuple[Allowed, ...] = (
     Allowed(
         "sse-ids",
         "No `id:` lines, no `Last-Event-ID` resume",
-        "Every frame carries its stream entry id, so a client resumes after the last frame it "
-        "saw, on any replica; upstream streams cannot be resumed at all.",
+        "Every frame but a closer carries an id of its own (its stored event's; on Responses its "
+        "sequence number), so a client resumes after the last frame it saw, on any replica; "
+        "upstream streams cannot be resumed at all.",
         _sse_ids,
     ),
     Allowed(

@@ -1,4 +1,4 @@
-"""Differences the suite finds that are ours to fix, not fixed yet.
+"""Differences the suite finds that are ours to fix, while they are not fixed yet.
 
 A comparison failing for one of these is marked ``xfail(strict=True)`` with the reasons: it
 flips (and fails the suite) the moment the fix lands, and the mark must go. Each reason also
@@ -31,76 +31,7 @@ class Pending:
         return re.search(self.explains_where, difference.where) is not None
 
 
-# Listed in issue 13 §2.
-SEQ = Pending(
-    "issue 13 §2: assistant.completed, run.completed and done share one seq", r"› seq numbering"
-)
-IDS = Pending(
-    "issue 13 §2: frames rendered from one stored entry have no id: line of their own",
-    r"› \[sse-ids\]",
-)
-NOTES = Pending(
-    "issue 13 §2: Hermes' progress notes are not events yet (no tool.progress on the session "
-    "stream, no note reasoning.available on runs; streamed reasoning shows there instead)",
-    r"› frame [-\d/]+ (tool\.progress|reasoning\.available)$",
-)
-RUNS_STORE = Pending(
-    "issue 13 §2: /v1/runs turns are not written to the session store",
-    r"GET /api/sessions/\{sid\}/messages",
-)
-COMPLETION_FAILURE = Pending(
-    "issue 13 §2: a failed completion: partial:true and no usage on the final chunk; "
-    "502 instead of upstream's 200 with finish_reason error and the hermes block",
-    r"POST /v1/chat/completions › (status|header X-Hermes-|body|frame)",
-)
-RUNS_SESSION_KEY = Pending(
-    "issue 13 §2: /v1/runs does not check X-Hermes-Session-Key (no 403 without an API key, "
-    "no 400 when too long) and does not echo it",
-    r"POST /v1/runs › ",
-)
-MEDIA = Pending(
-    "issue 13 §2: MEDIA: tags in the reply are not inlined (agents/media.py, not wired yet)",
-    r"(message\.content|data\.content|content\[0\]\.text)$",
-)
-
-# Found by this suite.
-DERIVED_ID = Pending(
-    "found: the derived session id ignores a first message's non-text parts",
-    r"› header X-Hermes-Session-Id$",
-)
-TOOL_EMOJI = Pending(
-    "found: hermes.tool.progress always says ⚡, upstream the tool's own emoji", r"data\.emoji$"
-)
-MODEL_ALIASES = Pending(
-    "found: /v1/models does not list model_routes aliases", r"GET /v1/models › body\.data"
-)
-CAPABILITIES_SELF = Pending(
-    "found: /v1/capabilities lists a 'capabilities' endpoint upstream does not",
-    r"body\.endpoints\.capabilities$",
-)
-RESPONSES_TOOL_OUTPUT = Pending(
-    "found: non-stream function_call_output.output is a part list, not text",
-    r"body\.output\[\d+\]\.output$",
-)
-RESPONSES_TEXT = Pending(
-    "found: the Responses stream's final text is the last reply only, not all text",
-    r"(data\.text|content\[0\]\.text)$",
-)
-RUN_MODEL = Pending(
-    "found: hermes.run model is the resolved model, upstream the requested name",
-    r"GET /v1/runs/\{id\} › body\.model$",
-)
-STORED_USER_PARTS = Pending(
-    "found: a multimodal user turn is stored with its images, upstream as text",
-    r"messages › body\.data\[0\]\.content$",
-)
-SESSION_AFTER_TURN = Pending(
-    "found: after a turn the session row has no model and no cost estimate",
-    r"session\.(model|estimated_cost_usd)$",
-)
-MESSAGE_STARTED = Pending(
-    "found: a failed session stream has no message.started frame", r"frame \d+ message\.started$"
-)
+# None now: every difference the suite found is fixed or allowlisted (allowlist.py).
 
 
 def _marks(reasons: tuple[Pending, ...]) -> list[pytest.MarkDecorator]:

@@ -9,13 +9,7 @@ import pytest
 
 from tests.conformance.conftest import NOKEY_ALIAS, Sides
 from tests.conformance.exchange import Side
-from tests.conformance.pending import (
-    COMPLETION_FAILURE,
-    DERIVED_ID,
-    IDS,
-    TOOL_EMOJI,
-    case,
-)
+from tests.conformance.pending import case
 from tests.conformance.reconcile import MISSING_CREDENTIALS
 from tests.conformance.scripts import SCENARIOS, conform, message, messages_of
 
@@ -26,26 +20,12 @@ def completion(content: Any, *, stream: bool, **extra: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": content}], "stream": stream, **extra}
 
 
-PENDING: dict[tuple[bool, str], tuple[str, ...]] = {
-    (False, "failure"): (COMPLETION_FAILURE,),
-    (False, "multimodal"): (DERIVED_ID,),
-    (True, "failure"): (COMPLETION_FAILURE, IDS),
-    (True, "multimodal"): (IDS, DERIVED_ID),
-    (True, "plain"): (IDS,),
-    (True, "reasoning"): (IDS,),
-    (True, "tool"): (IDS, TOOL_EMOJI),
-}
 TURNS = [
-    case(
-        stream,
-        scenario,
-        until=PENDING.get((stream, scenario), ()),
-        id=f"{'sse' if stream else 'json'}-{scenario}",
-    )
+    case(stream, scenario, id=f"{'sse' if stream else 'json'}-{scenario}")
     for stream in (False, True)
     for scenario in sorted(SCENARIOS)
 ]
-BOTH = [case(False, id="json"), case(True, until=(IDS,), id="sse")]
+BOTH = [case(False, id="json"), case(True, id="sse")]
 
 
 @pytest.mark.parametrize(("stream", "scenario"), TURNS)

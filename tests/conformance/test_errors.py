@@ -7,7 +7,6 @@ import pytest
 
 from tests.conformance.conftest import Sides
 from tests.conformance.exchange import Side
-from tests.conformance.pending import RUNS_SESSION_KEY, pending
 from tests.conformance.scripts import conform, create_session
 
 JSON = {"Content-Type": "application/json"}
@@ -105,7 +104,6 @@ async def test_413_for_a_body_over_the_limit(sides: Sides) -> None:
     await conform(sides, script)
 
 
-@pending(RUNS_SESSION_KEY)
 async def test_session_headers_are_validated(sides: Sides) -> None:
     sid = f"conf-{sides.nonce}"
 
@@ -135,7 +133,6 @@ async def test_session_headers_are_validated(sides: Sides) -> None:
     await conform(sides, script)
 
 
-@pending(RUNS_SESSION_KEY)
 async def test_session_headers_need_an_api_key(keyless_sides: Sides) -> None:
     """On a server without a key, upstream refuses both session headers with 403 before any
     turn starts."""

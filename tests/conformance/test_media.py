@@ -11,7 +11,6 @@ import pytest
 
 from tests.conformance.conftest import Sides
 from tests.conformance.exchange import Side
-from tests.conformance.pending import IDS, MEDIA, NOTES, SEQ, pending
 from tests.conformance.scripts import PNG, conform, create_session
 
 
@@ -22,7 +21,6 @@ def image(tmp_path: Path) -> Path:
     return path
 
 
-@pending(MEDIA, SEQ, IDS, NOTES)
 async def test_media_tags_in_a_reply_become_inline_images(sides: Sides, image: Path) -> None:
     sid = f"conf-{sides.nonce}"
     text = f"show it #{sides.nonce} MEDIA:{image}"

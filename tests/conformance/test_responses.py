@@ -9,12 +9,7 @@ import pytest
 
 from tests.conformance.conftest import NOKEY_ALIAS, Sides
 from tests.conformance.exchange import Exchange, Side
-from tests.conformance.pending import (
-    IDS,
-    RESPONSES_TEXT,
-    RESPONSES_TOOL_OUTPUT,
-    case,
-)
+from tests.conformance.pending import case
 from tests.conformance.reconcile import MISSING_CREDENTIALS
 from tests.conformance.scripts import SCENARIOS, conform, message
 
@@ -28,20 +23,8 @@ def response_id(exchange: Exchange) -> str:
     return str(exchange.body["id"])
 
 
-PENDING: dict[tuple[bool, str], tuple[str, ...]] = {
-    (False, "tool"): (RESPONSES_TOOL_OUTPUT,),
-    (True, "multimodal"): (IDS,),
-    (True, "plain"): (IDS,),
-    (True, "reasoning"): (IDS,),
-    (True, "tool"): (IDS, RESPONSES_TEXT),
-}
 TURNS = [
-    case(
-        stream,
-        scenario,
-        until=PENDING.get((stream, scenario), ()),
-        id=f"{'sse' if stream else 'json'}-{scenario}",
-    )
+    case(stream, scenario, id=f"{'sse' if stream else 'json'}-{scenario}")
     for stream in (False, True)
     for scenario in sorted(SCENARIOS)
 ]
@@ -70,7 +53,7 @@ async def test_one_turn(sides: Sides, stream: bool, scenario: str) -> None:
     "stream",
     [
         case(False, id="json"),
-        case(True, until=(IDS,), id="sse"),
+        case(True, id="sse"),
     ],
 )
 async def test_chained_turns_then_read_and_delete(sides: Sides, stream: bool) -> None:

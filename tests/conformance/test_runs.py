@@ -10,7 +10,6 @@ import pytest
 
 from tests.conformance.conftest import NOKEY_ALIAS, Sides
 from tests.conformance.exchange import Exchange, Side
-from tests.conformance.pending import NOTES, RUN_MODEL, RUNS_SESSION_KEY, RUNS_STORE, case, pending
 from tests.conformance.reconcile import MISSING_CREDENTIALS
 from tests.conformance.scripts import SCENARIOS, conform, message, messages_of
 
@@ -30,13 +29,7 @@ async def follow(side: Side, run_id: str, tag: str = "") -> Exchange:
     return await follow_status(side, run_id, tag)
 
 
-@pytest.mark.parametrize(
-    "scenario",
-    [
-        case(scenario, until=(RUN_MODEL,) if scenario == "failure" else (NOTES, RUN_MODEL))
-        for scenario in sorted(SCENARIOS)
-    ],
-)
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 async def test_one_run(sides: Sides, scenario: str) -> None:
     sid = f"conf-{sides.nonce}"
 
@@ -50,7 +43,6 @@ async def test_one_run(sides: Sides, scenario: str) -> None:
     await conform(sides, script)
 
 
-@pending(RUNS_SESSION_KEY, NOTES, RUN_MODEL)
 async def test_history_instructions_and_session_key(sides: Sides) -> None:
     async def script(side: Side) -> None:
         body = {
@@ -75,7 +67,6 @@ async def test_a_provider_without_credentials(sides: Sides) -> None:
     await conform(sides, script)
 
 
-@pending(RUN_MODEL)
 async def test_stop_cancels_a_running_turn(sides: Sides) -> None:
     """The provider sends one word and then nothing; the stop ends the turn."""
 
@@ -104,7 +95,6 @@ async def follow_status(side: Side, run_id: str, tag: str = "") -> Exchange:
     return status
 
 
-@pending(RUNS_STORE, NOTES, RUN_MODEL)
 async def test_a_run_then_a_chat_turn_share_the_session(sides: Sides) -> None:
     """hermes-webui's switch between its two paths: a ``/v1/runs`` turn with ``session_id``,
     then a ``/v1/chat/completions`` turn with ``X-Hermes-Session-Id`` on the same session, which

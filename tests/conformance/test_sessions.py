@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tests.conformance.conftest import Sides
 from tests.conformance.exchange import Side
-from tests.conformance.pending import SESSION_AFTER_TURN, pending
 from tests.conformance.scripts import conform, create_session, messages_of
 
 
@@ -68,7 +67,6 @@ async def test_list_pages_newest_first(sides: Sides) -> None:
     await conform(sides, script)
 
 
-@pending(SESSION_AFTER_TURN)
 async def test_fork_copies_the_transcript(sides: Sides) -> None:
     sid, nonce = f"conf-{sides.nonce}", sides.nonce
 

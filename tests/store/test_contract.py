@@ -450,6 +450,18 @@ async def test_update_usage_accumulates(store: SessionStore) -> None:
         await store.update_usage("missing", input_tokens=1)
 
 
+async def test_update_usage_records_the_model_only_where_none_is(store: SessionStore) -> None:
+    """The model that ran fills a session created without one, and never replaces one."""
+    await store.create_session("blank")
+    await store.create_session("named", model="chosen")
+    for session_id in ("blank", "named"):
+        await store.update_usage(session_id, api_calls=1, model="ran-first")
+        await store.update_usage(session_id, api_calls=1, model="ran-later")
+    blank, named = await store.get_session("blank"), await store.get_session("named")
+    assert blank is not None and blank.model == "ran-first"
+    assert named is not None and named.model == "chosen"
+
+
 # -- fork and lineage --------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from hermes_queue.api import sse
-from hermes_queue.api.dialects import render_runs, render_session
+from hermes_queue.api.dialects import SessionStream, render_runs
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
 from hermes_queue.streams.hub import StreamHub, Subscription
@@ -203,19 +203,20 @@ def feed_of(hub: StreamHub, keepalive: float = 10.0) -> sse.RunFeed:
 
 
 def frames_of(event: RunEvent, render: sse.Renderer) -> bytes:
-    """What the unbatched pump writes for one event: its id on the last of its frames."""
-    frames = list(render(event))
-    return b"".join(
-        sse.encode_frame(name, payload, event.id if i == len(frames) - 1 else "")
-        for i, (name, payload) in enumerate(frames)
-    )
+    """What the unbatched pump writes for one event: each frame with its own id line."""
+    return b"".join(sse.encode_frame(name, payload, fid) for name, payload, fid in render(event))
 
 
-@pytest.mark.parametrize("render", [render_runs, render_session])
+def runs_renderer() -> sse.Renderer:
+    return render_runs
+
+
+@pytest.mark.parametrize("renderer", [runs_renderer, SessionStream])
 async def test_pump_writes_whole_frames_in_batches(
-    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub, render: sse.Renderer
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub, renderer: Callable[[], sse.Renderer]
 ) -> None:
     hub = await make_hub()
+    render, reference = renderer(), renderer()  # the session stream numbers its frames
     await write_run(redis, keys, "r1", 25, end=True)
     expected_events = await read_range(redis, keys, "r1", None, 1000)
     response = RecordingResponse()
@@ -231,13 +232,14 @@ async def test_pump_writes_whole_frames_in_batches(
     assert response.eof is not None and response.eof.endswith(sse.STREAM_CLOSED)
     body = b"".join(response.writes) + response.eof
     # Byte-identical to rendering every event on its own, then ": stream closed".
-    assert body == b"".join(frames_of(e, render) for e in expected_events) + sse.STREAM_CLOSED
+    rendered = [frames_of(e, reference) for e in expected_events]
+    assert body == b"".join(rendered) + sse.STREAM_CLOSED
     for chunk in [*response.writes, response.eof[: -len(sse.STREAM_CLOSED)]]:
         assert chunk.endswith(b"\n\n")  # a write never ends inside a frame...
         for frame in chunk[:-2].split(b"\n\n"):  # ...nor starts inside one
             assert frame.startswith((b"id: ", b"event: ", b"data: "))
-    # The terminal event's frames (several in the session dialect) share the final write.
-    assert frames_of(expected_events[-1], render) in response.eof
+    # The terminal event's frames (with the session dialect's ``done``) share the final write.
+    assert rendered[-1] in response.eof
 
 
 async def test_pump_live_batches_and_keepalive(
@@ -300,12 +302,21 @@ def test_rendered_once_per_event_object() -> None:
         calls.append(event)
         return list(render_runs(event))
 
+    sse.shared(render)
     a = RunEvent(type="message.delta", run_id="r", data={"delta": "x"}, id="1-0")
     b = RunEvent(type="message.delta", run_id="r", data={"delta": "x"}, id="1-0")  # equal, not same
     first = sse.event_bytes(a, render)
     assert sse.event_bytes(a, render) == first and len(calls) == 1
     assert sse.event_bytes(b, render) == first and len(calls) == 2
     assert first == frames_of(a, render_runs)
+
+
+def test_a_renderer_with_state_renders_every_time() -> None:
+    """A per-connection renderer (it numbers frames) is never served from the shared cache."""
+    stream = SessionStream()
+    a = RunEvent(type="message.delta", run_id="run_r", data={"delta": "x"}, id="1-0", seq=1)
+    first, second = sse.event_bytes(a, stream), sse.event_bytes(a, stream)
+    assert b'"seq": 1' in first and b'"seq": 2' in second
 
 
 def test_decode_entry_matches_from_entry() -> None:

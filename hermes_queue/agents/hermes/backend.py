@@ -169,6 +169,7 @@ class HermesBackend:
         )
         self._prepare_turn(agent, bridge, request.options.get("model_options"))
         before = (agent.session_prompt_tokens, agent.session_completion_tokens)
+        cost_before = _estimated_cost(agent)
         history = to_hermes_history(request.history)
         pump = asyncio.ensure_future(bridge.pump())
         stopper = asyncio.ensure_future(_interrupt_when_cancelled(cancel, agent))
@@ -211,6 +212,7 @@ class HermesBackend:
                 usage=usage,
                 messages=turn_messages(result.get("messages") or [], len(history)),
                 runtime=self._actual_runtime(agent, runtime),
+                cost_usd=max(0.0, _estimated_cost(agent) - cost_before),
             )
         finally:
             self._running.discard(agent)
@@ -352,3 +354,11 @@ def _platform_toolsets() -> list[str]:
 def _release_clients(agent: Any) -> None:
     with contextlib.suppress(Exception):
         agent.release_clients()
+
+
+def _estimated_cost(agent: Any) -> float:
+    """Hermes' running estimate of the agent's spend (0 for a model it has no price for)."""
+    try:
+        return float(getattr(agent, "session_estimated_cost_usd", 0.0) or 0.0)
+    except (TypeError, ValueError):
+        return 0.0

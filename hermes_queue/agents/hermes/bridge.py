@@ -34,9 +34,9 @@ import asyncio
 import logging
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from hermes_queue.agents.base import ApprovalRequest, EventSink, SubagentPhase
+from hermes_queue.agents.base import ApprovalRequest, EventSink, NoteSink, SubagentPhase
 from hermes_queue.events import SUBAGENT_FIELDS, SUBAGENT_FREE_TEXT
 from hermes_queue.logs import redact
 
@@ -48,13 +48,6 @@ _SUBAGENT_PHASES: dict[str, SubagentPhase] = {
     "subagent.start": "start",
     "subagent.complete": "complete",
 }
-
-
-@runtime_checkable
-class NoteSink(Protocol):
-    """A sink that also takes the agent's progress notes (module docstring)."""
-
-    async def thinking(self, text: str) -> None: ...
 
 
 class TurnBridge:
@@ -188,7 +181,9 @@ class TurnBridge:
         previews = self._previews[name]
         preview = previews.popleft() if previews else None
         self._open_calls[call_id] = name
-        await self._sink.tool_started(name, call_id, preview=preview, args=args)
+        await self._sink.tool_started(
+            name, call_id, preview=preview, args=args, emoji=_tool_emoji(name)
+        )
 
     async def _tool_completed(self, call_id: str, name: str, result: Any) -> None:
         outcomes = self._outcomes[name]
@@ -226,6 +221,16 @@ class TurnBridge:
         from tools.approval import resolve_gateway_approval
 
         resolve_gateway_approval(self._approval_key, choice, resolve_all=everything)
+
+
+def _tool_emoji(name: str) -> str | None:
+    """Hermes' icon for the tool (📋 for ``todo``, …), which upstream's chat stream shows."""
+    try:
+        from agent.display import get_tool_emoji
+    except ImportError:  # a Hermes without it: the renderer's default
+        return None
+    emoji = get_tool_emoji(name)
+    return emoji if isinstance(emoji, str) and emoji else None
 
 
 def _json_value(value: Any, redact_text: Callable[[str], str] | None) -> Any:
