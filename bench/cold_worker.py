@@ -4,7 +4,7 @@ Per round: a fresh ``hermes`` worker process is started beside the API (the harn
 it listens for wake-ups, which a worker does only once its warm-up is over), then one client
 runs session chat stream turns one at a time (``floor.stream_turn``: a new session each, fake
 LLM at ``--token-delay``): the first is the cold turn, the next ``--warm-turns`` the warm ones.
-The worker is then stopped. Target (TARGETS.md): the cold turn's TTFT ≤ 2 × the warm p50.
+The worker is then stopped. Target (docs/targets.md): the cold turn's TTFT ≤ 2 × the warm p50.
 Also printed: how long the worker took from spawn to listening (its start-up and warm-up).
 
     python bench/cold_worker.py [--rounds 5] [--warm-turns 10] [--token-delay 0.01]

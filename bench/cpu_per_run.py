@@ -2,7 +2,7 @@
 
 Why: upstream runs every turn inside its HTTP process and builds a fresh ``AIAgent`` for each
 request; hermes-queue's ``hermes`` backend runs the same agent in a long-lived arq worker that
-keeps a session's agent warm between turns. The target (TARGETS.md) is ≤ 0.5 × upstream's CPU
+keeps a session's agent warm between turns. The target (docs/targets.md) is ≤ 0.5 × upstream's CPU
 per run. This script measures it on identical HTTP traffic.
 
 How:

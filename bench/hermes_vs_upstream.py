@@ -1,7 +1,7 @@
 """Time to first token and throughput: upstream Hermes (0.19.0) API server against hermes-queue's
 ``hermes`` backend with 1 and with 2 workers, on identical streaming chat completions.
 
-Targets (TARGETS.md): time to first token, 1 client, fake LLM at 10 ms/token, Hermes backend ≤
+Targets (docs/targets.md): time to first token, 1 client, fake LLM at 10 ms/token, Hermes backend ≤
 upstream + 5 ms; throughput with 128 concurrent clients ≥ 1.5 × upstream with 2 worker
 processes, in the same run.
 
@@ -12,7 +12,7 @@ How:
   ``config.yaml`` points at the fake, and hermes-queue deployments (private Redis, one API, N
   workers, ``agent_backend = "hermes"``, the same ``config.yaml`` in their ``hermes_home``).
   Upstream's ``gateway.api_server.max_concurrent_runs`` is set to 0 (uncapped, as in
-  TARGETS.md's upstream figures): its default of 10 would answer 128 clients with 429s.
+  docs/targets.md's upstream figures): its default of 10 would answer 128 clients with 429s.
 - every side runs at once (idle when not measured); phases are interleaved side by side in every
   round, so drift on the shared machine hits all of them;
 - every turn, on every side, is the same request: ``POST /v1/chat/completions`` with

@@ -1,5 +1,5 @@
-"""What the workers' backend offers beyond running turns, its skills and toolsets (HERMES_API §2),
-from the backend that lists them to the API that serves them.
+"""What the workers' backend offers beyond running turns, its skills and toolsets
+(upstream-api.md §2), from the backend that lists them to the API that serves them.
 
 API replicas never build a backend (they may not even have its package installed), so the path
 is: a worker asks its backend for a :class:`BackendCatalog` (a backend offers one by having an

@@ -65,8 +65,8 @@ class Settings:
     body_timeout_seconds: float = 30.0
     keepalive_seconds: float = 10.0
     model_name: str = "hermes-agent"
-    # Browser origins allowed to call the API (HERMES_API §1.4); "*" allows any. Empty: a request
-    # carrying an Origin header is refused with 403. Env: comma-separated.
+    # Browser origins allowed to call the API (upstream-api.md §1.4); "*" allows any. Empty: a
+    # request carrying an Origin header is refused with 403. Env: comma-separated.
     cors_origins: tuple[str, ...] = ()
     # Idempotency-Key records (POST /v1/runs, /v1/chat/completions) are kept this long, capped
     # at retention_seconds so a replay always finds the run it names.
@@ -87,10 +87,10 @@ class Settings:
     job_timeout_seconds: int = 3_600
     drain_seconds: float = 30.0
     poll_seconds: float = 0.5
-    # An approval request nobody answers within this many seconds is denied (HERMES_API §4.3:
+    # An approval request nobody answers within this many seconds is denied (upstream-api.md §4.3:
     # silence is not consent); the run then continues.
     approval_timeout_seconds: float = 60.0
-    # Agents, providers and routes (HERMES_API §6.3). Keys live in env vars or files named by
+    # Agents, providers and routes (upstream-api.md §6.3). Keys live in env vars or files named by
     # each provider entry, never here.
     agent_backend: str = "echo"
     echo_token_delay: float = 0.0

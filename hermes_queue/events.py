@@ -55,10 +55,11 @@ TERMINAL_EVENTS = frozenset(
 )
 
 # The answers to an approval request: offered in ``approval.request`` (``choices``) by the
-# worker's agent, accepted by ``POST /v1/runs/{id}/approval`` on any API replica (HERMES_API §4.3).
+# worker's agent, accepted by ``POST /v1/runs/{id}/approval`` on any API replica
+# (upstream-api.md §4.3).
 APPROVAL_CHOICES = ("once", "session", "always", "deny")
 
-# What a subagent event may carry (HERMES_API §3.3), in upstream's order. Producers keep only
+# What a subagent event may carry (upstream-api.md §3.3), in upstream's order. Producers keep only
 # these and readers render only these, so a new field of Hermes' never reaches clients
 # unreviewed. The free-text ones are redacted by their producer before they are stored.
 SUBAGENT_FIELDS = (

@@ -33,7 +33,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def check_bind_safety(settings: Settings) -> None:
-    """Refuse to expose the API beyond this machine without a strong key (HERMES_API §1.1,
+    """Refuse to expose the API beyond this machine without a strong key (upstream-api.md §1.1,
     stricter: ``keyguard.key_weakness``). On loopback an API without a key stays open for
     development, announced by one loud warning (and on ``/health/detailed``)."""
     if _is_loopback(settings.host):

@@ -1,4 +1,4 @@
-"""Model routing and the session model lock (HERMES_API §6.3, §6.4): pure, no Redis."""
+"""Model routing and the session model lock (upstream-api.md §6.3, §6.4): pure, no Redis."""
 
 from __future__ import annotations
 

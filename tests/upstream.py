@@ -2,7 +2,7 @@
 (``python -m hermes_cli.main gateway run``), with only the ``api_server`` platform, in a private
 ``HERMES_HOME`` whose ``config.yaml`` points the model at an OpenAI-compatible fake.
 
-Upstream refuses to start its API server without a strong key (HERMES_API §1.1); its keyless
+Upstream refuses to start its API server without a strong key (upstream-api.md §1.1); its keyless
 mode exists only for its own tests. ``UpstreamGateway(api_key="")`` reaches that mode for the
 tests that need it (what upstream does with ``X-Hermes-Session-Key`` on a server without a
 key) by lifting that one start-up check before the gateway runs; nothing else is changed.

@@ -67,7 +67,7 @@ PROVIDER_AUTH_FAILED = "⚠️ Provider authentication failed: {reason}"
 
 class ProviderAuthError(AgentError):
     """The provider's credentials are missing or were rejected. The text is upstream's
-    controlled reply, which session chat shows as the assistant's answer (HERMES_API §6.4)."""
+    controlled reply, which session chat shows as the assistant's answer (upstream-api.md §6.4)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(PROVIDER_AUTH_FAILED.format(reason=reason))
@@ -76,7 +76,7 @@ class ProviderAuthError(AgentError):
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    """A command the agent wants consent for before running it (HERMES_API §4.3).
+    """A command the agent wants consent for before running it (upstream-api.md §4.3).
 
     ``command`` is the agent's own command text, shown to the person approving it; it must not
     carry secrets. Without ``allow_permanent`` the ``always`` choice is not offered.

@@ -1,5 +1,5 @@
 """``MEDIA:/abs/path.png`` tags in a reply become inline ``data:`` images, as upstream's API
-server does (HERMES_API §1.4), on the worker: only the worker can read the files its agent
+server does (upstream-api.md §1.4), on the worker: only the worker can read the files its agent
 wrote.
 
 Why this exists: an agent that produced an image names it in its answer with a ``MEDIA:`` tag,

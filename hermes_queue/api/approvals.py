@@ -1,6 +1,6 @@
 """``POST /v1/runs/{run_id}/approval``: answer an agent's approval request from any replica.
 
-Upstream can only resolve approvals in the process running the agent (HERMES_API §7). Here the
+Upstream can only resolve approvals in the process running the agent (upstream-api.md §7). Here the
 answer is one script on the run record (``hermes_queue.runs.approvals``), which also tells the
 worker holding the run over pub/sub, so the replica that receives the POST does not matter.
 """

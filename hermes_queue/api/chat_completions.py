@@ -1,4 +1,4 @@
-"""``POST /v1/chat/completions`` (HERMES_API §2.2, §3.2), each completion a queued run.
+"""``POST /v1/chat/completions`` (upstream-api.md §2.2, §3.2), each completion a queued run.
 
 Without ``X-Hermes-Session-Id`` the conversation comes from the request and the session id is
 derived from its system prompt and first user message, as upstream. With the header the

@@ -1,4 +1,4 @@
-"""Message content normalisation (HERMES_API §1.4).
+"""Message content normalisation (upstream-api.md §1.4).
 
 Clients send message content in three dialects: a plain string, OpenAI Chat
 Completions parts (``text`` / ``image_url``) and OpenAI Responses parts

@@ -24,7 +24,7 @@ from hermes_queue.events import (
 
 @shared
 def render_runs(event: RunEvent) -> list[Frame]:
-    """Upstream ``/v1/runs/{id}/events`` (HERMES_API §3.3): unnamed frames with ``event``.
+    """Upstream ``/v1/runs/{id}/events`` (upstream-api.md §3.3): unnamed frames with ``event``.
 
     ``reasoning.available`` is the agent's progress note, as upstream's; the model's streamed
     reasoning is not shown. ``run.restarted`` and ``stream.gap`` are additions: a retried
@@ -75,7 +75,7 @@ DONE: _SessionFrame = ("done", {}, True)
 
 
 class SessionStream:
-    """Upstream's session chat stream (HERMES_API §3.1) for one connection: named frames, each
+    """Upstream's session chat stream (upstream-api.md §3.1) for one connection: named frames, each
     payload carrying ``session_id``, ``run_id``, ``seq`` and ``ts``; a terminal event closes
     with ``done``. Feed it the run from its first event; with ``after`` (a resume cursor) only
     the frames after the one that carried that id are returned, numbered as the first
@@ -141,7 +141,7 @@ def session_frames(event: RunEvent) -> list[_SessionFrame]:
         case EventType.RUN_COMPLETED:
             return [("run.completed", _run_completed(message_id, data), False), DONE]
         case EventType.RUN_FAILED if is_controlled_reply(data):
-            # Upstream answers a provider-auth failure as an ordinary reply (HERMES_API §6.4);
+            # Upstream answers a provider-auth failure as an ordinary reply (upstream-api.md §6.4);
             # its assistant.completed was stored just before.
             completed = _run_completed(message_id, controlled_reply(data))
             return [("run.completed", completed, False), DONE]

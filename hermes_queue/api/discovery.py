@@ -1,4 +1,4 @@
-"""Discovery documents (HERMES_API §5): health, capabilities, models and readiness.
+"""Discovery documents (upstream-api.md §5): health, capabilities, models and readiness.
 
 Clients (hermes-webui, desktop apps) read ``/v1/capabilities`` to decide which UI to offer, so a
 claim this server cannot honour breaks them. Upstream keeps its endpoint list and feature flags
@@ -33,7 +33,7 @@ PLATFORM = "hermes-agent"
 # Each readiness check gets this long; a blackholed Redis or database must not hang a probe.
 CHECK_TIMEOUT_SECONDS = 2.0
 
-# (method, canonical path) -> upstream endpoint name (HERMES_API §5.1). Upstream names for
+# (method, canonical path) -> upstream endpoint name (upstream-api.md §5.1). Upstream names for
 # routes we do not serve yet are here on purpose: adding the route is all it takes to list it.
 # ``/v1/health`` is upstream's mirror of ``/health`` and has no name of its own.
 ENDPOINT_NAMES: dict[tuple[str, str], str] = {

@@ -1,4 +1,4 @@
-"""The one JSON error envelope (HERMES_API §1.3) and the exception that carries it."""
+"""The one JSON error envelope (upstream-api.md §1.3) and the exception that carries it."""
 
 from __future__ import annotations
 

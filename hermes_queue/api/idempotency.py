@@ -1,4 +1,4 @@
-"""``Idempotency-Key`` on run-creating endpoints (HERMES_API §2.2, §4.1), kept in Redis.
+"""``Idempotency-Key`` on run-creating endpoints (upstream-api.md §2.2, §4.1), kept in Redis.
 
 Upstream keeps these records in one process (memory or a local SQLite file), so a client whose
 retry lands on another replica starts a second agent turn. Here the record lives in Redis under

@@ -1,4 +1,4 @@
-"""``/api/jobs``: upstream's cron job admin, on the queue (HERMES_API §2, the jobs row).
+"""``/api/jobs``: upstream's cron job admin, on the queue (upstream-api.md §2, the jobs row).
 
 Same routes, bodies, job object and ``{"error": "<string>"}`` envelope as upstream; auth,
 CORS and the body limit as on every route. Jobs live in the SQL store, so any replica serves

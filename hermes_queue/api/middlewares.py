@@ -41,7 +41,7 @@ SECURITY_HEADERS = {
 }
 
 
-# -- CORS (HERMES_API §1.4) -------------------------------------------------------------------
+# -- CORS (upstream-api.md §1.4) -------------------------------------------------------------------
 # Upstream allows GET, POST, DELETE, OPTIONS and Authorization, Content-Type, Idempotency-Key;
 # we add PATCH (sessions), Last-Event-ID (stream resume) and the session headers, and expose
 # the response headers a browser client needs to read (run id, session id and key).
@@ -108,7 +108,7 @@ def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> Non
         response.headers["Vary"] = f"{vary}, Origin"
 
 
-# -- Drain (HERMES_API §1.4) ------------------------------------------------------------------
+# -- Drain (upstream-api.md §1.4) ------------------------------------------------------------------
 # Routes (method POST) that start an agent turn: refused while the process drains.
 DRAIN_ROUTES = frozenset(
     {

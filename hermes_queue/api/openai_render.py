@@ -46,7 +46,7 @@ def hermes_block(
 
 
 class ChatStream:
-    """The ``chat.completion.chunk`` stream of one completion (HERMES_API §3.2): the role
+    """The ``chat.completion.chunk`` stream of one completion (upstream-api.md §3.2): the role
     chunk, content and reasoning chunks, named ``hermes.tool.progress`` frames, then the final
     chunk (its own frame, with ``finish_reason`` and ``usage``) and the ``[DONE]`` closer.
 

@@ -59,7 +59,7 @@ STRATEGIES = ("reject", "enqueue", "interrupt")
 
 
 def _run_input(value: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """``input``: the turn's message and the history before it (HERMES_API §4.1)."""
+    """``input``: the turn's message and the history before it (upstream-api.md §4.1)."""
     if value is None or (isinstance(value, str | list) and len(value) == 0):
         raise ApiError(400, "missing_input", "Missing 'input' field", param="input")
     if isinstance(value, str):
@@ -92,7 +92,7 @@ History = Annotated[
 
 
 class RunBody(RequestModel):
-    """``POST /v1/runs`` (HERMES_API §4.1)."""
+    """``POST /v1/runs`` (upstream-api.md §4.1)."""
 
     input: Annotated[
         tuple[Any, list[dict[str, Any]]],
@@ -133,7 +133,7 @@ SessionIdField = Annotated[
 
 
 class SessionCreateBody(RequestModel):
-    """``POST /api/sessions`` (HERMES_API §2, §6.2)."""
+    """``POST /api/sessions`` (upstream-api.md §2, §6.2)."""
 
     id: SessionIdField
     title: Annotated[str | None, _session_text("title", "invalid_title")] = None
@@ -208,7 +208,7 @@ def _strategy(value: Any) -> str:
 
 
 class SessionChatBody(RequestModel):
-    """``POST /api/sessions/{id}/chat`` and ``…/chat/stream`` (HERMES_API §2.1)."""
+    """``POST /api/sessions/{id}/chat`` and ``…/chat/stream`` (upstream-api.md §2.1)."""
 
     message: Annotated[
         Any,
@@ -258,7 +258,7 @@ NamedModel = Annotated[
 
 
 class ChatCompletionBody(RequestModel):
-    """``POST /v1/chat/completions`` (HERMES_API §2.2). ``messages`` is checked by
+    """``POST /v1/chat/completions`` (upstream-api.md §2.2). ``messages`` is checked by
     ``chat_completions.parse_messages`` (upstream's codes and order)."""
 
     messages: Annotated[
@@ -313,7 +313,7 @@ def parse_input(value: Any) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 class ResponseBody(RequestModel):
-    """``POST /v1/responses`` (HERMES_API §2.3)."""
+    """``POST /v1/responses`` (upstream-api.md §2.3)."""
 
     input: Annotated[
         tuple[list[dict[str, Any]], list[str]],
@@ -381,7 +381,7 @@ def parse_request_id(value: Any) -> str:
 
 
 class ApprovalBody(RequestModel):
-    """``POST /v1/runs/{run_id}/approval`` (HERMES_API §4.3)."""
+    """``POST /v1/runs/{run_id}/approval`` (upstream-api.md §4.3)."""
 
     choice: Annotated[
         str,

@@ -22,7 +22,7 @@ class ErrorBody(BaseModel):
 
 
 class ErrorEnvelope(BaseModel):
-    """Every refusal and failure (HERMES_API §1.3); some add keys beside the four."""
+    """Every refusal and failure (upstream-api.md §1.3); some add keys beside the four."""
 
     error: ErrorBody
 
@@ -52,7 +52,7 @@ class RunStarted(_Open):
 
 
 class RunStatus(_Open):
-    """``hermes.run`` (HERMES_API §4.2)."""
+    """``hermes.run`` (upstream-api.md §4.2)."""
 
     object: Literal["hermes.run"]
     run_id: str
@@ -166,7 +166,7 @@ class Ok(_Open):
 
 
 class RunsEvent(_Open):
-    """``/v1/runs/{id}/events`` (HERMES_API §3.3): unnamed frames, then ``: stream closed``."""
+    """``/v1/runs/{id}/events`` (upstream-api.md §3.3): unnamed frames, then ``: stream closed``."""
 
     event: str = Field(
         description="message.delta, reasoning.available, tool.started, tool.completed, "
@@ -178,7 +178,7 @@ class RunsEvent(_Open):
 
 
 class SessionStreamEvent(_Open):
-    """The session chat stream (HERMES_API §3.1): ``event:`` names the type."""
+    """The session chat stream (upstream-api.md §3.1): ``event:`` names the type."""
 
     session_id: str
     run_id: str
@@ -195,7 +195,7 @@ class ChatCompletionChunk(_Open):
 
 
 class ResponseStreamEvent(_Open):
-    """A Responses stream event (HERMES_API §3.4): ``type`` is the event name."""
+    """A Responses stream event (upstream-api.md §3.4): ``type`` is the event name."""
 
     type: str
     sequence_number: int

@@ -1,4 +1,4 @@
-"""``/v1/responses`` (HERMES_API §2.3, §3.4): each response a queued run, stored in SQL.
+"""``/v1/responses`` (upstream-api.md §2.3, §3.4): each response a queued run, stored in SQL.
 
 Upstream keeps stored responses and conversation names in one host's SQLite file; here they
 live in the shared session store, so chaining, ``GET`` and resume work on any replica.
@@ -7,7 +7,7 @@ Storing: with ``store`` (the default) a ``queued`` row is written before the run
 and the final object when the run ends (``api/response_records.py``).
 
 A failed non-stream response answers 500 (the JSON envelope with the response id), because
-HERMES_API does not record upstream's status for it; the stored object says ``failed``.
+docs/upstream-api.md does not record upstream's status for it; the stored object says ``failed``.
 """
 
 from __future__ import annotations

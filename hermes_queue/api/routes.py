@@ -46,7 +46,7 @@ SERVED: list[web.RouteDef] = [
     web.post("/api/sessions/{session_id}/chat", session_chat.chat),
     web.post("/api/sessions/{session_id}/chat/stream", session_chat.chat_stream),
     web.get("/api/sessions/{session_id}/chat/stream", session_chat.resume_stream),
-    # Discovery (HERMES_API §5) and what the workers' backend offers.
+    # Discovery (upstream-api.md §5) and what the workers' backend offers.
     web.get("/v1/capabilities", discovery.capabilities),
     web.get("/v1/models", discovery.models),
     web.get("/health/detailed", discovery.health_detailed),

@@ -24,7 +24,7 @@ MAX_RUN_ID_LENGTH = 128
 
 
 def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
-    """Validate a ``POST /v1/runs`` body (HERMES_API §4.1) into the turn it starts."""
+    """Validate a ``POST /v1/runs`` body (upstream-api.md §4.1) into the turn it starts."""
     fields = RunBody.parse(body)
     message, history = fields.input
     return NewTurn(

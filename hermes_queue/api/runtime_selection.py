@@ -41,7 +41,7 @@ def select_for_body(routing: RoutingConfig, body: dict[str, Any]) -> Selection:
 
 
 def select_for_session(routing: RoutingConfig, row: SessionRow, body: dict[str, Any]) -> Selection:
-    """Session chat: stored confirmed lock, session model, body, defaults (HERMES_API §6.3).
+    """Session chat: stored confirmed lock, session model, body, defaults (upstream-api.md §6.3).
     When ``selection.persist_lock`` the caller persists it (``persist_lock``) before enqueueing."""
     try:
         return select_runtime(parse_requested(body), row.model_config, row.model, routing)

@@ -83,7 +83,7 @@ class Reasoning(_Open):
 
 
 class ModelOptions(_Open):
-    """Per-turn model options (HERMES_API §6.3); unknown keys are kept and passed on."""
+    """Per-turn model options (upstream-api.md §6.3); unknown keys are kept and passed on."""
 
     reasoning: Reasoning | None = None
     reasoning_effort: (

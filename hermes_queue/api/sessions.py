@@ -1,4 +1,4 @@
-"""``/api/sessions``: session rows and transcripts in the SQL store (HERMES_API §2, §6)."""
+"""``/api/sessions``: session rows and transcripts in the SQL store (upstream-api.md §2, §6)."""
 
 from __future__ import annotations
 
@@ -195,7 +195,7 @@ async def fork_session(request: web.Request) -> web.Response:
 
 
 async def set_model_lock(request: web.Request) -> web.Response:
-    """Persist a confirmed model lock (HERMES_API §2, §6.3 rule 2)."""
+    """Persist a confirmed model lock (upstream-api.md §2, §6.3 rule 2)."""
     state = request.app[STATE]
     row = await load_session(state.store, request.match_info["session_id"])
     body = await json_object(request)

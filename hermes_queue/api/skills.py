@@ -1,4 +1,5 @@
-"""``GET /v1/skills`` and ``GET /v1/toolsets`` (HERMES_API §2): what the workers' backend offers.
+"""``GET /v1/skills`` and ``GET /v1/toolsets`` (upstream-api.md §2): what the workers'
+backend offers.
 
 The API never builds a backend, so it serves what the workers published in Redis
 (:mod:`hermes_queue.catalog`): upstream's list shapes, with empty ``data`` when nothing is

@@ -34,7 +34,7 @@ from hermes_queue.streams.hub import StreamHub
 class DrainState:
     """Mutable so serve.py can flip it on a running app: while ``draining``, new agent turns
     are refused so a load balancer retries them on another replica, while reads and open
-    streams keep working until the listener closes (HERMES_API §1.4)."""
+    streams keep working until the listener closes (upstream-api.md §1.4)."""
 
     draining: bool = False
 

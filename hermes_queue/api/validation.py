@@ -147,7 +147,8 @@ def is_empty(content: str | list[Any]) -> bool:
 
 
 def session_key_header(request: web.Request, settings: Settings) -> str | None:
-    """``X-Hermes-Session-Key`` as upstream checks it (HERMES_API §1.2): only with an API key."""
+    """``X-Hermes-Session-Key`` as upstream checks it (upstream-api.md §1.2): only with an API
+    key."""
     value = request.headers.get("X-Hermes-Session-Key")
     if value is None:
         return None

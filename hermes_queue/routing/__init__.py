@@ -1,4 +1,4 @@
-"""Model routing and the session model lock (HERMES_API §6.3, §6.4), as pure functions.
+"""Model routing and the session model lock (upstream-api.md §6.3, §6.4), as pure functions.
 
 One module decides, for every endpoint, which provider and model a turn runs on:
 

@@ -1,4 +1,5 @@
-"""Approval requests across processes (HERMES_API §4.3): the worker asks, any API replica answers.
+"""Approval requests across processes (upstream-api.md §4.3): the worker asks, any API replica
+answers.
 
 Upstream keeps pending approvals in the memory of the process running the agent, so only that
 process can resolve them. Here the pending requests and their answers live in the run record

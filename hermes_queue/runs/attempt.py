@@ -134,7 +134,7 @@ class Attempt:
     async def fail(self, reason: FailReason, error: str, *, as_reply: bool = False) -> bool:
         """``run.failed``; ``as_reply``: after an ``assistant.completed`` carrying the error,
         for a failure that session chat and chat completions answer as a reply (upstream's
-        provider-auth text, HERMES_API §6.4)."""
+        provider-auth text, upstream-api.md §6.4)."""
         details = {"error": error, "reason": reason}
         before = [_reply(error, None, streamed=False)] if as_reply else []
         return await self._end(RunStatus.FAILED, EventType.RUN_FAILED, details, details, before)

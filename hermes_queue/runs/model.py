@@ -24,7 +24,7 @@ class FailReason(StrEnum):
     """Why a run failed: the ``reason`` of its record, ``run.failed`` event and status."""
 
     AGENT_ERROR = "agent_error"  # the backend reported an error (AgentError)
-    PROVIDER_AUTH = "provider_auth"  # no key, or the provider refused it (HERMES_API §6.4)
+    PROVIDER_AUTH = "provider_auth"  # no key, or the provider refused it (upstream-api.md §6.4)
     LOCK_MISMATCH = "lock_mismatch"  # the turn ran off the session's confirmed model lock
     SESSION_DB_UNAVAILABLE = "session_db_unavailable"  # the SQL session store failed
     REDIS = "redis"  # Redis stayed unreachable while the turn published its events
@@ -122,7 +122,7 @@ class RunRecord:
         )
 
     def to_status(self) -> dict[str, Any]:
-        """The upstream ``hermes.run`` object (HERMES_API §4.2), plus ``attempt``."""
+        """The upstream ``hermes.run`` object (upstream-api.md §4.2), plus ``attempt``."""
         body: dict[str, Any] = {
             "object": "hermes.run",
             "run_id": self.run_id,

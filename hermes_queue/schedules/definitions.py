@@ -1,7 +1,7 @@
 """What a client may set on a job, checked as upstream checks it, and how a job looks to it.
 
 Pure functions from request bodies to store rows and column changes, and from rows to
-upstream's job object (HERMES_API §2, the jobs row). Every refusal is a :class:`JobInputError`
+upstream's job object (upstream-api.md §2, the jobs row). Every refusal is a :class:`JobInputError`
 whose message is the ``error`` string of upstream's ``{"error": "…"}`` envelope; where
 upstream answers a bad schedule with a 500, this answers 400.
 """

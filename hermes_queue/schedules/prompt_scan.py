@@ -1,4 +1,4 @@
-"""The threat check upstream runs on a job's prompt before accepting it (HERMES_API §2).
+"""The threat check upstream runs on a job's prompt before accepting it (upstream-api.md §2).
 
 A scheduled prompt runs unattended, again and again, with the tools of the worker: upstream
 refuses, at create and update time, prompts that read like an injection or an exfiltration

@@ -1,6 +1,6 @@
 """The session store contract: row types, errors and projections (the protocol: ``protocol.py``).
 
-Sessions and their transcripts are the only state the API keeps in SQL (HERMES_API §6). Two
+Sessions and their transcripts are the only state the API keeps in SQL (upstream-api.md §6). Two
 backends implement the same protocol (SQLite for one host, PostgreSQL for several), and one
 contract suite runs against both, so callers never branch on the backend. Rows are plain frozen
 dataclasses rather than driver records so nothing above this package depends on a driver, and the
@@ -135,7 +135,7 @@ class MessageRow:
 
 
 # ---------------------------------------------------------------------------------------------
-# Projections (HERMES_API §6.1)
+# Projections (upstream-api.md §6.1)
 # ---------------------------------------------------------------------------------------------
 
 _SESSION_PUBLIC_KEYS = (

@@ -2,7 +2,7 @@
 
 A session's relatives are found through ``parent_session_id``: a fork copies the transcript into
 a child marked as a branch and ends the source ``branched``; compression ends a session and
-continues it in a child, which ``resolve_tip`` follows forward (HERMES_API §6.2). These
+continues it in a child, which ``resolve_tip`` follows forward (upstream-api.md §6.2). These
 queries walk between sessions rather than within one, hence their own module.
 """
 
@@ -95,7 +95,7 @@ class LineageMixin(SessionRowsMixin):
         return session_from_row(row)
 
     async def resolve_tip(self, session_id: str) -> str:
-        """Follow compression continuations forward to the live tip (HERMES_API §6.2).
+        """Follow compression continuations forward to the live tip (upstream-api.md §6.2).
 
         Unknown ids and sessions not ended by compression resolve to themselves.
         """

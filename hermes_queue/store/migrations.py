@@ -76,7 +76,7 @@ def _messages_ddl(text: str, real: str, id_column: str) -> str:
 
 
 def _v1(dialect: Dialect) -> list[str]:
-    """Sessions and messages as upstream's SessionDB has them (HERMES_API §6.1)."""
+    """Sessions and messages as upstream's SessionDB has them (upstream-api.md §6.1)."""
     if dialect == "sqlite":
         sessions = _sessions_ddl("TEXT", "REAL", "INTEGER")
         messages = _messages_ddl("TEXT", "REAL", "INTEGER PRIMARY KEY AUTOINCREMENT")

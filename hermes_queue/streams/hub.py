@@ -1,4 +1,4 @@
-"""One multiplexing stream reader per API process (ARCHITECTURE.md §3).
+"""One multiplexing stream reader per API process (docs/architecture.md).
 
 Every SSE client of this process is served from one hub, so Redis connections stay constant
 however many clients watch: its :class:`Follower` (``follower.py``) reads every stream that has

@@ -315,7 +315,7 @@ async def _start(
 
 def _checked_runtime(attempt: Attempt, result: AgentResult) -> AgentResult:
     """Under a confirmed lock the turn must have run on the locked provider and model; the
-    result then reports the runtime metadata clients see (HERMES_API §6.3 rules 6–7)."""
+    result then reports the runtime metadata clients see (upstream-api.md §6.3 rules 6–7)."""
     selection = Selection.from_dict(attempt.record.route)
     actual = result.runtime or {}
     if selection.confirmed_lock:

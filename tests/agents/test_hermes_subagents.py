@@ -1,6 +1,6 @@
 """Delegation in the ``hermes`` backend: Hermes' ``delegate_task`` relays its child agents'
 progress to the parent's callbacks; only ``subagent.start`` / ``subagent.complete`` reach the
-sink, with upstream's whitelisted fields and free text redacted (HERMES_API §3.3).
+sink, with upstream's whitelisted fields and free text redacted (upstream-api.md §3.3).
 
 The bridge tests need no Hermes (the bridge imports none of it until an approval); the last
 test runs a real parent and child ``AIAgent`` against the fake LLM.

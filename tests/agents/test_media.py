@@ -1,5 +1,6 @@
 """``MEDIA:`` image tags inlined as ``data:`` images, with upstream's size limit and delivery
-deny list (HERMES_API §1.4; upstream's test_api_server_media_data_urls covers the same cases)."""
+deny list (upstream-api.md §1.4; upstream's test_api_server_media_data_urls covers the same
+cases)."""
 
 from __future__ import annotations
 

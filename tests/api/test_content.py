@@ -1,4 +1,4 @@
-"""Unit tests for content normalisation (HERMES_API §1.4); pure, no Redis or server.
+"""Unit tests for content normalisation (upstream-api.md §1.4); pure, no Redis or server.
 
 They mirror the intentions of upstream's test_api_server_multimodal.py and
 test_api_server_normalize.py, plus the edge cases read off upstream's code.

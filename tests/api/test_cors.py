@@ -1,5 +1,5 @@
-"""CORS as upstream (HERMES_API §1.4): an Origin not allowed → empty 403 on every route; allowed
-origins get the headers on every response, SSE included; preflights without auth."""
+"""CORS as upstream (upstream-api.md §1.4): an Origin not allowed → empty 403 on every route;
+allowed origins get the headers on every response, SSE included; preflights without auth."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The renderers over one synthetic run: one frame with an id per stored event (closers aside),
 the session stream's numbering, and where each dialect shows the agent's progress notes and the
-model's reasoning (HERMES_API §3)."""
+model's reasoning (upstream-api.md §3)."""
 
 from __future__ import annotations
 

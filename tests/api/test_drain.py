@@ -1,4 +1,4 @@
-"""Drain (HERMES_API §1.4): while an API process shuts down, run-creating routes answer 503
+"""Drain (upstream-api.md §1.4): while an API process shuts down, run-creating routes answer 503
 gateway_draining with Retry-After: 1; reads and open streams keep working."""
 
 from __future__ import annotations

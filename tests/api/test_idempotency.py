@@ -1,4 +1,4 @@
-"""Idempotency-Key on POST /v1/runs and POST /v1/chat/completions (HERMES_API §2.2, §4.1):
+"""Idempotency-Key on POST /v1/runs and POST /v1/chat/completions (upstream-api.md §2.2, §4.1):
 replays never enqueue, a different body is a 409, concurrent duplicates make one run."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``subagent.start`` / ``subagent.complete``: rendered on the runs stream as upstream forwards
-them (HERMES_API §3.3), and skipped by every other dialect, whose upstream sends nothing."""
+them (upstream-api.md §3.3), and skipped by every other dialect, whose upstream sends nothing."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ and then masks it (``canonical``), so one missing frame is reported once, not as
 every later number. ``canonical`` also joins consecutive text deltas of one message on every
 dialect (session ``assistant.delta``, runs ``message.delta``, chat ``delta.content`` chunks,
 Responses ``output_text.delta``): where a reply's text is cut into deltas is timing, not
-content — upstream batches Responses deltas in 50 ms windows (HERMES_API §3.4) and follows
+content — upstream batches Responses deltas in 50 ms windows (upstream-api.md §3.4) and follows
 the model's chunks elsewhere, and our worker merges the deltas that pile up behind an append in
 flight (docs/compatibility.md, "Token deltas"). The joined text is still compared.
 """

@@ -1,5 +1,5 @@
 """``POST /v1/chat/completions``, plain JSON and SSE, with and without ``X-Hermes-Session-Id``
-(HERMES_API §2.2, §3.2)."""
+(upstream-api.md §2.2, §3.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Health, models and capabilities (HERMES_API §5)."""
+"""Health, models and capabilities (upstream-api.md §5)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Refusals: authentication, unknown resources, bad bodies, oversize bodies, and the session
-headers on servers with and without a key (HERMES_API §1.2–§1.4, §2)."""
+headers on servers with and without a key (upstream-api.md §1.2–§1.4, §2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``MEDIA:/abs/path.png`` in a final reply becomes an inline ``data:`` image where upstream
-inlines it: session chat (both), non-stream chat completions and Responses (HERMES_API §1.4).
+inlines it: session chat (both), non-stream chat completions and Responses (upstream-api.md §1.4).
 The fake LLM repeats the user's words, so the reply names an image the test wrote."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``POST /v1/responses`` (plain and SSE), chaining, ``GET``/``DELETE`` of stored responses
-(HERMES_API §2.3, §3.4)."""
+(upstream-api.md §2.3, §3.4)."""
 
 from __future__ import annotations
 

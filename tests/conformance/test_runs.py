@@ -1,5 +1,5 @@
 """``/v1/runs``: start, events, status, stop, and the turn's place in its session
-(HERMES_API §3.3, §4)."""
+(upstream-api.md §3.3, §4)."""
 
 from __future__ import annotations
 

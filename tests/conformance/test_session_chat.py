@@ -1,4 +1,4 @@
-"""Session chat, ``POST /api/sessions/{id}/chat`` and ``/chat/stream`` (HERMES_API §2.1, §3.1),
+"""Session chat, ``POST /api/sessions/{id}/chat`` and ``/chat/stream`` (upstream-api.md §2.1, §3.1),
 then the stored transcript (``GET …/messages``)."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Session resources: create, read, list, update, delete, fork, transcript (HERMES_API §2, §6)."""
+"""Session resources: create, read, list, update, delete, fork, transcript
+(upstream-api.md §2, §6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Approvals across OS processes: the run starts on one API replica, a worker process holds it,
-and the answer arrives through another replica (HERMES_API §7: upstream can only resolve an
+and the answer arrives through another replica (upstream-api.md §7: upstream can only resolve an
 approval in the process running the agent)."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ sink without ``thinking`` does not get it.
 
 Delegation (Hermes' ``delegate_task``) relays its child agents' progress through the parent's
 ``tool_progress_callback``. Only ``subagent.start`` and ``subagent.complete`` go on, as upstream
-forwards them on its runs stream (HERMES_API §3.3): whitelisted fields, free text redacted. The
+forwards them on its runs stream (upstream-api.md §3.3): whitelisted fields, free text redacted. The
 child's thinking, streamed text, tool calls and batched progress are dropped, as upstream does.
 
 The first failure of a sink call (a lost lease, Redis gone, a stop while waiting for consent)

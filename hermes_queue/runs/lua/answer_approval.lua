@@ -1,4 +1,4 @@
--- A client answers from any API replica (HERMES_API §4.3): the oldest pending request, all of
+-- A client answers from any API replica (upstream-api.md §4.3): the oldest pending request, all of
 -- them, or the one named. Choice, event and status change in one step; then the worker holding
 -- the run is told over the control channel (it also polls the record, so a lost message only
 -- delays it by one beat).

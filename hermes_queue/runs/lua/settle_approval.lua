@@ -1,5 +1,5 @@
 -- The worker gives up waiting: unless an answer arrived meanwhile (it wins), the request is
--- denied with timed_out (HERMES_API §4.3: silence is not consent). Fenced, and safe to retry:
+-- denied with timed_out (upstream-api.md §4.3: silence is not consent). Fenced, and safe to retry:
 -- a second call finds the recorded deny.
 -- KEYS: record, events
 -- ARGV: attempt, maxlen, ttl_s, ts, request_id
