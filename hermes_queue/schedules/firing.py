@@ -2,8 +2,8 @@
 
 Exactly once per tick, whatever the number of workers: the run of a tick has a deterministic
 id (``tick_run_id``: a digest of namespace, job and tick), and the script that creates a run
-refuses an id that exists, in the same atomic step that writes the record and enqueues its arq
-job. That is arq's own scheme for cron jobs (one job id per tick, enqueued once) applied to our
+refuses an id that exists, in the same atomic step that writes the record and queues the run.
+That is arq's own scheme for cron jobs (one job id per tick, enqueued once) applied to our
 run-creating script. Every worker that finds the tick due tries; one creates the run, the others
 are told it exists. Then whichever gets there first records the fire in SQL
 (``store.record_fire``, keyed by the same run id), which moves the job to its next tick and
