@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -575,6 +576,19 @@ def test_lock_runtime_mismatch_raises_with_the_exact_message() -> None:
     assert isinstance(info.value, RuntimeError)
     unlocked = select_runtime(req(model="m"), None, None, CONFIG)
     check_lock_runtime(unlocked, "other", "other")
+
+
+def test_a_lock_without_provider_checks_the_model_only() -> None:
+    """A model-only lock with no default provider: the provider the worker resolved is fine,
+    another model is still a mismatch."""
+    config = dataclasses.replace(CONFIG, default_provider="")
+    asked = select_request(parse_requested({"model": "locked-model"}, force_lock=True), config)
+    stored = merge_lock(None, asked.lock_record(NOW))
+    selection = select_runtime(req(), stored, None, config)
+    assert selection.confirmed_lock and selection.provider == ""
+    check_lock_runtime(selection, "echo", "locked-model")
+    with pytest.raises(LockMismatch):
+        check_lock_runtime(selection, "echo", "other-model")
 
 
 def test_provider_auth_failed_template() -> None:

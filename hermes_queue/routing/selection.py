@@ -215,10 +215,15 @@ def runtime_metadata(selection: Selection, actual: Mapping[str, Any] | None) -> 
 
 
 def check_lock_runtime(selection: Selection, actual_provider: str, actual_model: str) -> None:
-    """Rule 6: under a confirmed lock the agent must have run on the locked provider/model."""
+    """Rule 6: under a confirmed lock the agent must have run on the locked provider/model.
+
+    A lock that names no provider (a model-only lock where no default provider is configured)
+    constrains the model alone: whichever provider the worker resolved for it is the one it
+    ran on, so comparing it with the empty name would fail every such turn."""
     if not selection.confirmed_lock:
         return
-    if actual_provider == selection.provider and actual_model == selection.model:
+    provider_ok = not selection.provider or actual_provider == selection.provider
+    if provider_ok and actual_model == selection.model:
         return
     raise LockMismatch(
         "confirmed model lock runtime mismatch: "
