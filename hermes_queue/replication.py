@@ -11,7 +11,8 @@ When fewer replicas acknowledge within :data:`WAIT_TIMEOUT_MS` the write still h
 primary (Redis cannot take it back): :class:`NotReplicated` then says so. It is a redis-py
 ``TimeoutError``, so the API answers 503 ``redis_unavailable`` as for any Redis outage; the run,
 stop or answer stands on the primary. A retried stop or answer finds it done; a retried run
-creation starts a second run (an ``Idempotency-Key`` is released when its request fails).
+creation replays the run when it carries the same ``Idempotency-Key`` (the key keeps the run it
+created), and starts a second run without one.
 """
 
 from __future__ import annotations

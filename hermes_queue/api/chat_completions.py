@@ -153,8 +153,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         request.headers, "chat", body, headers=(SESSION_HEADER,)
     ) as idem:
         if idem.replay_of is None:
-            run_id = (await state.turns.enqueue_turn(turn)).run_id
-            idem.record(run_id)
+            run_id = (await state.turns.enqueue_turn(turn, created=idem.record)).run_id
     if idem.replay_of is not None:
         # A retry: the same run, rendered the same way (a stream replays from its start).
         run_id = idem.replay_of

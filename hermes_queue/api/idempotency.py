@@ -140,7 +140,9 @@ class Idempotency:
         if self._settle is None or self._pending is None:
             return
         final = ""
-        if exc_type is None and self._run_id is not None:
+        # A recorded run exists, even if the request failed after creating it (too few
+        # replicas acknowledged it): keep it, so a retry replays it instead of starting another.
+        if self._run_id is not None:
             final = json.dumps({"fp": self._fp, "run_id": self._run_id})
         try:
             await self._settle(keys=[self._record_key], args=[self._pending, final, self._ttl])

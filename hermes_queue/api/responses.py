@@ -126,8 +126,9 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     async with await state.idempotency.begin(request.headers, "responses", body) as idem:
         if idem.replay_of is None:
             queued = state.responses.queued(turn.request)
-            run_id = (await state.turns.enqueue_turn(turn, beside=queued)).run_id
-            idem.record(run_id)
+            run_id = (
+                await state.turns.enqueue_turn(turn, beside=queued, created=idem.record)
+            ).run_id
     if idem.replay_of is not None:
         run_id = idem.replay_of
         replayed[REPLAYED_HEADER] = "true"

@@ -47,8 +47,7 @@ async def start_run(request: web.Request) -> web.Response:
     async with await state.idempotency.begin(request.headers, "runs", body) as idem:
         if idem.replay_of is not None:  # nothing is admitted or created again
             return await _replay_start(state.runs, idem.replay_of, key_header)
-        started = await state.turns.enqueue_turn(turn)
-        idem.record(started.run_id)
+        started = await state.turns.enqueue_turn(turn, created=idem.record)
     answer: dict[str, Any] = {"run_id": started.run_id, "status": "started"}
     if idem.used:
         answer["replayed"] = False

@@ -17,12 +17,14 @@ and returns the run id and the session id, which the endpoint renders in its own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from hermes_queue.api.backpressure import Backpressure
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.runtime_selection import persist_lock
+from hermes_queue.replication import NotReplicated
 from hermes_queue.routing import Selection
 from hermes_queue.runs.model import PERSIST_SESSION, PERSIST_TURN
 from hermes_queue.runs.repository import RunRepository, new_run_id
@@ -113,8 +115,17 @@ class TurnStarter:
         self._backpressure = backpressure
         self._default_model = default_model
 
-    async def enqueue_turn(self, turn: NewTurn, *, beside: SideRecord | None = None) -> Enqueued:
-        """Admit, prepare and enqueue ``turn`` (see the module docstring)."""
+    async def enqueue_turn(
+        self,
+        turn: NewTurn,
+        *,
+        beside: SideRecord | None = None,
+        created: Callable[[str], None] | None = None,
+    ) -> Enqueued:
+        """Admit, prepare and enqueue ``turn`` (see the module docstring). ``created`` is told
+        the run id as soon as the run exists (an ``Idempotency-Key`` record), even when the
+        request then fails because too few replicas acknowledged it: the run stands on the
+        primary, so a retry must find it rather than start a second one."""
         await self._backpressure.admit()
         run_id = new_run_id()
         session_id = await self._session_for(turn, run_id)
@@ -122,10 +133,16 @@ class TurnStarter:
             await beside.write(run_id, session_id)
         try:
             await self._create(turn, run_id, session_id)
+        except NotReplicated:
+            if created is not None:
+                created(run_id)
+            raise
         except BaseException:
             if beside is not None:
                 await beside.remove(run_id)
             raise
+        if created is not None:
+            created(run_id)
         return Enqueued(run_id, session_id)
 
     async def _session_for(self, turn: NewTurn, run_id: str) -> str:

@@ -82,11 +82,19 @@ async def test_the_terminal_transition_only_warns(
 async def test_api_answers_503_when_a_run_was_not_replicated(
     settings: Settings, short_wait: None
 ) -> None:
+    """The run stands on the primary, and its Idempotency-Key keeps it: the client's retry
+    replays that run instead of starting a second one."""
+    headers = {"Idempotency-Key": "retry-after-503"}
     async with running_api(settings.replace(redis_min_replicas=1)) as api:
-        response = await api.post("/v1/runs", json={"input": "hello"})
+        response = await api.post("/v1/runs", json={"input": "hello"}, headers=headers)
         body = await response.json()
+        retry = await api.post("/v1/runs", json={"input": "hello"}, headers=headers)
+        replay = await retry.json()
+        status = await api.get(f"/v1/runs/{replay['run_id']}")
     assert response.status == 503
     assert body["error"]["code"] == "redis_unavailable"
+    assert retry.status == 202 and replay["replayed"] is True
+    assert status.status == 200  # the run the failed request created
 
 
 async def test_an_acknowledged_write_is_on_the_replica_when_the_call_returns(
