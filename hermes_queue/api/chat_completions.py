@@ -75,9 +75,9 @@ def parse_messages(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             )
         role, content = message.get("role"), message.get("content")
         if role == "system":
-            text = flatten_text(content)
-            if text:
-                system_parts.append(text)
+            # Every system message counts, an empty one too: upstream joins them with "\n",
+            # and the derived session id hashes the result.
+            system_parts.append(flatten_text(content))
         elif role in ("user", "assistant"):
             conversation.append(
                 {"role": role, "content": normalize_content(content, f"messages[{index}].content")}
@@ -90,7 +90,7 @@ def parse_messages(body: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         raise ApiError(
             400, "missing_user_message", "No user message found in messages", param="messages"
         )
-    return "\n\n".join(system_parts), conversation
+    return "\n".join(system_parts), conversation
 
 
 def _cancel_on_disconnect(request: web.Request, body: dict[str, Any]) -> bool:

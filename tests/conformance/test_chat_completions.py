@@ -63,6 +63,7 @@ async def test_history_and_system_prompt_in_the_body(sides: Sides, stream: bool)
         body = {
             "messages": [
                 {"role": "system", "content": "Be brief."},
+                {"role": "system", "content": "Answer in English."},  # joined as upstream does
                 {"role": "user", "content": f"my name is Ada #{sides.nonce}"},
                 {"role": "assistant", "content": "Hello Ada."},
                 {"role": "user", "content": [{"type": "text", "text": "what is my name"}]},
