@@ -1,7 +1,8 @@
 """``GET /openapi.json``: an OpenAPI 3.1 document generated from the route table and the models
 the handlers validate with, so it cannot drift from them (no hand-written copy).
 
-Paths and methods come from ``routes.ROUTES`` (501 placeholders included, answering 501);
+Paths and methods come from the routes the app serves (``routes.ROUTES``, 501 placeholders
+included, answering 501), read from its router, so this module needs no import of the table;
 request bodies and query parameters from the pydantic models each handler parses with
 (``request_models.py``, ``request_queries.py``); answers from ``response_schemas.py``, SSE
 answers as ``text/event-stream``, event by event (``data`` holds the JSON of the frame's model,
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -183,7 +186,36 @@ NOT_PROVIDED = Operation(
 )
 
 
-def build(routes: list[web.RouteDef]) -> dict[str, Any]:
+class RouteLike(Protocol):
+    """What the document needs of a route: a ``web.RouteDef`` or an entry of a router."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def handler(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ServedRoute:
+    method: str
+    path: str
+    handler: Any
+
+
+def served_routes(app: web.Application) -> list[ServedRoute]:
+    """The app's routes as its router holds them (aiohttp's automatic HEAD twins left out)."""
+    return [
+        ServedRoute(route.method, route.resource.canonical, route.handler)
+        for route in app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    ]
+
+
+def build(routes: Sequence[RouteLike]) -> dict[str, Any]:
     """The document for ``routes`` (the app's route table)."""
     table = operations_by_handler()
     table[openapi_json] = Operation(
@@ -223,13 +255,12 @@ def build(routes: list[web.RouteDef]) -> dict[str, Any]:
     }
 
 
-@functools.cache
-def document() -> dict[str, Any]:
-    from hermes_queue.api.routes import ROUTES  # the table routes this handler itself
-
-    return build(ROUTES)
+@functools.lru_cache(maxsize=8)
+def document(app: web.Application) -> dict[str, Any]:
+    """Built once per app: its routes are frozen once it serves."""
+    return build(served_routes(app))
 
 
 async def openapi_json(request: web.Request) -> web.Response:
     """``GET /openapi.json`` (no key needed, like ``/health``)."""
-    return web.json_response(document())
+    return web.json_response(document(request.app))

@@ -14,10 +14,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from hermes_queue.store.base import StoreError
-from hermes_queue.store.migrations import Dialect
+
+# The SQL a backend speaks; migrations and a few queries differ by it.
+Dialect = Literal["sqlite", "postgres"]
 
 
 class UniqueViolation(StoreError):

@@ -14,12 +14,9 @@ same version number must mean the same logical schema), and prefer additive chan
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Literal
 
-if TYPE_CHECKING:
-    from hermes_queue.store.backend import Conn
+from hermes_queue.store.backend import Conn, Dialect
 
-Dialect = Literal["sqlite", "postgres"]
 Migration = tuple[int, list[str]]
 
 

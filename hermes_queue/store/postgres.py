@@ -18,9 +18,8 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from hermes_queue.store.backend import Conn, UniqueViolation
+from hermes_queue.store.backend import Conn, Dialect, UniqueViolation
 from hermes_queue.store.base import StoreError, StoreUnavailable
-from hermes_queue.store.migrations import Dialect
 from hermes_queue.store.sql_store import SqlSessionStore
 
 # Lower-case identifiers only, so the name needs no quoting anywhere (search_path included).
