@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.request_models import ApprovalBody
+from hermes_queue.api.resource_models import ApprovalBody
 from hermes_queue.api.state import STATE
 from hermes_queue.api.validation import json_object
 

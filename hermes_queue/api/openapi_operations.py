@@ -25,6 +25,7 @@ from hermes_queue.api import (
 )
 from hermes_queue.api import request_models as body
 from hermes_queue.api import request_queries as query
+from hermes_queue.api import resource_models as resource
 from hermes_queue.api import response_schemas as out
 
 JSON = "application/json"
@@ -95,7 +96,7 @@ def operations_by_handler() -> dict[Handler, Operation]:
             "Stop a run", "runs", {200: Answer("Stopping, or the finished run", out.RunStopping)}
         ),
         approvals.answer_approval: Operation(
-            "Answer an approval request", "runs", ok(out.ApprovalAnswer), body=body.ApprovalBody
+            "Answer an approval request", "runs", ok(out.ApprovalAnswer), body=resource.ApprovalBody
         ),
         sessions.list_sessions: Operation(
             "List sessions", "sessions", ok(out.SessionList), query=query.SessionListQuery
@@ -104,11 +105,11 @@ def operations_by_handler() -> dict[Handler, Operation]:
             "Create a session",
             "sessions",
             {201: Answer("Created", out.SessionEnvelope)},
-            body=body.SessionCreateBody,
+            body=resource.SessionCreateBody,
         ),
         sessions.get_session: Operation("A session", "sessions", ok(out.SessionEnvelope)),
         sessions.update_session: Operation(
-            "Update a session", "sessions", ok(out.SessionEnvelope), body=body.SessionPatchBody
+            "Update a session", "sessions", ok(out.SessionEnvelope), body=resource.SessionPatchBody
         ),
         sessions.delete_session: Operation("Delete a session", "sessions", ok(out.SessionDeleted)),
         sessions.list_messages: Operation(
@@ -118,10 +119,10 @@ def operations_by_handler() -> dict[Handler, Operation]:
             "Fork a session",
             "sessions",
             {201: Answer("The fork", out.SessionEnvelope)},
-            body=body.ForkBody,
+            body=resource.ForkBody,
         ),
         sessions.set_model_lock: Operation(
-            "Lock a session's model", "sessions", ok(out.ModelLock), body=body.ModelLockBody
+            "Lock a session's model", "sessions", ok(out.ModelLock), body=resource.ModelLockBody
         ),
         session_chat.chat: Operation(
             "One chat turn",
@@ -195,11 +196,19 @@ def operations_by_handler() -> dict[Handler, Operation]:
             "List jobs", "jobs", ok(out.JobList), query=query.JobListQuery, jobs_envelope=True
         ),
         jobs.create_job: Operation(
-            "Create a job", "jobs", ok(out.JobEnvelope), body=body.JobCreateBody, jobs_envelope=True
+            "Create a job",
+            "jobs",
+            ok(out.JobEnvelope),
+            body=resource.JobCreateBody,
+            jobs_envelope=True,
         ),
         jobs.get_job: Operation("A job", "jobs", ok(out.JobEnvelope), jobs_envelope=True),
         jobs.update_job: Operation(
-            "Update a job", "jobs", ok(out.JobEnvelope), body=body.JobPatchBody, jobs_envelope=True
+            "Update a job",
+            "jobs",
+            ok(out.JobEnvelope),
+            body=resource.JobPatchBody,
+            jobs_envelope=True,
         ),
         jobs.delete_job: Operation("Delete a job", "jobs", ok(out.Ok), jobs_envelope=True),
         jobs.pause_job: Operation("Pause a job", "jobs", ok(out.JobEnvelope), jobs_envelope=True),

@@ -9,13 +9,13 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.request_models import (
+from hermes_queue.api.request_queries import MessageListQuery, SessionListQuery
+from hermes_queue.api.resource_models import (
     ForkBody,
     ModelLockBody,
     SessionCreateBody,
     SessionPatchBody,
 )
-from hermes_queue.api.request_queries import MessageListQuery, SessionListQuery
 from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.api.state import STATE
 from hermes_queue.api.validation import json_object
