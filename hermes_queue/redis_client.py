@@ -23,7 +23,6 @@ the same primary.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -33,6 +32,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.sentinel import Sentinel as SyncSentinel
 
+from hermes_queue.addresses import is_loopback
 from hermes_queue.config import Settings
 
 COMMAND_TIMEOUT = 5.0
@@ -113,16 +113,7 @@ def on_this_host(url: str) -> bool:
         if parts.scheme == "unix":
             return True
         hosts = [parts.hostname or "localhost"]
-    return all(_is_loopback(host) for host in hosts)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return all(is_loopback(host) for host in hosts)
 
 
 def _sentinel_kwargs() -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import secrets
 import signal
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from hermes_queue.addresses import is_loopback
 from hermes_queue.api.app import create_app
 from hermes_queue.api.server import api_runner
 from hermes_queue.api.state import STATE, DrainState
@@ -23,20 +23,11 @@ from hermes_queue.workers.worker import build_worker
 log = logging.getLogger(__name__)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_bind_safety(settings: Settings) -> None:
     """Refuse to expose the API beyond this machine without a strong key (upstream-api.md §1.1,
     stricter: ``keyguard.key_weakness``). On loopback an API without a key stays open for
     development, announced by one loud warning (and on ``/health/detailed``)."""
-    if _is_loopback(settings.host):
+    if is_loopback(settings.host):
         if not settings.api_key:
             log.warning("%s\n%s\n%s", "!" * 78, OPEN_WARNING, "!" * 78)
         return
