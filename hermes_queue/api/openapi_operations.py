@@ -68,14 +68,10 @@ TURN_HEADERS = ("X-Hermes-Session-Key",)
 Handler = Callable[..., Any]
 
 
-def operations_by_handler() -> dict[Handler, Operation]:
-    """Every served handler's operation."""
+def _runs_operations() -> dict[Handler, Operation]:
+    """``/v1/runs``: start, poll, follow, stop, approvals."""
     sse_runs = stream(out.RunsEvent, "Server-sent events in upstream's runs dialect.")
-    sse_session = stream(
-        out.SessionStreamEvent, "Server-sent events in upstream's session dialect."
-    )
-    table: dict[Handler, Operation] = {
-        discovery.health: Operation("Liveness", "discovery", ok(out.Health), public=True),
+    return {
         runs.start_run: Operation(
             "Start a run",
             "runs",
@@ -98,6 +94,15 @@ def operations_by_handler() -> dict[Handler, Operation]:
         approvals.answer_approval: Operation(
             "Answer an approval request", "runs", ok(out.ApprovalAnswer), body=resource.ApprovalBody
         ),
+    }
+
+
+def _sessions_operations() -> dict[Handler, Operation]:
+    """Sessions, their transcripts and chat."""
+    sse_session = stream(
+        out.SessionStreamEvent, "Server-sent events in upstream's session dialect."
+    )
+    return {
         sessions.list_sessions: Operation(
             "List sessions", "sessions", ok(out.SessionList), query=query.SessionListQuery
         ),
@@ -147,11 +152,24 @@ def operations_by_handler() -> dict[Handler, Operation]:
             query=query.ResumeQuery,
             headers=("Last-Event-ID",),
         ),
+    }
+
+
+def _discovery_operations() -> dict[Handler, Operation]:
+    """Health, capabilities, models, skills and toolsets."""
+    return {
+        discovery.health: Operation("Liveness", "discovery", ok(out.Health), public=True),
         discovery.capabilities: Operation("Capabilities", "discovery", ok(out.Capabilities)),
         discovery.models: Operation("Models", "discovery", ok(out.ObjectList)),
         discovery.health_detailed: Operation("Readiness", "discovery", ok(out.HealthDetailed)),
         skills.skills: Operation("Skills", "discovery", ok(out.ObjectList)),
         skills.toolsets: Operation("Toolsets", "discovery", ok(out.ObjectList)),
+    }
+
+
+def _openai_operations() -> dict[Handler, Operation]:
+    """The OpenAI dialects."""
+    return {
         chat_completions.chat_completions: Operation(
             "OpenAI chat completion",
             "openai",
@@ -192,6 +210,12 @@ def operations_by_handler() -> dict[Handler, Operation]:
         responses.delete_response: Operation(
             "Delete a stored response", "openai", ok(out.ResponseDeleted)
         ),
+    }
+
+
+def _jobs_operations() -> dict[Handler, Operation]:
+    """Scheduled jobs (the jobs API's own error envelope)."""
+    return {
         jobs.list_jobs: Operation(
             "List jobs", "jobs", ok(out.JobList), query=query.JobListQuery, jobs_envelope=True
         ),
@@ -216,6 +240,12 @@ def operations_by_handler() -> dict[Handler, Operation]:
         jobs.run_job: Operation(
             "Run a job now", "jobs", ok(out.JobEnvelope), jobs_envelope=True, starts_turn=True
         ),
+    }
+
+
+def _operator_operations() -> dict[Handler, Operation]:
+    """Metrics, the queue and the dashboard."""
+    return {
         operations.metrics: Operation(
             "Prometheus metrics", "operations", {200: Answer("Prometheus text", None, "text/plain")}
         ),
@@ -235,4 +265,15 @@ def operations_by_handler() -> dict[Handler, Operation]:
             public=True,
         ),
     }
-    return table
+
+
+def operations_by_handler() -> dict[Handler, Operation]:
+    """Every served handler's operation."""
+    return {
+        **_runs_operations(),
+        **_sessions_operations(),
+        **_discovery_operations(),
+        **_openai_operations(),
+        **_jobs_operations(),
+        **_operator_operations(),
+    }
