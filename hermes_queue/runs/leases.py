@@ -43,8 +43,13 @@ class Leases:
     def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
         """Keys and args of one lease renewal (the lease keeper pipelines many)."""
         return (
-            [self.keys.run(run_id), self.keys.leases],
-            [run_id, attempt, int(self.settings.lease_seconds * 1000)],
+            [self.keys.run(run_id), self.keys.leases, self.keys.events(run_id)],
+            [
+                run_id,
+                attempt,
+                int(self.settings.lease_seconds * 1000),
+                self.settings.retention_seconds,
+            ],
         )
 
     @property

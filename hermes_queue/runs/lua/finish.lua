@@ -3,10 +3,16 @@
 -- KEYS: record, events, leases, stats
 -- ARGV: run_id, attempt, status, event_type, ts, data, retention_s, maxlen, count,
 --       type1, data1, ... (count leading events), field, value, ...
-if not fenced(KEYS[1], ARGV[2]) then return false end
+local state = finish_state(KEYS[1])
+-- The fence, as fenced() below, from the fields finish reads anyway.
+if state.attempt ~= ARGV[2] or ACTIVE[state.status or ''] ~= true then return false end
 local first_field = 10 + 2 * tonumber(ARGV[9])
-if #ARGV >= first_field then redis.call('HSET', KEYS[1], unpack(ARGV, first_field)) end
-for i = 10, first_field - 1, 2 do
-  append_event(KEYS[1], KEYS[2], ARGV[i], ARGV[2], ARGV[5], ARGV[i + 1], ARGV[8], ARGV[7])
-end
-return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[4], ARGV[2], ARGV[5], ARGV[6], ARGV[7], ARGV[8])
+local events = {}
+for i = 10, first_field - 1 do events[#events + 1] = ARGV[i] end
+events[#events + 1] = ARGV[4]
+events[#events + 1] = ARGV[6]
+local fields = {}
+for i = first_field, #ARGV do fields[#fields + 1] = ARGV[i] end
+finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[2], ARGV[5], ARGV[7], ARGV[8],
+  events, fields, state)
+return 1

@@ -39,14 +39,22 @@ local function append_event(record, stream, etype, attempt, ts, data, maxlen, tt
   return id
 end
 
+-- What a terminal transition reads of the record, in one HMGET (finish below).
+local function finish_state(record)
+  local f = redis.call('HMGET', record, 'attempt', 'status', 'seq', 'session_id', 'active_key',
+    'pending_key', 'blocked_key')
+  return {attempt = f[1], status = f[2], seq = tonumber(f[3] or '0'), sid = f[4] or '',
+    active_key = f[5], pending_key = f[6], blocked_key = f[7]}
+end
+
 -- A session run ended: start the next run waiting behind it (multitask "enqueue"), or free
--- the session. Key names come from the records (written by keys.py at creation).
-local function settle_session(record)
-  local active_key = redis.call('HGET', record, 'active_key')
+-- the session. Key names come from the record (written by keys.py at creation; ``state`` is
+-- finish_state's read of it).
+local function settle_session(record, state)
+  local active_key, pending_key = state.active_key, state.pending_key
   if not active_key then return end
-  local pending_key = redis.call('HGET', record, 'pending_key')
   -- The blocked set mirrors the pending lists, so queue metrics read its size, not the lists.
-  local blocked_key = redis.call('HGET', record, 'blocked_key')
+  local blocked_key = state.blocked_key
   redis.call('LREM', pending_key, 0, record)
   if blocked_key then redis.call('ZREM', blocked_key, record) end
   if redis.call('GET', active_key) ~= record then return end
@@ -67,17 +75,30 @@ local function settle_session(record)
   end
 end
 
--- Move a run to a terminal status with its terminal event, and start its retention clock.
-local function finish(record, stream, leases, stats, run_id, status, etype, attempt, ts, data, retention, maxlen)
-  local id = append_event(record, stream, etype, attempt, ts, data, maxlen, retention)
-  count(stats, status)
-  redis.call('HSET', record, 'status', status, 'finished_at', ts)
+-- Move a run to a terminal status after its last events (``events``: type, data, ...; the
+-- terminal one last), write ``fields`` (name, value, ...) with the status, and start its
+-- retention clock. A terminal transition is part of every run, so it costs one read of the
+-- record (``state``: finish_state's, read here when the caller has none) and one write.
+local function finish(record, stream, leases, stats, run_id, status, attempt, ts, retention,
+    maxlen, events, fields, state)
+  state = state or finish_state(record)
+  local seq = state.seq
+  for i = 1, #events, 2 do
+    seq = seq + 1
+    add_event(stream, events[i], seq, attempt, ts, state.sid, events[i + 1], maxlen)
+  end
+  fields[#fields + 1] = 'seq'; fields[#fields + 1] = seq
+  fields[#fields + 1] = 'last_event'; fields[#fields + 1] = events[#events - 1]
+  fields[#fields + 1] = 'updated_at'; fields[#fields + 1] = ts
+  fields[#fields + 1] = 'status'; fields[#fields + 1] = status
+  fields[#fields + 1] = 'finished_at'; fields[#fields + 1] = ts
+  redis.call('HSET', record, unpack(fields))
   redis.call('HDEL', record, 'worker')
   redis.call('ZREM', leases, run_id)
   redis.call('EXPIRE', record, retention)
   redis.call('EXPIRE', stream, retention)
-  settle_session(record)
-  return id
+  count(stats, status)
+  settle_session(record, state)
 end
 
 local function fenced(record, attempt)

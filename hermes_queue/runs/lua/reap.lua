@@ -15,12 +15,13 @@ end
 local attempt = redis.call('HGET', KEYS[1], 'attempt') or '0'
 local lost = redis.call('HINCRBY', KEYS[1], 'lost', 1)
 if status == 'stopping' then
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'cancelled', 'run.cancelled', attempt, ARGV[3], ARGV[8], ARGV[4], ARGV[5])
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'cancelled', attempt, ARGV[3], ARGV[4],
+    ARGV[5], {'run.cancelled', ARGV[8]}, {})
   return 'cancelled'
 end
 if lost >= tonumber(ARGV[2]) then
-  redis.call('HSET', KEYS[1], 'error', ARGV[9], 'reason', ARGV[10])
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'failed', 'run.failed', attempt, ARGV[3], ARGV[7], ARGV[4], ARGV[5])
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'failed', attempt, ARGV[3], ARGV[4],
+    ARGV[5], {'run.failed', ARGV[7]}, {'error', ARGV[9], 'reason', ARGV[10]})
   return 'failed'
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[3])
