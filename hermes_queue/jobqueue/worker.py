@@ -49,6 +49,8 @@ class WakeableWorker(Worker):
         # Set once the wake-up channel is subscribed: from then on no enqueue can be missed.
         self.listening = asyncio.Event()
         self._watched: set[str] = set()
+        # Whether the last poll may have left queued runs behind (_poll_iteration).
+        self.queue_may_hold_more = False
         # What each delivery is handed to (set by queue_worker).
         self.handler: JobHandler | None = None
         # Set by build_worker; tests reach the worker's metrics through it.
@@ -97,8 +99,12 @@ class WakeableWorker(Worker):
             self._watch_new_tasks()
             if self.burst and await self._burst_done():
                 return
-            if len(self.tasks) > before and self.job_counter < self.max_jobs:
-                continue  # took jobs and has room: look again before sleeping
+            if (
+                len(self.tasks) > before
+                and self.queue_may_hold_more
+                and self.job_counter < self.max_jobs
+            ):
+                continue  # took a full page and has room: look again before sleeping
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
             # lands as the event fires, and the worker would then never stop.
             with contextlib.suppress(TimeoutError):
@@ -109,8 +115,14 @@ class WakeableWorker(Worker):
         """Start a delivery for each queued run id at the head of the queue, up to the free
         slots (ids this worker is already delivering are left alone); forget finished ones."""
         free = self.max_jobs - self.job_counter
+        # A short page means the queue held no more than this worker took: a run queued after
+        # this read wakes the loop (wake_event was cleared before it). So only after a full
+        # page, or with no slot free to read one, do more polls (the next one, or the one a
+        # finished run's freed slot triggers) have anything to find.
+        self.queue_may_hold_more = free <= 0
         if self.allow_pick_jobs and free > 0:
             ids = await self.pool.zrange(self.queue_name, 0, free - 1)
+            self.queue_may_hold_more = len(ids) == free
             for raw in ids:
                 run_id = raw.decode()
                 if run_id in self.tasks or self.job_counter >= self.max_jobs:
@@ -181,12 +193,17 @@ class WakeableWorker(Worker):
                 self._pool = None
 
     def _watch_new_tasks(self) -> None:
-        """A finished job frees a slot: wake the loop so a waiting job starts at once."""
+        """A finished job frees a slot: wake the loop so a waiting job starts at once (when
+        the last poll may have left one in the queue)."""
         self._watched &= set(self.tasks)
         for job_id, task in self.tasks.items():
             if job_id not in self._watched:
                 self._watched.add(job_id)
-                task.add_done_callback(lambda _t: self.wake_event.set())
+                task.add_done_callback(self._slot_freed_wake)
+
+    def _slot_freed_wake(self, _task: asyncio.Task[None]) -> None:
+        if self.queue_may_hold_more:
+            self.wake_event.set()
 
     async def _burst_done(self) -> bool:
         if 0 <= self.max_burst_jobs <= self._jobs_started():

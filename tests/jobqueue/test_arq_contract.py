@@ -11,6 +11,7 @@ the arq range in pyproject.toml.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import inspect
 import re
@@ -152,3 +153,43 @@ async def test_a_delivery_runs_the_queued_id_and_writes_no_per_job_key(
     assert handler.per_job_keys == {run_id: 0}
     assert worker.jobs_complete == 1
     await redis.zrem(Keys(settings.namespace).queue, run_id)
+
+
+class QueueTakingHandler(RecordingHandler):
+    """Takes each delivered run off the queue, as the claim does, then holds it briefly."""
+
+    def __init__(self, redis: Any, queue: str, expected: int) -> None:
+        super().__init__(redis)
+        self.queue = queue
+        self.expected = expected
+        self.all_taken = asyncio.Event()
+
+    async def run(self, run_id: str) -> str:
+        if not await self.redis.zrem(self.queue, run_id):
+            return "gone"
+        self.runs.append(run_id)
+        if len(self.runs) == self.expected:
+            self.all_taken.set()
+        await asyncio.sleep(0.01)
+        return "done"
+
+
+async def test_runs_queued_beyond_the_free_slots_start_as_slots_free_without_the_timed_poll(
+    redis: Any, settings: Settings
+) -> None:
+    """A poll that fills every slot may leave runs behind: each freed slot looks again at once
+    (the timed poll here is a minute away, so it cannot be what finds them)."""
+    settings = dataclasses.replace(settings, worker_concurrency=2, poll_seconds=60.0)
+    repository = RunRepository(redis, settings)
+    queued = [new_run_id() for _ in range(7)]
+    for run_id in queued:
+        assert await repository.create(run_id=run_id, session_id="s", request={})
+    handler = QueueTakingHandler(redis, Keys(settings.namespace).queue, len(queued))
+    worker = queue_worker(settings, handler, handle_signals=False)
+    task = worker.start()
+    try:
+        await asyncio.wait_for(handler.all_taken.wait(), 10)
+    finally:
+        task.cancel()
+        await worker.close()
+    assert sorted(handler.runs) == sorted(queued)
