@@ -1,12 +1,16 @@
 """Redis commands per streamed token, split by who sends them.
 
-Runs ``--runs`` echo runs (20-word input → 21 deltas) at concurrency ``--concurrency`` through
-one API and one worker while a ``MONITOR`` connection records every command Redis executes.
-Commands are attributed to the API process, the worker process, or ``lua`` (executed inside a
-script that a client sent as one EVALSHA). MONITOR slows Redis down, so this measures counts,
-not speed; throughput.py reports the same total (``total_commands_processed``) without it.
+Runs ``--runs`` echo runs (``--words`` input words, 20 by default → 21 tokens) at concurrency
+``--concurrency`` through one API and one worker while a ``MONITOR`` connection records every
+command Redis executes. Commands are attributed to the API process, the worker process, or
+``lua`` (executed inside a script that a client sent as one EVALSHA). MONITOR slows Redis down,
+so this measures counts, not speed; throughput.py reports the same total
+(``total_commands_processed``) without it.
 
-    python bench/redis_cost.py [--runs 100] [--concurrency 8]
+    python bench/redis_cost.py [--runs 100] [--concurrency 8] [--words 20]
+
+A run's fixed cost (create, claim, finish, the SSE request's reads) is shared by its tokens,
+so the figure per token falls with longer replies; ``--words 200`` is a typical chat reply.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--words", type=int, default=throughput.INPUT_WORDS)
     args = parser.parse_args()
     with harness.Deployment("redis-cost") as dep:
         base = await dep.start_api()
@@ -57,7 +62,7 @@ async def main() -> None:
         thread = threading.Thread(target=monitor, daemon=True)
         thread.start()
         ready.wait(10)
-        result = await throughput.level(base, args.concurrency, args.runs, 120)
+        result = await throughput.level(base, args.concurrency, args.runs, 120, args.words)
         ports = {role: ports_of(pid, redis_port) for role, pid in roles.items()}
         stop.set()
         dep.redis.ping()  # one more command, so the monitor loop sees the stop flag

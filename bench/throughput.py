@@ -32,8 +32,6 @@ import harness
 import psutil
 
 INPUT_WORDS = 20
-TOKENS = INPUT_WORDS + 1  # the echo reply's tokens: "Echo:" and the input's words
-EXPECTED_REPLY = "Echo: " + harness.words(INPUT_WORDS)
 PROBE_AUTO_MIN = 512  # --probe-health auto: probe levels of at least this many clients
 PROBE_COLUMNS = ("n", "p50", "p99", "max", "errors", "over_100ms")
 
@@ -46,8 +44,12 @@ def runs_for(concurrency: int, delay: float, quick: bool) -> int:
     return max(base, concurrency * (2 if quick else 3))
 
 
-async def level(base: str, concurrency: int, runs: int, limit_s: float) -> dict[str, Any]:
-    text = harness.words(INPUT_WORDS)
+async def level(
+    base: str, concurrency: int, runs: int, limit_s: float, input_words: int = INPUT_WORDS
+) -> dict[str, Any]:
+    """``runs`` echo runs of ``input_words`` words (``input_words`` + 1 tokens each)."""
+    text = harness.words(input_words)
+    expected_reply = "Echo: " + text
     ttft: list[float] = []
     total: list[float] = []
     failures: list[str] = []
@@ -80,10 +82,10 @@ async def level(base: str, concurrency: int, runs: int, limit_s: float) -> dict[
             )
             frames += sum(1 for e in events if e.get("event") == "message.delta")
             completed = any(e.get("event") == "run.completed" for e in events)
-            if not closed or not completed or reply != EXPECTED_REPLY:
+            if not closed or not completed or reply != expected_reply:
                 failures.append(f"closed={closed} completed={completed} reply={reply[-40:]!r}")
                 continue
-            deltas += TOKENS
+            deltas += input_words + 1
             ttft.append(first[0] - sent)
             total.append(done - sent)
 
