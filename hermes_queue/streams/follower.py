@@ -13,8 +13,10 @@ cannot go: a stream is followed once a subscriber's replay has read it to its en
 then subscribed to, so whatever was written between that replay read and the subscription
 taking effect was neither read nor heard, and nothing but a read of the stream can tell (the
 next message's ``seq`` would reveal a gap, but a stream may stay quiet, e.g. after its
-terminal event). A channel nobody follows any more is unsubscribed at the next poll, together
-with the others dropped meanwhile: one UNSUBSCRIBE a poll rather than one per stream.
+terminal event). Replies already received are all heard before any read, so a burst of
+confirmations (one SUBSCRIBE of many channels) or of messages costs one XREAD, not one per
+stream. A channel nobody follows any more is unsubscribed at the next poll, together with the
+others dropped meanwhile: one UNSUBSCRIBE a poll rather than one per stream.
 
 Why not one ``XREAD BLOCK`` over every followed stream, as the hub first did: Redis registers
 and unregisters a blocked reader on every key it names, each time, and under a steady trickle
@@ -54,6 +56,10 @@ from hermes_queue.streams.reader import (
 )
 
 log = logging.getLogger(__name__)
+
+# Replies heard at most before the streams they mark are read: bounds a read's delay under a
+# flood of messages.
+_RECEIVED_MAX = 1_000
 
 
 class Sink(Protocol):
@@ -237,6 +243,7 @@ class Follower:
                 elif not self._dirty:
                     wait = max(0.0, next_poll - loop.time())
                     self._hear(await self._listener.read_response(timeout=wait))
+                    await self._hear_received()
                 while self._dirty and not self.closed:
                     await self._read_dirty()
                 backoff = BACKOFF_MIN
@@ -278,6 +285,20 @@ class Follower:
                     return
         # A gap, an entry we cannot place, or a subscription now in effect: read the stream.
         self._dirty.add(key)
+
+    async def _hear_received(self) -> None:
+        """Hear every reply already received before reading any stream, so one XREAD serves
+        them all: the confirmations of one SUBSCRIBE of many channels arrive together, and so
+        do messages of many streams under load. Never waits: a read with timeout 0 returns a
+        reply already buffered, else None."""
+        for _ in range(_RECEIVED_MAX):
+            listener = self._listener
+            if listener is None:
+                return
+            reply = await listener.read_response(timeout=0)
+            if reply is None:
+                return
+            self._hear(reply)
 
     async def _read_dirty(self) -> None:
         """One non-blocking XREAD of the streams marked; a stream that filled its page stays
