@@ -242,8 +242,10 @@ class Follower:
                     self._dirty.update(self._streams)
                 elif not self._dirty:
                     wait = max(0.0, next_poll - loop.time())
-                    self._hear(await self._listener.read_response(timeout=wait))
-                    await self._hear_received()
+                    reply = await self._listener.read_response(timeout=wait)
+                    if reply is not None:  # None: the poll is due, the loop's first step
+                        self._hear(reply)
+                        await self._hear_received()
                 while self._dirty and not self.closed:
                     await self._read_dirty()
                 backoff = BACKOFF_MIN

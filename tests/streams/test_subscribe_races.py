@@ -1,7 +1,7 @@
-"""The hub's channel subscriptions under races: streams followed in bursts while they are
-written, and followed again while their channel is still subscribed (its UNSUBSCRIBE deferred
-to the poll). Every test uses a 30 s poll unless it is about the poll, so an entry the
-subscriptions let slip through would show as a timeout, not be rescued by the poll."""
+"""The hub's channel subscriptions under races, and its poll: streams followed in bursts
+while they are written, and followed again while their channel is still subscribed (its
+UNSUBSCRIBE deferred to the poll). Every test uses a 30 s poll unless it is about the poll, so
+an entry the subscriptions let slip through shows as a timeout, not rescued by the poll."""
 
 from __future__ import annotations
 
@@ -142,3 +142,17 @@ async def _is(count: Awaitable[int], expected: int) -> bool:
 
 async def _all_zero(redis: aioredis.Redis, channels: list[str]) -> bool:
     return all([await subscribers(redis, channel) == 0 for channel in channels])
+
+
+async def test_the_poll_reads_the_followed_streams_once_a_period(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    """The poll's XREAD names every followed stream, so its cost grows with them: once a
+    period, not twice (the wait for messages timing out at the poll is not a second poll)."""
+    hub = await make_hub(poll_ms=100)
+    async with hub.subscribe("quiet") as sub:
+        assert await sub.get(timeout=0.01) is None  # live
+        before = hub.follower.xreads
+        await asyncio.sleep(1.0)
+        polls = hub.follower.xreads - before
+    assert 1 <= polls <= 13  # ~10; it was ~20
