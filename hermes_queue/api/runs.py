@@ -91,7 +91,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     record = found.record
     if record is None:
         raise run_not_found(run_id)
-    at_end = found.at_end(cursor)
+    at_end = found.at_end()
     response = await open_stream(request)
     if at_end and record.terminal:
         await response.write_eof(STREAM_CLOSED)

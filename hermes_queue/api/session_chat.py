@@ -112,11 +112,11 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
     # Run record, cursor check and first replay page: one round trip. The stream numbers its
     # frames from the run's first event, so it is read from there, the cursor only deciding
     # which frames are sent (the closing ``done`` too, for a client that saw the terminal one).
-    found = await state.feed.prefetch(run_id, None)
+    found = await state.feed.prefetch(run_id, cursor, from_start=True)
     record = found.record
     if record is None or session_id not in (record.session_id, record.request.path_id):
         raise run_not_found(run_id)
-    found.at_end(cursor)  # a cursor past the run's newest event is refused (400)
+    found.at_end()  # a cursor past the run's newest event is refused (400)
     response = await open_stream(request, turn_headers(record.session_id, record.run_id, None))
     await state.feed.pump(response, record.run_id, None, SessionStream(cursor), page=found.page)
     return response

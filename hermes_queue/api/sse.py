@@ -33,7 +33,7 @@ from hermes_queue.events import RunEvent, format_stream_id, parse_stream_id
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.streams.hub import StreamHub
-from hermes_queue.streams.reader import Page
+from hermes_queue.streams.reader import ZERO_ID, Page
 
 # One rendered frame: (event name or None for an unnamed frame, JSON payload or raw string,
 # its id line: "" for none).
@@ -85,14 +85,15 @@ def _id_tuple(stream_id: str) -> tuple[int, int]:
     return parsed if parsed else (0, 0)
 
 
-def cursor_at_end(cursor: str | None, newest: list[Any]) -> bool:
-    """Validate the cursor against the run's stream head (an ``XREVRANGE <events> + - COUNT 1``
-    reply); True when nothing can follow it.
+def cursor_at_end(cursor: str | None, newest: str) -> bool:
+    """Validate the cursor against the run's stream head (``newest``: the newest entry's id,
+    ``0-0`` for none, or an id that compares with ``cursor`` as it does); True when nothing
+    can follow it.
 
     A cursor past the newest entry can only be invented (real ones come from our own ``id:``
     lines), and waiting on it would hang, so it is rejected.
     """
-    newest_id = _id_tuple(newest[0][0].decode()) if newest else (0, 0)
+    newest_id = _id_tuple(newest)
     if cursor is not None and _id_tuple(cursor) > newest_id:
         raise ApiError(
             400,
@@ -171,15 +172,17 @@ def run_lost_frame(run_id: str) -> bytes:
 @dataclass(frozen=True)
 class Prefetched:
     """What a new events request reads before streaming, from one Redis round trip: the run
-    record (None: no such run), its stream head and the first replay page after the cursor."""
+    record (None: no such run), the first replay page, and where the stream ended as seen from
+    ``cursor`` (the client's cursor, which :meth:`at_end` checks)."""
 
     record: RunRecord | None
-    newest: list[Any]
     page: Page
+    cursor: str | None
+    newest: str
 
-    def at_end(self, cursor: str | None) -> bool:
-        """:func:`cursor_at_end` for this run (raises the same 400)."""
-        return cursor_at_end(cursor, self.newest)
+    def at_end(self) -> bool:
+        """:func:`cursor_at_end` for this run and cursor (raises the same 400)."""
+        return cursor_at_end(self.cursor, self.newest)
 
 
 class RunFeed:
@@ -194,18 +197,32 @@ class RunFeed:
         self._keys = keys
         self._keepalive = keepalive_seconds
 
-    async def prefetch(self, run_id: str, cursor: str | None) -> Prefetched:
-        """The record, stream head and first page for :meth:`pump` with this ``cursor``. The
-        record is read before the stream head, so "terminal and at the end" means no event
-        can follow."""
+    async def prefetch(
+        self, run_id: str, cursor: str | None, *, from_start: bool = False
+    ) -> Prefetched:
+        """The record, first page and stream head for :meth:`pump`, the page read after
+        ``cursor`` (from the run's first event if ``from_start``). The record is read before
+        the stream's end, so "terminal and at the end" means no event can follow.
+
+        The page read from ``cursor`` tells where the stream ends as seen from it
+        (:func:`~hermes_queue.streams.reader.page_tip`), so the head is read separately
+        (``XREVRANGE``) only for a page read from elsewhere, which may stop short of it.
+        """
         keys = self._keys
+        head = from_start and cursor is not None
 
         def lookups(pipe: Pipeline) -> None:
             pipe.hgetall(keys.run(run_id))
-            pipe.xrevrange(keys.events(run_id), count=1)
+            if head:
+                pipe.xrevrange(keys.events(run_id), count=1)
 
-        (raw, newest), page = await self._hub.prefetch(run_id, cursor, lookups)
-        return Prefetched(RunRecord.from_hash(raw) if raw else None, newest, page)
+        replies, page, tip = await self._hub.prefetch(
+            run_id, None if from_start else cursor, lookups
+        )
+        if head:
+            tip = replies[1][0][0].decode() if replies[1] else ZERO_ID
+        record = RunRecord.from_hash(replies[0]) if replies[0] else None
+        return Prefetched(record, page, cursor, tip)
 
     async def _exists(self, run_id: str) -> bool:
         return bool(await self._redis.exists(self._keys.run(run_id)))

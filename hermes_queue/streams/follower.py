@@ -8,6 +8,16 @@ subscription just confirmed — becomes a non-blocking ``XREAD`` of just that st
 follower's cursor (one more connection), so the stream, not the channel, stays the source of
 truth. So Redis connections stay constant however many streams are followed.
 
+Per stream followed that is one SUBSCRIBE and the one XREAD its confirmation prompts. That read
+cannot go: a stream is followed once a subscriber's replay has read it to its end, and only
+then subscribed to, so whatever was written between that replay read and the subscription
+taking effect was neither read nor heard, and nothing but a read of the stream can tell (the
+next message's ``seq`` would reveal a gap, but a stream may stay quiet, e.g. after its
+terminal event). Replies already received are all heard before any read, so a burst of
+confirmations (one SUBSCRIBE of many channels) or of messages costs one XREAD, not one per
+stream. A channel nobody follows any more is unsubscribed at the next poll, together with the
+others dropped meanwhile: one UNSUBSCRIBE a poll rather than one per stream.
+
 Why not one ``XREAD BLOCK`` over every followed stream, as the hub first did: Redis registers
 and unregisters a blocked reader on every key it names, each time, and under a steady trickle
 of events each call returns with one entry, so the cost per event grew with the number of
@@ -46,6 +56,10 @@ from hermes_queue.streams.reader import (
 )
 
 log = logging.getLogger(__name__)
+
+# Replies heard at most before the streams they mark are read: bounds a read's delay under a
+# flood of messages.
+_RECEIVED_MAX = 1_000
 
 
 class Sink(Protocol):
@@ -95,6 +109,8 @@ class Follower:
         self._dirty: set[str] = set()  # followed streams to read from their cursor
         self._changed = asyncio.Event()  # a stream was followed
         self._subscribed: set[str] = set()  # channels SUBSCRIBE was sent for, this connection
+        self._to_subscribe: set[str] = set()  # followed since the last SUBSCRIBE went out
+        self._unsubscribe_due = False  # the next sync also unsubscribes what is not followed
         self._listener: AbstractConnection | None = None  # pub/sub: the published entries
         self._conn: AbstractConnection | None = None  # the XREADs
         self._task: asyncio.Task[None] | None = None
@@ -114,18 +130,26 @@ class Follower:
     def follow(self, key: str, run_id: str, cursor: str, seq: int | None, sink: Sink) -> None:
         """Hand ``sink`` every entry of ``key`` after ``cursor`` (the entry numbered ``seq``,
         when known): subscribe to its channel; the confirmation makes the reader read the
-        stream once (whatever was written meanwhile)."""
+        stream once (whatever was written meanwhile).
+
+        SUBSCRIBE is sent even if the channel is still subscribed (its UNSUBSCRIBE deferred):
+        messages heard while it was not followed were dropped, and Redis confirms a repeated
+        SUBSCRIBE too, so the read after the confirmation covers them as it covers the rest.
+        """
         self._streams[key] = _Followed(key, run_id, cursor, seq, sink)
+        self._to_subscribe.add(key)
         self._sync_subscriptions()
         self._changed.set()
 
     def unfollow(self, key: str) -> None:
-        """Stop following ``key``; the result of a read of it in flight is ignored."""
+        """Stop following ``key``; the result of a read of it in flight is ignored. Its channel
+        is unsubscribed at the next poll, with every other channel dropped meanwhile: one
+        UNSUBSCRIBE a poll, not one per stream, and none for a stream followed again before
+        (a client reconnecting). Meanwhile its messages are heard and ignored."""
         if self._streams.pop(key, None) is None:
             return
         self._dirty.discard(key)
-        if key in self._subscribed:
-            self._sync_subscriptions()
+        self._to_subscribe.discard(key)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -152,7 +176,8 @@ class Follower:
             self._syncer = asyncio.create_task(self._sync(), name="stream-hub-subscribe")
 
     async def _sync(self) -> None:
-        """Send SUBSCRIBE / UNSUBSCRIBE for what changed; the reader reads the confirmations.
+        """Send SUBSCRIBE for the streams followed since, and UNSUBSCRIBE when due for those no
+        longer followed; the reader reads the confirmations.
 
         Sent from here, not the reader, because the reader is parked on the pub/sub socket
         waiting for the next message; a write does not disturb that read.
@@ -162,8 +187,12 @@ class Follower:
             listener = self._listener
             if listener is None or not listener.is_connected:
                 return  # the reader (re)connects and subscribes to everything followed
-            wanted = set(self._streams)
-            added, dropped = wanted - self._subscribed, self._subscribed - wanted
+            added = self._to_subscribe & self._streams.keys()
+            self._to_subscribe.clear()
+            dropped: set[str] = set()
+            if self._unsubscribe_due:
+                self._unsubscribe_due = False
+                dropped = self._subscribed - self._streams.keys()
             if not added and not dropped:
                 return
             try:
@@ -185,6 +214,7 @@ class Follower:
         await listener.send_command("CLIENT", "ID")
         self.listener_client_id = int(await listener.read_response(timeout=self.poll_seconds + 10))
         self._subscribed = set()
+        self._to_subscribe = set(self._streams)
         self._listener = listener
         return listener
 
@@ -197,6 +227,9 @@ class Follower:
             if loop.time() >= next_poll:  # busy or not, everything is read once per poll
                 next_poll = loop.time() + self.poll_seconds
                 self._hear(None)
+                if self._subscribed - self._streams.keys():
+                    self._unsubscribe_due = True
+                    self._sync_subscriptions()
             try:
                 if self._listener is None:
                     if not self._streams:
@@ -209,7 +242,10 @@ class Follower:
                     self._dirty.update(self._streams)
                 elif not self._dirty:
                     wait = max(0.0, next_poll - loop.time())
-                    self._hear(await self._listener.read_response(timeout=wait))
+                    reply = await self._listener.read_response(timeout=wait)
+                    if reply is not None:  # None: the poll is due, the loop's first step
+                        self._hear(reply)
+                        await self._hear_received()
                 while self._dirty and not self.closed:
                     await self._read_dirty()
                 backoff = BACKOFF_MIN
@@ -251,6 +287,20 @@ class Follower:
                     return
         # A gap, an entry we cannot place, or a subscription now in effect: read the stream.
         self._dirty.add(key)
+
+    async def _hear_received(self) -> None:
+        """Hear every reply already received before reading any stream, so one XREAD serves
+        them all: the confirmations of one SUBSCRIBE of many channels arrive together, and so
+        do messages of many streams under load. Never waits: a read with timeout 0 returns a
+        reply already buffered, else None."""
+        for _ in range(_RECEIVED_MAX):
+            listener = self._listener
+            if listener is None:
+                return
+            reply = await listener.read_response(timeout=0)
+            if reply is None:
+                return
+            self._hear(reply)
 
     async def _read_dirty(self) -> None:
         """One non-blocking XREAD of the streams marked; a stream that filled its page stays

@@ -40,6 +40,7 @@ from hermes_queue.streams.reader import (
     first_page,
     id_key,
     normalize_cursor,
+    page_tip,
     queue_first_page,
     read_from_cursor,
     read_range,
@@ -198,13 +199,14 @@ class StreamHub:
         run_id: str,
         after: str | None = None,
         before: Callable[[Pipeline], object] | None = None,
-    ) -> tuple[list[Any], Page]:
+    ) -> tuple[list[Any], Page, str]:
         """One round trip for a new stream request: ``before``'s commands (queued on a
         pipeline, e.g. the run record lookup), then the first replay page after ``after``.
 
-        Returns ``before``'s replies and the page to hand to :meth:`subscribe` with the same
-        ``after``. Holds a replay slot, so a burst of new requests uses a bounded number of
-        pool connections, as replays do.
+        Returns ``before``'s replies, the page to hand to :meth:`subscribe` with the same
+        ``after``, and its :func:`~hermes_queue.streams.reader.page_tip` (where the stream
+        ended as seen from ``after``). Holds a replay slot, so a burst of new requests uses a
+        bounded number of pool connections, as replays do.
         """
         cursor = normalize_cursor(after)
         async with self._replay_slots:
@@ -214,7 +216,8 @@ class StreamHub:
             own = len(pipe)
             queue_first_page(pipe, self.keys, run_id, cursor, self.page_size)
             replies = await pipe.execute()
-        return replies[:own], first_page(run_id, cursor, replies[own:])
+        page = replies[own:]
+        return replies[:own], first_page(run_id, cursor, page), page_tip(page)
 
     @property
     def connection_losses(self) -> int:

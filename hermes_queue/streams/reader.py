@@ -161,6 +161,26 @@ def queue_first_page(
     return 2
 
 
+def page_tip(replies: list[Any]) -> str:
+    """From the replies of :func:`queue_first_page`'s commands: an id that compares with the
+    page's cursor as the stream's newest entry then did, so checking that cursor against the
+    stream's end needs no read of its own (``api/sse.py``, the SSE open).
+
+    The last row read, or ZERO_ID when none. Exact for the cursor the page was read from: from
+    the start (None, ``0-0``) the rows are every entry after ``0-0`` up to the page's end, so
+    none means an empty stream and some means the newest is past ``0-0``; from a cursor the
+    read is inclusive, so no row means nothing at or after it (the newest is before it; ZERO_ID
+    is too, as a real cursor is past ``0-0``), the cursor's own row alone means it is the
+    newest, and any other row is past the cursor, as the newest then is. Only for that cursor:
+    a full page does not reach the newest entry, so another cursor may compare differently.
+    """
+    rows = replies[0]
+    if not rows:
+        return ZERO_ID
+    raw = rows[-1][0]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
 def first_page(run_id: str, cursor: str | None, replies: list[Any]) -> Page:
     """The first replay page from the replies of :func:`queue_first_page`'s commands: what
     ``read_range`` (no cursor) or ``read_from_cursor`` would have returned."""
@@ -190,6 +210,7 @@ __all__ = [
     "gap_event",
     "id_key",
     "normalize_cursor",
+    "page_tip",
     "queue_first_page",
     "read_from_cursor",
     "read_range",

@@ -141,7 +141,9 @@ async def test_prefetch_matches_the_subscription_own_replay(
     ids = await write_run(redis, keys, "r1", 10, end=True)
     await redis.hset(keys.run("r1"), mapping={"status": "completed"})
     for after in (None, "0-0", ids[2], ids[-2]):
-        replies, page = await hub.prefetch("r1", after, lambda pipe: pipe.hgetall(keys.run("r1")))
+        replies, page, _tip = await hub.prefetch(
+            "r1", after, lambda pipe: pipe.hgetall(keys.run("r1"))
+        )
         assert replies == [{b"status": b"completed"}]
         async with hub.subscribe("r1", after, page=page) as sub:
             with_page = [e.id for b in await batches_until_end(sub) for e in b]
@@ -158,7 +160,7 @@ async def test_prefetched_page_behind_the_hub_still_catches_up(
     must replay the difference, not go live with a hole."""
     hub = await make_hub()
     ids = await write_run(redis, keys, "r1", 3)
-    _replies, stale = await hub.prefetch("r1")
+    _replies, stale, _tip = await hub.prefetch("r1")
     async with hub.subscribe("r1") as tail:
         assert await tail.get_many(timeout=0.01) != []  # tail replays 1..3 and goes live
         ids += await write_run(redis, keys, "r1", 3, start=4)
@@ -175,12 +177,43 @@ async def test_prefetch_reports_a_trimmed_cursor_as_a_gap(
     hub = await make_hub()
     ids = await write_run(redis, keys, "r1", 10, end=True)
     await redis.xtrim(keys.events("r1"), maxlen=6, approximate=False)
-    _replies, page = await hub.prefetch("r1", ids[1])
+    _replies, page, _tip = await hub.prefetch("r1", ids[1])
     async with hub.subscribe("r1", ids[1], page=page) as sub:
         events = [e for b in await batches_until_end(sub) for e in b]
     assert events[0].type == EventType.STREAM_GAP
     assert events[0].data == {"first_available_id": ids[5], "missed_from": ids[1]}
     assert [e.id for e in events[1:]] == ids[5:]
+
+
+async def test_the_page_tip_checks_its_cursor_as_the_stream_head_does(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    """The SSE open checks a cursor against the page it read from that cursor instead of an
+    XREVRANGE of the head: same verdict (at the end, or ahead: a 400) for every kind of cursor,
+    with pages full and short, entries deleted at the end and in the middle, no stream at all."""
+    hub = await make_hub(count=4)
+
+    def verdict(cursor: str | None, newest: str) -> str:
+        try:
+            return "end" if sse.cursor_at_end(cursor, newest) else "behind"
+        except sse.ApiError:
+            return "ahead"
+
+    async def compare(run_id: str, cursors: list[str | None]) -> None:
+        rows = await redis.xrevrange(keys.events(run_id), count=1)
+        head = rows[0][0].decode() if rows else "0-0"
+        for cursor in cursors:
+            _replies, _page, tip = await hub.prefetch(run_id, cursor)
+            assert verdict(cursor, tip) == verdict(cursor, head), (run_id, cursor)
+
+    await compare("none", [None, "0-0", "5-0"])
+    ids = await write_run(redis, keys, "r1", 9)
+    await redis.xdel(keys.events("r1"), ids[4], ids[8])  # a hole in the middle, and at the end
+    ms, seq = parse_stream_id(ids[-1]) or (0, 0)
+    past = [f"{ms}-{seq + 1}", f"{ms + 1}-0"]
+    await compare("r1", [None, "0-0", *ids, *past, "1-0"])
+    await redis.xtrim(keys.events("r1"), maxlen=0, approximate=False)  # empty, but exists
+    await compare("r1", [None, "0-0", ids[0], ids[-1]])
 
 
 # -- the SSE pump --------------------------------------------------------------------------------
