@@ -78,6 +78,11 @@ class Settings:
     stream_maxlen: int = 10_000
     retention_seconds: int = 86_400
     subscriber_queue_size: int = 1_000
+    # A reply's deltas go out at most once per stream_coalesce_ms, merged (the first at once;
+    # other events never wait): fewer stream entries, frames and Redis commands per token, for
+    # up to this much added latency per delta. 0: deltas are merged only while an append is in
+    # flight, which adds no latency.
+    stream_coalesce_ms: float = 0.0
     # Workers
     worker_concurrency: int = 16
     lease_seconds: float = 10.0
@@ -178,6 +183,7 @@ class Settings:
             "max_ready_age_seconds",
             "hermes_agent_cache_size",
             "redis_min_replicas",
+            "stream_coalesce_ms",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 (off) or positive")

@@ -9,6 +9,13 @@ joined): one stream entry, one frame for clients, one ``XADD`` and one ``PUBLISH
 one per token. One flusher at a time keeps the stream in emit order, and ``flush()`` must be
 awaited before the terminal event is written.
 
+With ``stream_coalesce_ms`` set, a reply's deltas also wait for company: after one went out,
+the next goes no sooner than that many milliseconds later, with every delta emitted meanwhile.
+The first delta and every other event go at once (an event that is not a delta takes the
+waiting deltas with it), and so does everything once ``flush()`` is called. It trades up to
+that much latency per delta for fewer stream entries, frames and Redis commands per token,
+where tokens arrive spaced out and nothing is in flight to merge them with.
+
 Publishing events is the product, not an observer: a failed append is retried with backoff
 (with the same batch token, so a lost reply never duplicates events) and, if Redis stays away,
 the turn fails loudly. A refused (fenced) append means another attempt owns the run.
@@ -21,6 +28,7 @@ covers a lost message, a stop request ends the wait, and silence becomes ``deny`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -105,11 +113,19 @@ class RunEventSink:
         self._backlog: list[Event] = []
         self._flusher: asyncio.Task[None] | None = None
         self._failure: Exception | None = None
+        # Deltas' coalescing window (module docstring): when the last delta batch went out,
+        # how many flush() calls are waiting, and what wakes a held batch early.
+        self._coalesce_s = attempt.settings.stream_coalesce_ms / 1000
+        self._last_delta_append: float | None = None
+        self._flushing = 0
+        self._hurry = asyncio.Event()
 
     async def emit(self, event_type: EventType, data: dict[str, Any]) -> None:
         if self._failure is not None:
             raise self._failure
         self._backlog.append((event_type, data))
+        if event_type != EventType.MESSAGE_DELTA:
+            self._hurry.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_backlog())
         elif len(self._backlog) >= MAX_BACKLOG:
@@ -117,20 +133,44 @@ class RunEventSink:
 
     async def flush(self) -> None:
         """Wait until every emitted event is in the stream; raise what stopped that."""
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
+        self._flushing += 1
+        self._hurry.set()
+        try:
+            while self._flusher is not None and not self._flusher.done():
+                await asyncio.shield(self._flusher)
+        finally:
+            self._flushing -= 1
         if self._failure is not None:
             raise self._failure
 
     async def _flush_backlog(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._backlog and self._failure is None:
+            await self._hold_deltas(loop)
             backlog = coalesce_deltas(self._backlog)
             batch, self._backlog = backlog[:MAX_BATCH], backlog[MAX_BATCH:]
+            if any(kind == EventType.MESSAGE_DELTA for kind, _ in batch):
+                self._last_delta_append = loop.time()
             try:
                 await self._append(batch)
             except Exception as exc:  # LeaseLost, EventPublishFailed, or a bug: stop the turn
                 self._failure = exc
                 self._backlog.clear()
+
+    async def _hold_deltas(self, loop: asyncio.AbstractEventLoop) -> None:
+        """With a coalescing window, hold a backlog of nothing but deltas until the window
+        since the last delta batch ends, or something that may not wait arrives. The wake-up
+        is cleared before the conditions are read, so none set after the read is missed."""
+        if self._coalesce_s <= 0 or self._last_delta_append is None:
+            return
+        self._hurry.clear()
+        if self._flushing or any(kind != EventType.MESSAGE_DELTA for kind, _ in self._backlog):
+            return
+        wait = self._last_delta_append + self._coalesce_s - loop.time()
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._hurry.wait()
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Run an idempotent Redis call, retrying connection failures with backoff."""

@@ -16,6 +16,7 @@ from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from tests.api.conftest import running_api, running_worker
+from tests.polling import eventually
 
 
 async def test_turn_over_its_time_limit_fails_with_timeout(settings: Settings) -> None:
@@ -105,6 +106,48 @@ async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Se
     assert 1 < len(middle) < 200
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert calls < 50
+
+
+async def test_coalescing_window_holds_only_deltas_that_follow_a_delta(
+    redis: Any, settings: Settings
+) -> None:
+    """With stream_coalesce_ms, the first delta goes at once; later ones wait for the window
+    (long here, so only the waiting can be seen) unless another event or flush() comes, which
+    take them along at once, merged and in order."""
+    settings = settings.replace(stream_coalesce_ms=30_000)
+    repo = RunRepository(redis, settings)
+    run_id = new_run_id()
+    await repo.create(run_id=run_id, session_id="s", request={})
+    attempt = await repo.claim(run_id, "w")
+    assert attempt is not None
+    stream = Keys(settings.namespace).events(run_id)
+
+    async def stream_events(count: int) -> list[RunEvent]:
+        """The stream once it holds ``count`` entries (10 s at most, far below the window)."""
+        entries = await eventually(
+            lambda: redis.xrange(stream), lambda got: len(got) >= count, within=10
+        )
+        return [RunEvent.from_entry(run_id, i, f) for i, f in entries]
+
+    sink = RunEventSink(attempt)
+    await sink.delta("a")
+    assert [e.type for e in await stream_events(2)] == ["message.started", "message.delta"]
+    await sink.delta("b")
+    await sink.delta("c")
+    await asyncio.sleep(0.2)
+    assert await redis.xlen(stream) == 2  # held: the window since "a" is not over
+    await sink.tool_started("search", "call_1")
+    got = await stream_events(4)
+    assert [(e.type, e.data.get("delta")) for e in got[2:]] == [
+        ("message.delta", "bc"),
+        ("tool.started", None),
+    ]
+    await sink.delta("d")
+    await sink.delta("e")
+    await asyncio.wait_for(sink.flush(), 10)
+    got = await stream_events(5)
+    assert [(e.type, e.data.get("delta")) for e in got[4:]] == [("message.delta", "de")]
+    assert [e.seq for e in got] == [1, 2, 3, 4, 5]
 
 
 async def test_cancel_token_sleep_is_interruptible() -> None:
