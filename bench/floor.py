@@ -19,9 +19,10 @@ hermes-queue (API + worker + Redis), on the same traffic, interleaved.
   for its turn number (the history went along) and ``done``; failures are reported and make
   the script exit non-zero.
 - rounds alternate the sides level by level; figures are medians over rounds, ratios per round.
+- ``--coalesce-ms N`` runs the stack with ``stream_coalesce_ms = N`` (deltas merged over N ms).
 
     python bench/floor.py [--quick] [--rounds 3] [--levels 1,32] [--turns 3] [--workers 1]
-        [--token-delay 0.01] [--sides floor,stack]
+        [--token-delay 0.01] [--sides floor,stack] [--coalesce-ms 0]
 """
 
 from __future__ import annotations
@@ -240,6 +241,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--token-delay", type=float, default=0.01)
     parser.add_argument("--sides", default="floor,stack")
+    parser.add_argument("--coalesce-ms", type=float, default=0.0, help="stream_coalesce_ms")
     args = parser.parse_args()
     args.level_list = [int(x) for x in args.levels.split(",") if x.strip()]
     args.side_list = [s.strip() for s in args.sides.split(",") if s.strip()]
@@ -269,6 +271,8 @@ async def main() -> None:
             overrides = cpu_per_run.queue_overrides(
                 "hermes", llm.base_url, home, max(args.level_list)
             )
+            if args.coalesce_ms:  # only when set: a pinned older commit lacks the setting
+                overrides["stream_coalesce_ms"] = args.coalesce_ms
             dep = harness.Deployment("floor", overrides=overrides)
             stack = await cpu_per_run.start_queue(dep, args.workers)
             await stack_run(stack, 2, 2, 2)  # warm-up, as the floor's

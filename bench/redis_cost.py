@@ -7,7 +7,8 @@ command Redis executes. Commands are attributed to the API process, the worker p
 so this measures counts, not speed; throughput.py reports the same total
 (``total_commands_processed``) without it.
 
-    python bench/redis_cost.py [--runs 100] [--concurrency 8] [--words 20]
+    python bench/redis_cost.py [--runs 100] [--concurrency 8] [--words 20] [--delay 0]
+        [--coalesce-ms 0]
 
 A run's fixed cost (create, claim, finish, the SSE request's reads) is shared by its tokens,
 so the figure per token falls with longer replies; ``--words 200`` is a typical chat reply.
@@ -37,8 +38,13 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--words", type=int, default=throughput.INPUT_WORDS)
+    parser.add_argument("--delay", type=float, default=0.0, help="echo seconds per token")
+    parser.add_argument("--coalesce-ms", type=float, default=0.0, help="stream_coalesce_ms")
     args = parser.parse_args()
-    with harness.Deployment("redis-cost") as dep:
+    overrides: dict[str, Any] = {"echo_token_delay": args.delay}
+    if args.coalesce_ms:  # only when set: a pinned older commit lacks the setting
+        overrides["stream_coalesce_ms"] = args.coalesce_ms
+    with harness.Deployment("redis-cost", overrides=overrides) as dep:
         base = await dep.start_api()
         [worker] = await dep.start_workers(1)
         await throughput.level(base, 4, 20, 60)  # warm-up: pools at their working size

@@ -20,7 +20,8 @@ import pytest
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import free_port
 from hermes_queue.schedules.firing import tick_run_id
-from tests.ops.conftest import eventually, scrape_port, value
+from tests.ops.conftest import scrape_port, value
+from tests.polling import eventually
 from tests.processes import Cluster
 
 EVERY_2S = "* * * * * */2"

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
@@ -45,23 +40,6 @@ async def scrape_port(port: int) -> Samples:
     ):
         assert response.status == 200
         return parse(await response.text())
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[Any]],
-    check: Callable[[Any], bool],
-    within: float = 15.0,
-    what: str = "condition",
-) -> Any:
-    """Poll ``probe`` until ``check`` holds on its result (bounded); return that result."""
-    deadline = time.monotonic() + within
-    while True:
-        result = await probe()
-        if check(result):
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} never held; last value: {result!r}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from tests.api.conftest import running_api, running_worker
-from tests.ops.conftest import Samples, eventually, scrape_api, scrape_port, value
+from tests.ops.conftest import Samples, scrape_api, scrape_port, value
+from tests.polling import eventually
 
 API_NAMES = {
     "hermes_queue_queue_depth",

@@ -12,7 +12,7 @@ from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from tests.api.conftest import running_api, running_worker
-from tests.ops.conftest import eventually
+from tests.polling import eventually
 
 
 async def fake_in_flight(redis: aioredis.Redis, keys: Keys, count: int) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC
 from typing import Any
 
@@ -26,6 +26,7 @@ from hermes_queue.schedules.scheduler import Scheduler
 from hermes_queue.store import SessionStore, open_store
 from hermes_queue.store.jobs import JobRow
 from tests.api.conftest import running_worker
+from tests.polling import eventually
 
 T0 = 1_900_000_000.0  # the fake clock starts here (2030)
 PERIOD = 1800.0
@@ -260,15 +261,3 @@ async def test_fires_are_ordinary_session_turns(store_settings: Settings, clock:
             ("user", "second"),
             ("assistant", "Echo: second (turn 2)"),
         ]
-
-
-async def eventually(
-    probe: Callable[[], Any], check: Callable[[Any], bool], within: float = 15.0
-) -> Any:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        value = await probe()
-        if check(value):
-            return value
-        assert asyncio.get_running_loop().time() < deadline, f"never held; last {value!r}"
-        await asyncio.sleep(0.05)
