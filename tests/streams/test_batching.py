@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,24 +17,8 @@ from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
 from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import decode_entry, decode_flat, id_key, read_range
+from tests.streams.conftest import MakeHub
 from tests.streams.test_hub import write_run, xadd
-
-MakeHub = Callable[..., Awaitable[StreamHub]]
-
-
-@pytest.fixture
-async def make_hub(redis_url: str, keys: Keys) -> AsyncIterator[MakeHub]:
-    hubs: list[StreamHub] = []
-
-    async def make(**kwargs: Any) -> StreamHub:
-        hub = StreamHub(kwargs.pop("redis", redis_url), keys, **kwargs)
-        await hub.start()
-        hubs.append(hub)
-        return hub
-
-    yield make
-    for hub in hubs:
-        await hub.aclose()
 
 
 async def batches_until_end(sub: Subscription, max_items: int = 256) -> list[list[RunEvent]]:

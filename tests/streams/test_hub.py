@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -15,8 +14,7 @@ from hermes_queue.events import EventType, RunEvent, encode_data
 from hermes_queue.keys import Keys
 from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import read_range
-
-MakeHub = Callable[..., Awaitable[StreamHub]]
+from tests.streams.conftest import MakeHub
 
 
 async def xadd(
@@ -64,21 +62,6 @@ async def drain(sub: Subscription, within: float = 5.0) -> list[RunEvent]:
         return [event async for event in sub]
 
     return await asyncio.wait_for(collect(), within)
-
-
-@pytest.fixture
-async def make_hub(redis_url: str, keys: Keys) -> AsyncIterator[MakeHub]:
-    hubs: list[StreamHub] = []
-
-    async def make(**kwargs: Any) -> StreamHub:
-        hub = StreamHub(kwargs.pop("redis", redis_url), keys, **kwargs)
-        await hub.start()
-        hubs.append(hub)
-        return hub
-
-    yield make
-    for hub in hubs:
-        await hub.aclose()
 
 
 async def test_history_then_live_tail(redis: aioredis.Redis, keys: Keys, make_hub: MakeHub) -> None:

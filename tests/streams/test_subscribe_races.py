@@ -7,34 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-import pytest
 import redis.asyncio as aioredis
 
 from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
-from hermes_queue.streams.hub import StreamHub
 from hermes_queue.streams.reader import read_range
+from tests.streams.conftest import MakeHub
 from tests.streams.test_hub import GatedRedis, drain, take, write_run, xadd
-
-MakeHub = Callable[..., Awaitable[StreamHub]]
-
-
-@pytest.fixture
-async def make_hub(redis_url: str, keys: Keys) -> AsyncIterator[MakeHub]:
-    hubs: list[StreamHub] = []
-
-    async def make(**kwargs: Any) -> StreamHub:
-        hub = StreamHub(kwargs.pop("redis", redis_url), keys, **kwargs)
-        await hub.start()
-        hubs.append(hub)
-        return hub
-
-    yield make
-    for hub in hubs:
-        await hub.aclose()
 
 
 async def subscribers(redis: aioredis.Redis, channel: str) -> int:
