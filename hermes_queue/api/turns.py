@@ -43,9 +43,9 @@ class RunSession:
     completions, responses): the turn runs at once, beside any other on the same session.
     ``session_id`` None: the run id names the session. ``persisted`` (``/v1/runs``, as
     upstream's agent saves its turns): the worker also appends the turn to the session's stored
-    transcript (the session is created on first use), so ``/api/sessions/{id}/messages`` shows
-    it and a stored-session turn (chat completions with ``X-Hermes-Session-Id``) continues it;
-    the turn's own history is still the one the client sent."""
+    transcript (creating the session on first use), so ``/api/sessions/{id}/messages`` shows it
+    and a stored-session turn (chat completions with ``X-Hermes-Session-Id``) continues it; the
+    turn's own history is still the one the client sent."""
 
     session_id: str | None = None
     persisted: bool = False
@@ -148,10 +148,9 @@ class TurnStarter:
     async def _session_for(self, turn: NewTurn, run_id: str) -> str:
         session = turn.session
         if isinstance(session, RunSession):
-            session_id = session.session_id or run_id
-            if session.persisted:
-                await self._create_missing(session_id)
-            return session_id
+            # A persisted one is created on first use by the worker, with the turn's first
+            # write (as upstream's agent creates it when the run starts): no SQL write here.
+            return session.session_id or run_id
         if session.lock_row is not None and turn.selection.persist_lock:
             await persist_lock(self._store, session.lock_row, turn.selection)
         if session.create_missing:

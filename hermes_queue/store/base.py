@@ -134,6 +134,22 @@ class MessageRow:
     turn_key: str | None = None
 
 
+@dataclass(frozen=True)
+class TurnUsage:
+    """One turn's usage, added to its session's running totals (costs counted from 0 once
+    given); ``model``: the model that ran, recorded when the session names none yet."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    api_calls: int = 0
+    estimated_cost_usd: float | None = None
+    actual_cost_usd: float | None = None
+    model: str | None = None
+
+
 # ---------------------------------------------------------------------------------------------
 # Projections (upstream-api.md §6.1)
 # ---------------------------------------------------------------------------------------------

@@ -8,10 +8,11 @@ their own table, idempotency rule and pagination.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
-from hermes_queue.store.base import MessageOrder, MessageRow
+from hermes_queue.store.base import MessageOrder, MessageRow, SessionExists, TurnUsage
 from hermes_queue.store.codec import (
     MESSAGE_COLUMNS,
     encode_message,
@@ -28,18 +29,35 @@ class MessagesMixin(SessionRowsMixin):
     """``append_messages``, ``get_messages`` and ``get_conversation``."""
 
     async def append_messages(
-        self, session_id: str, messages: list[dict[str, Any]], *, turn_key: str | None = None
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        *,
+        turn_key: str | None = None,
+        create_source: str | None = None,
+        usage: TurnUsage | None = None,
     ) -> int:
         """Insert ``messages`` in one transaction and bump the session's counters.
 
         With ``turn_key``, the first call for (session, turn_key) claims the key and later calls
         are no-ops returning 0, so a retried worker attempt never duplicates a turn. Use one key
         per append call. Returns the number of messages inserted.
+
+        In the same transaction (a turn's writes are on every turn's path, and each transaction
+        is a commit and, on SQLite, a turn of the database's one write lock): with
+        ``create_source``, the session is created first when missing (with that source), and
+        ``usage`` is added to its totals when the messages are inserted.
         """
         rows = [encode_message(session_id, m, turn_key) for m in messages]
         tool_calls = sum(tool_call_count(m.get("tool_calls")) for m in messages)
         async with self._write() as conn:
-            await self._fetch_session(conn, session_id, lock=True)
+            created = False
+            if create_source is not None:
+                with contextlib.suppress(SessionExists):
+                    await self._insert_session(conn, session_id, source=create_source, title=None)
+                    created = True
+            if not created:
+                await self._fetch_session(conn, session_id, lock=True)
             if turn_key is not None:
                 claimed = await conn.fetchrow(
                     "INSERT INTO message_turns (session_id, turn_key, created_at) VALUES (?, ?, ?)"
@@ -64,6 +82,8 @@ class MessagesMixin(SessionRowsMixin):
                 tool_calls,
                 session_id,
             )
+            if usage is not None:
+                await self._add_usage(conn, session_id, usage)
         return len(rows)
 
     async def get_messages(

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from hermes_queue.store.base import UNSET, MessageOrder, MessageRow, SessionRow, _Unset
+from hermes_queue.store.base import (
+    UNSET,
+    MessageOrder,
+    MessageRow,
+    SessionRow,
+    TurnUsage,
+    _Unset,
+)
 from hermes_queue.store.responses import ResponseRow
 
 if TYPE_CHECKING:  # store.jobs builds on the SQL seam, which imports base.py
@@ -77,8 +84,18 @@ class SessionStore(Protocol):
     async def delete_session(self, id: str) -> bool: ...
 
     async def append_messages(
-        self, session_id: str, messages: list[dict[str, Any]], *, turn_key: str | None = None
-    ) -> int: ...
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        *,
+        turn_key: str | None = None,
+        create_source: str | None = None,
+        usage: TurnUsage | None = None,
+    ) -> int:
+        """Insert a turn's messages, keyed by ``turn_key`` (a retry is a no-op returning 0);
+        in the same transaction, create the session when missing (``create_source``) and add
+        ``usage`` to its totals."""
+        ...
 
     async def get_messages(
         self,

@@ -17,6 +17,7 @@ from hermes_queue.store.base import (
     SessionNotFound,
     SessionRow,
     TitleConflict,
+    TurnUsage,
     _Unset,
     sanitize_title,
 )
@@ -239,40 +240,45 @@ class SessionRowsMixin(SqlBackend):
         actual_cost_usd: float | None = None,
         model: str | None = None,
     ) -> None:
-        """Add one turn's usage to the session's running totals; ``model`` fills the
-        session's model when it has none (as Hermes' agent records the model that ran)."""
-        sets = [
-            f"{col} = {col} + ?"
-            for col in (
-                "input_tokens",
-                "output_tokens",
-                "cache_read_tokens",
-                "cache_write_tokens",
-                "reasoning_tokens",
-                "api_call_count",
-            )
-        ]
-        args: list[Any] = [
-            input_tokens,
-            output_tokens,
-            cache_read_tokens,
-            cache_write_tokens,
-            reasoning_tokens,
-            api_calls,
-        ]
+        """Add one turn's usage to the session's running totals (:class:`TurnUsage`)."""
+        usage = TurnUsage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+            reasoning_tokens=reasoning_tokens,
+            api_calls=api_calls,
+            estimated_cost_usd=estimated_cost_usd,
+            actual_cost_usd=actual_cost_usd,
+            model=model,
+        )
+        async with self._write() as conn:
+            await self._add_usage(conn, session_id, usage)
+
+    async def _add_usage(self, conn: Conn, session_id: str, usage: TurnUsage) -> None:
+        """``usage`` into the session's totals, in the caller's write transaction."""
+        counters = {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_read_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+            "api_call_count": usage.api_calls,
+        }
+        sets = [f"{col} = {col} + ?" for col in counters]
+        args: list[Any] = list(counters.values())
         for col, value in (
-            ("estimated_cost_usd", estimated_cost_usd),
-            ("actual_cost_usd", actual_cost_usd),
+            ("estimated_cost_usd", usage.estimated_cost_usd),
+            ("actual_cost_usd", usage.actual_cost_usd),
         ):
             if value is not None:
                 sets.append(f"{col} = COALESCE({col}, 0) + ?")
                 args.append(float(value))
-        if model:
+        if usage.model:
             sets.append("model = COALESCE(model, ?)")
-            args.append(model)
-        async with self._write() as conn:
-            changed = await conn.execute(
-                f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", *args, session_id
-            )
+            args.append(usage.model)
+        changed = await conn.execute(
+            f"UPDATE sessions SET {', '.join(sets)} WHERE id = ?", *args, session_id
+        )
         if not changed:
             raise SessionNotFound(session_id)

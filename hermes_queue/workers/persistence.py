@@ -13,7 +13,11 @@ import time
 from typing import Any
 
 from hermes_queue.agents.base import AgentResult
+from hermes_queue.store.base import TurnUsage
 from hermes_queue.store.protocol import SessionStore
+
+# The source of a session a turn creates, as upstream's API server names its sessions'.
+SESSION_SOURCE = "api_server"
 
 IMAGE_PARTS = frozenset({"image", "image_url", "input_image"})
 
@@ -29,21 +33,24 @@ class SessionTurnLog:
             self.session_id, exclude_turn_prefix=f"{self.run_id}:"
         )
 
-    async def record_user(self, message: Any) -> None:
+    async def record_user(self, message: Any, *, create_session: bool = False) -> None:
+        """The turn's user message; ``create_session``: the session is created with it when
+        missing (a ``/v1/runs`` turn's session, created on first use as upstream's agent does)."""
         await self.store.append_messages(
             self.session_id,
             [{"role": "user", "content": stored_content(message), "timestamp": time.time()}],
             turn_key=f"{self.run_id}:user",
+            create_source=SESSION_SOURCE if create_session else None,
         )
 
     async def record_reply(self, result: AgentResult) -> None:
-        written = await self.store.append_messages(
-            self.session_id, result.messages, turn_key=f"{self.run_id}:reply"
-        )
-        if written:
-            model = result.runtime.get("model")
-            await self.store.update_usage(
-                self.session_id,
+        """The reply's messages and, with them, the turn's usage (a retry writes neither)."""
+        model = result.runtime.get("model")
+        await self.store.append_messages(
+            self.session_id,
+            result.messages,
+            turn_key=f"{self.run_id}:reply",
+            usage=TurnUsage(
                 input_tokens=result.usage.input_tokens,
                 output_tokens=result.usage.output_tokens,
                 api_calls=1,
@@ -51,7 +58,8 @@ class SessionTurnLog:
                 # the model that ran when the session names none.
                 estimated_cost_usd=result.cost_usd or 0.0,
                 model=model if isinstance(model, str) else None,
-            )
+            ),
+        )
 
 
 def stored_content(content: Any) -> Any:

@@ -298,7 +298,10 @@ async def _start(
     history = await turn_log.history() if turn_log and attempt.record.history_from_store else None
     request = build_request(attempt, history)
     if turn_log:
-        await turn_log.record_user(request.message)
+        # A turn whose history the client sends (/v1/runs) may be its session's first.
+        await turn_log.record_user(
+            request.message, create_session=not attempt.record.history_from_store
+        )
     # An attempt whose predecessors wrote nothing is, for clients, the start of the run.
     if attempt.number == 1 or attempt.record.seq == 0:
         data = {

@@ -21,6 +21,7 @@ from hermes_queue.store import (
     SessionStore,
     StoreUnavailable,
     TitleConflict,
+    TurnUsage,
     create_store,
     project_message,
     project_session,
@@ -460,6 +461,31 @@ async def test_update_usage_records_the_model_only_where_none_is(store: SessionS
     blank, named = await store.get_session("blank"), await store.get_session("named")
     assert blank is not None and blank.model == "ran-first"
     assert named is not None and named.model == "chosen"
+
+
+async def test_a_turn_append_creates_its_session_and_adds_usage_once(store: SessionStore) -> None:
+    """A turn's writes in one call: the session created on first use (source given), the
+    messages, and the usage, all skipped by a retry with the same turn key."""
+    reply = [{"role": "assistant", "content": "hi"}]
+    usage = TurnUsage(input_tokens=4, output_tokens=2, api_calls=1, model="ran")
+    user = [{"role": "user", "content": "hello"}]
+    assert await store.append_messages("new", user, turn_key="r1:user", create_source="api_server")
+    for _ in range(2):  # the second call is a retried attempt's
+        await store.append_messages("new", reply, turn_key="r1:reply", usage=usage)
+    assert await store.append_messages(  # an existing session is used as it is
+        "new", user, turn_key="r2:user", create_source="other"
+    )
+    row = await store.get_session("new")
+    assert row is not None and row.source == "api_server" and row.model == "ran"
+    assert (row.message_count, row.input_tokens, row.output_tokens, row.api_call_count) == (
+        3,
+        4,
+        2,
+        1,
+    )
+    with pytest.raises(SessionNotFound):
+        await store.append_messages("absent", reply, turn_key="r3:reply", usage=usage)
+    assert await store.get_session("absent") is None
 
 
 # -- fork and lineage --------------------------------------------------------------------------
