@@ -245,7 +245,8 @@ class Follower:
                     reply = await self._listener.read_response(timeout=wait)
                     if reply is not None:  # None: the poll is due, the loop's first step
                         self._hear(reply)
-                        await self._hear_received()
+                        if self._dirty:  # a read follows: let it serve what else arrived
+                            await self._hear_received()
                 while self._dirty and not self.closed:
                     await self._read_dirty()
                 backoff = BACKOFF_MIN
@@ -292,7 +293,8 @@ class Follower:
         """Hear every reply already received before reading any stream, so one XREAD serves
         them all: the confirmations of one SUBSCRIBE of many channels arrive together, and so
         do messages of many streams under load. Never waits: a read with timeout 0 returns a
-        reply already buffered, else None."""
+        reply already buffered, else None. Called only when a read is due (a message in
+        order, the common case, needs none): the empty read costs a cancelled socket read."""
         for _ in range(_RECEIVED_MAX):
             listener = self._listener
             if listener is None:
