@@ -109,22 +109,9 @@ class SessionStore(Protocol):
         self, session_id: str, *, exclude_turn_prefix: str | None = None
     ) -> list[dict[str, Any]]: ...
 
-    async def update_usage(
-        self,
-        session_id: str,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        reasoning_tokens: int = 0,
-        api_calls: int = 0,
-        estimated_cost_usd: float | None = None,
-        actual_cost_usd: float | None = None,
-        model: str | None = None,
-    ) -> None:
-        """Add one turn's usage to the session's totals (costs counted from 0 once given);
-        ``model``: the model that ran, recorded when the session has none yet."""
+    async def update_usage(self, session_id: str, usage: TurnUsage) -> None:
+        """Add one turn's usage to the session's totals (costs counted from 0 once given;
+        the model that ran recorded when the session has none yet)."""
         ...
 
     async def fork_session(

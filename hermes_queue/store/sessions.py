@@ -226,32 +226,8 @@ class SessionRowsMixin(SqlBackend):
             row = await self._fetch_session(conn, session_id)
         return session_from_row(row)
 
-    async def update_usage(
-        self,
-        session_id: str,
-        *,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cache_read_tokens: int = 0,
-        cache_write_tokens: int = 0,
-        reasoning_tokens: int = 0,
-        api_calls: int = 0,
-        estimated_cost_usd: float | None = None,
-        actual_cost_usd: float | None = None,
-        model: str | None = None,
-    ) -> None:
+    async def update_usage(self, session_id: str, usage: TurnUsage) -> None:
         """Add one turn's usage to the session's running totals (:class:`TurnUsage`)."""
-        usage = TurnUsage(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cache_read_tokens=cache_read_tokens,
-            cache_write_tokens=cache_write_tokens,
-            reasoning_tokens=reasoning_tokens,
-            api_calls=api_calls,
-            estimated_cost_usd=estimated_cost_usd,
-            actual_cost_usd=actual_cost_usd,
-            model=model,
-        )
         async with self._write() as conn:
             await self._add_usage(conn, session_id, usage)
 

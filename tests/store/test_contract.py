@@ -428,15 +428,17 @@ async def test_conversation_is_agent_history(store: SessionStore) -> None:
 async def test_update_usage_accumulates(store: SessionStore) -> None:
     await store.create_session("s")
     await store.update_usage(
-        "s", input_tokens=10, output_tokens=5, api_calls=1, estimated_cost_usd=0.25
+        "s", TurnUsage(input_tokens=10, output_tokens=5, api_calls=1, estimated_cost_usd=0.25)
     )
     await store.update_usage(
         "s",
-        input_tokens=1,
-        output_tokens=2,
-        reasoning_tokens=3,
-        api_calls=1,
-        estimated_cost_usd=0.5,
+        TurnUsage(
+            input_tokens=1,
+            output_tokens=2,
+            reasoning_tokens=3,
+            api_calls=1,
+            estimated_cost_usd=0.5,
+        ),
     )
     row = await store.get_session("s")
     assert row is not None
@@ -448,7 +450,7 @@ async def test_update_usage_accumulates(store: SessionStore) -> None:
     )
     assert row.estimated_cost_usd == pytest.approx(0.75) and row.actual_cost_usd is None
     with pytest.raises(SessionNotFound):
-        await store.update_usage("missing", input_tokens=1)
+        await store.update_usage("missing", TurnUsage(input_tokens=1))
 
 
 async def test_update_usage_records_the_model_only_where_none_is(store: SessionStore) -> None:
@@ -456,8 +458,8 @@ async def test_update_usage_records_the_model_only_where_none_is(store: SessionS
     await store.create_session("blank")
     await store.create_session("named", model="chosen")
     for session_id in ("blank", "named"):
-        await store.update_usage(session_id, api_calls=1, model="ran-first")
-        await store.update_usage(session_id, api_calls=1, model="ran-later")
+        await store.update_usage(session_id, TurnUsage(api_calls=1, model="ran-first"))
+        await store.update_usage(session_id, TurnUsage(api_calls=1, model="ran-later"))
     blank, named = await store.get_session("blank"), await store.get_session("named")
     assert blank is not None and blank.model == "ran-first"
     assert named is not None and named.model == "chosen"
