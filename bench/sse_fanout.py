@@ -136,8 +136,9 @@ async def hermes_level(
         text = harness.words(words)
         async with harness.client_session(limit=clients + 64) as session:
             # Warm-up (pool connections, script load, hub reader) with a temporary worker; the
-            # same input as the measured runs, so its frames are the reference's template.
-            [warm] = await dep.start_workers(1)
+            # same input and token delay as the measured runs (so no deltas merge: a worker
+            # merges those that pile up behind an append), so its frames are the template.
+            [warm] = await dep.start_workers(1, echo_token_delay=delay)
             warm_id = await harness.post_run(session, base, text)
             async with session.get(f"{base}/v1/runs/{warm_id}/events") as response:
                 template = parse_frames(await response.read())
