@@ -28,7 +28,7 @@ from hermes_queue.store import (
     project_message,
     project_session,
 )
-from hermes_queue.store.base import TitleConflict
+from hermes_queue.store.base import DEFAULT_SESSION_SOURCE, TitleConflict
 from hermes_queue.store.protocol import SessionStore
 
 MAX_MESSAGES_LIMIT = 500
@@ -89,7 +89,7 @@ async def create_session(request: web.Request) -> web.Response:
     fields = SessionCreateBody.parse(body)
     session_id = fields.id or new_session_id()
     title, system_prompt, model = fields.title, fields.system_prompt, fields.model
-    source = fields.source or "api_server"
+    source = fields.source or DEFAULT_SESSION_SOURCE
     state = request.app[STATE]
     model_config, locked_model = creation_lock(state.routing, body)
     try:

@@ -160,7 +160,7 @@ class TurnStarter:
     async def _create_missing(self, session_id: str) -> None:
         if await self._store.get_session(session_id) is None:
             try:
-                await self._store.create_session(session_id, source="api_server")
+                await self._store.create_session(session_id)
             except SessionExists:
                 pass  # a concurrent first turn created it
 

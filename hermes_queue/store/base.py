@@ -134,6 +134,10 @@ class MessageRow:
     turn_key: str | None = None
 
 
+# The source a session gets unless its creator names one: upstream's API server platform.
+DEFAULT_SESSION_SOURCE = "api_server"
+
+
 @dataclass(frozen=True)
 class TurnUsage:
     """One turn's usage, added to its session's running totals (costs counted from 0 once

@@ -11,6 +11,7 @@ from __future__ import annotations
 from hermes_queue.store.backend import Conn
 from hermes_queue.store.base import (
     BRANCH_MARKER,
+    DEFAULT_SESSION_SOURCE,
     END_REASON_BRANCHED,
     END_REASON_COMPRESSION,
     SessionExists,
@@ -73,7 +74,7 @@ class LineageMixin(SessionRowsMixin):
             await self._insert_session(
                 conn,
                 new_id,
-                source="api_server",
+                source=DEFAULT_SESSION_SOURCE,
                 title=clean,
                 model=src["model"],
                 model_config={BRANCH_MARKER: source_id},

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hermes_queue.store.base import (
+    DEFAULT_SESSION_SOURCE,
     UNSET,
     MessageOrder,
     MessageRow,
@@ -46,7 +47,7 @@ class SessionStore(Protocol):
         self,
         id: str,
         *,
-        source: str = "api_server",
+        source: str = DEFAULT_SESSION_SOURCE,
         model: str | None = None,
         model_config: dict[str, Any] | None = None,
         system_prompt: str | None = None,

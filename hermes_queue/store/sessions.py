@@ -12,6 +12,7 @@ from typing import Any
 
 from hermes_queue.store.backend import Conn, SqlBackend, UniqueViolation
 from hermes_queue.store.base import (
+    DEFAULT_SESSION_SOURCE,
     UNSET,
     SessionExists,
     SessionNotFound,
@@ -102,7 +103,7 @@ class SessionRowsMixin(SqlBackend):
         self,
         id: str,
         *,
-        source: str = "api_server",
+        source: str = DEFAULT_SESSION_SOURCE,
         model: str | None = None,
         model_config: dict[str, Any] | None = None,
         system_prompt: str | None = None,

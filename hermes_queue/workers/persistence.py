@@ -13,11 +13,8 @@ import time
 from typing import Any
 
 from hermes_queue.agents.base import AgentResult
-from hermes_queue.store.base import TurnUsage
+from hermes_queue.store.base import DEFAULT_SESSION_SOURCE, TurnUsage
 from hermes_queue.store.protocol import SessionStore
-
-# The source of a session a turn creates, as upstream's API server names its sessions'.
-SESSION_SOURCE = "api_server"
 
 IMAGE_PARTS = frozenset({"image", "image_url", "input_image"})
 
@@ -40,7 +37,7 @@ class SessionTurnLog:
             self.session_id,
             [{"role": "user", "content": stored_content(message), "timestamp": time.time()}],
             turn_key=f"{self.run_id}:user",
-            create_source=SESSION_SOURCE if create_session else None,
+            create_source=DEFAULT_SESSION_SOURCE if create_session else None,
         )
 
     async def record_reply(self, result: AgentResult) -> None:
