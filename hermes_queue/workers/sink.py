@@ -149,7 +149,7 @@ class RunEventSink:
             await self._hold_deltas(loop)
             backlog = coalesce_deltas(self._backlog)
             batch, self._backlog = backlog[:MAX_BATCH], backlog[MAX_BATCH:]
-            if any(kind == EventType.MESSAGE_DELTA for kind, _ in batch):
+            if self._coalesce_s > 0 and any(k == EventType.MESSAGE_DELTA for k, _ in batch):
                 self._last_delta_append = loop.time()
             try:
                 await self._append(batch)
