@@ -1,27 +1,30 @@
-"""SQLite backend (the default, embedded): one aiosqlite connection per store.
+"""SQLite backend (the default, embedded): one connection per store, on a thread of its own.
 
-aiosqlite runs every call on its own thread, so nothing here blocks the event loop. A single
-connection is shared by all coroutines of the process, so an ``asyncio.Lock`` serialises
-transactions on it (otherwise one coroutine's statements would land inside another's
-transaction). Writes use ``BEGIN IMMEDIATE``: the database write lock is taken up front, which
-makes check-then-insert atomic against other *processes* too, with ``busy_timeout`` letting a
-second writer wait instead of failing. WAL keeps readers in other processes unblocked.
+Every operation runs whole on the store's thread (``thread_loop.py``): its statements are plain
+``sqlite3`` calls there, so an operation is one hop from the caller's loop and back, and the
+caller's loop never blocks on the disk or on the write lock. The connection is shared by all of
+the process's operations, so an ``asyncio.Lock`` (on the store's loop) keeps one operation's
+statements out of another's transaction. Writes use ``BEGIN IMMEDIATE``: the database write
+lock is taken up front, which makes check-then-insert atomic against other *processes* too, with
+``busy_timeout`` letting a second writer wait (on the store's thread) instead of failing. WAL
+keeps readers in other processes unblocked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
-from typing import Any, ClassVar
-
-import aiosqlite
+from typing import Any, ClassVar, TypeVar
 
 from hermes_queue.store.backend import Conn, Dialect, UniqueViolation
 from hermes_queue.store.base import StoreError, StoreUnavailable
 from hermes_queue.store.sql_store import SqlSessionStore
+from hermes_queue.store.thread_loop import ThreadLoop, ThreadLoopClosed
 
 MEMORY = ":memory:"
 # Errors that mean "the database is not usable right now", not "your query is wrong".
@@ -45,8 +48,8 @@ def _translate(exc: Exception) -> StoreError:
     return StoreError(f"sqlite error: {message}")
 
 
-@asynccontextmanager
-async def _translated() -> AsyncIterator[None]:
+@contextmanager
+def _translated() -> Iterator[None]:
     try:
         yield
     except (sqlite3.Error, OSError) as exc:
@@ -54,14 +57,16 @@ async def _translated() -> AsyncIterator[None]:
 
 
 class _SqliteConn:
-    """``Conn`` over an aiosqlite connection; SQL already uses ``?`` placeholders."""
+    """``Conn`` over a ``sqlite3`` connection, called on the store's thread only; SQL already
+    uses ``?`` placeholders. The calls are coroutines for the shared operations' sake, but
+    never suspend: an operation runs to its end without giving up the store's thread."""
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 
     async def fetch(self, sql: str, *args: Any) -> list[dict[str, Any]]:
-        async with _translated(), self._db.execute(sql, args) as cursor:
-            return [dict(row) for row in await cursor.fetchall()]
+        with _translated():
+            return [dict(row) for row in self._db.execute(sql, args).fetchall()]
 
     async def fetchrow(self, sql: str, *args: Any) -> dict[str, Any] | None:
         # fetchall, not fetchone: an INSERT ... RETURNING must run to completion.
@@ -69,90 +74,129 @@ class _SqliteConn:
         return rows[0] if rows else None
 
     async def execute(self, sql: str, *args: Any) -> int:
-        async with _translated(), self._db.execute(sql, args) as cursor:
-            return max(cursor.rowcount, 0)
+        with _translated():
+            cursor = self._db.execute(sql, args)
+            rowcount = cursor.rowcount
+            cursor.close()
+            return max(rowcount, 0)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        async with _translated():
-            await self._db.executemany(sql, rows)
+        with _translated():
+            self._db.executemany(sql, rows)
 
 
 class SqliteSessionStore(SqlSessionStore):
-    """Session store in one SQLite file (or ``:memory:``, private to this store)."""
+    """Session store in one SQLite file (or ``:memory:``, private to this store).
+
+    Every public operation runs on the store's thread (``_on_store_thread`` below); the
+    connection, the lock and the transactions live there."""
 
     dialect: ClassVar[Dialect] = "sqlite"
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = 5_000) -> None:
         self.path = str(path)
         self._busy_timeout_ms = busy_timeout_ms
-        self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._lock: asyncio.Lock | None = None  # made on the store's loop, where it is used
+        self._thread = ThreadLoop("hermes-queue-sqlite")
         self._closed = False
 
     def __repr__(self) -> str:
         return f"SqliteSessionStore({self.path!r})"
 
-    async def _connect(self) -> aiosqlite.Connection:
-        """Open lazily (under ``_lock``) so constructing a store never touches the disk."""
+    def _locked(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def _connect(self) -> sqlite3.Connection:
+        """Open lazily (under the lock) so constructing a store never touches the disk."""
         if self._closed:
             raise StoreUnavailable("session store is closed")
         if self._db is not None:
             return self._db
-        async with _translated():
+        with _translated():
             if self.path != MEMORY:
                 # The default URL points into a not-yet-existing ".hermes-queue/" directory.
-                await asyncio.to_thread(Path(self.path).parent.mkdir, parents=True, exist_ok=True)
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: no implicit transactions, we issue BEGIN/COMMIT ourselves.
-            db = await aiosqlite.connect(self.path, isolation_level=None)
+            db = sqlite3.connect(self.path, isolation_level=None)
             try:
-                db.row_factory = aiosqlite.Row
-                await db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-                await db.execute("PRAGMA foreign_keys = ON")
+                db.row_factory = sqlite3.Row
+                db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+                db.execute("PRAGMA foreign_keys = ON")
                 if self.path != MEMORY:
                     await _enable_wal(db)
-                    await db.execute("PRAGMA synchronous = NORMAL")
+                    db.execute("PRAGMA synchronous = NORMAL")
             except BaseException:
-                await db.close()
+                db.close()
                 raise
         self._db = db
         return db
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Conn]:
-        async with self._lock:
+        async with self._locked():
             yield _SqliteConn(await self._connect())
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Conn]:
-        async with self._lock:
+        async with self._locked():
             db = await self._connect()
-            async with _translated():
-                await db.execute("BEGIN IMMEDIATE")
+            with _translated():
+                db.execute("BEGIN IMMEDIATE")
             try:
                 yield _SqliteConn(db)
-                async with _translated():
-                    await db.execute("COMMIT")
+                with _translated():
+                    db.execute("COMMIT")
             except BaseException:
                 # Also after a failed COMMIT, which leaves the transaction open.
-                with suppress(sqlite3.Error, ValueError):
-                    await db.execute("ROLLBACK")
+                with suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
                 raise
 
     async def close(self) -> None:
-        async with self._lock:
+        await self._thread.stop(last=self._close_db())
+
+    async def _close_db(self) -> None:
+        """The store thread's last operation: everything accepted before ``close`` ran first."""
+        async with self._locked():
             self._closed = True
             if self._db is not None:
                 db, self._db = self._db, None
-                await db.close()
+                db.close()
 
 
-async def _enable_wal(db: aiosqlite.Connection, attempts: int = 50) -> None:
+T = TypeVar("T")
+
+
+def _on_store_thread(
+    operation: Callable[..., Coroutine[Any, Any, T]],
+) -> Callable[..., Coroutine[Any, Any, T]]:
+    @functools.wraps(operation)
+    async def run(self: SqliteSessionStore, *args: Any, **kwargs: Any) -> T:
+        try:
+            return await self._thread.run(operation(self, *args, **kwargs))
+        except ThreadLoopClosed:
+            raise StoreUnavailable("session store is closed") from None
+
+    return run
+
+
+# Every public operation of the shared SQL store, wrapped once here (the operation modules stay
+# backend-neutral; PostgreSQL's asyncpg runs them on the caller's loop as they are).
+for _name, _operation in inspect.getmembers(SqlSessionStore, inspect.iscoroutinefunction):
+    if not _name.startswith("_") and _name != "close":
+        setattr(SqliteSessionStore, _name, _on_store_thread(_operation))
+
+
+async def _enable_wal(db: sqlite3.Connection, attempts: int = 50) -> None:
     """Switch to WAL. The switch needs an exclusive lock and SQLite answers "database is
     locked" at once (no busy wait) while another connection is switching the same new file,
     so retry briefly: several processes open one fresh database at start-up."""
     for attempt in range(attempts):
         try:
-            await db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or attempt == attempts - 1:
