@@ -5,8 +5,10 @@ Per (token delay, concurrency) level: runs/s, time to first token (POST sent →
 ``message.delta`` received), total time (POST sent → ``: stream closed``), failures (any error,
 unclean close, or a stream missing a delta or ``run.completed``), Redis commands per streamed
 token (INFO ``total_commands_processed`` delta / deltas received), and server CPU per run (API +
-workers, from psutil). The echo input has 20 words, so each reply is 21 tokens (deltas that pile
-up behind an append in flight arrive merged: a run is checked by its text; tokens per run are 21).
+workers, from psutil). The echo input has 20 words (``--words``), so each reply is 21 tokens
+(deltas that pile up behind an append in flight arrive merged: a run is checked by its text;
+tokens per run are 21). ``--words 1`` (2 tokens) against the default separates what a run costs
+whatever its length from what each token adds.
 
 Responsiveness probe (``--probe-health``): while a level runs, a separate process polls
 ``GET /health`` and, on a thread of its own, a *new* request through the whole middleware stack
@@ -18,6 +20,7 @@ clients or more are probed: the probe's ~20 requests/s are noise there (~2 % of 
 requests) but would nudge the small levels' runs/s; ``all`` probes every level, ``none`` none.
 
     python bench/throughput.py [--quick] [--workers 1] [--rounds 3] [--delays 0,0.01]
+        [--levels 1,32] [--words 20]
 """
 
 from __future__ import annotations
@@ -148,6 +151,13 @@ async def main() -> None:
     parser.add_argument("--levels", default="")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument(
+        "--words",
+        type=int,
+        default=INPUT_WORDS,
+        help="echo input words (a reply is one token more): 1 vs 20 separates a run's fixed"
+        " cost from its cost per token",
+    )
+    parser.add_argument(
         "--probe-health",
         choices=("auto", "all", "none"),
         default="auto",
@@ -192,7 +202,7 @@ async def main() -> None:
                 for index in range(rounds):
                     prober = harness.Prober(probe_urls) if probe_level(concurrency) else None
                     commands, cpu = dep.total_commands(), cpu_seconds(roles)
-                    r = await level(base, concurrency, runs, args.timeout)
+                    r = await level(base, concurrency, runs, args.timeout, args.words)
                     commands = dep.total_commands() - commands - 1
                     after = cpu_seconds(roles)
                     if prober is not None:
@@ -258,7 +268,7 @@ async def main() -> None:
             row["probe"] = {k: p.summary() for k, p in probed[(delay, concurrency)].items()}
     harness.print_table(
         f"throughput, {args.workers} worker(s) × {args.worker_concurrency} slots, "
-        f"{INPUT_WORDS + 1} tokens per run (medians over rounds)",
+        f"{args.words + 1} tokens per run (medians over rounds)",
         [k for k in summary[0] if k != "probe"],
         rows,
     )
@@ -280,6 +290,7 @@ async def main() -> None:
         {
             "workers": args.workers,
             "worker_concurrency": args.worker_concurrency,
+            "tokens_per_run": args.words + 1,
             "summary": summary,
             "rounds": results,
             "redis": redis_version,
