@@ -12,6 +12,7 @@ import contextlib
 import time
 from typing import Any
 
+from hermes_queue.store.backend import Conn
 from hermes_queue.store.base import MessageOrder, MessageRow, SessionExists, TurnUsage
 from hermes_queue.store.codec import (
     MESSAGE_COLUMNS,
@@ -26,7 +27,7 @@ _UNBOUNDED = 2**62
 
 
 class MessagesMixin(SessionRowsMixin):
-    """``append_messages``, ``get_messages`` and ``get_conversation``."""
+    """``append_messages``, ``start_turn``, ``get_messages`` and ``get_conversation``."""
 
     async def append_messages(
         self,
@@ -48,42 +49,77 @@ class MessagesMixin(SessionRowsMixin):
         ``create_source``, the session is created first when missing (with that source), and
         ``usage`` is added to its totals when the messages are inserted.
         """
+        async with self._write() as conn:
+            return await self._append(conn, session_id, messages, turn_key, create_source, usage)
+
+    async def start_turn(
+        self,
+        session_id: str,
+        message: dict[str, Any],
+        *,
+        turn_key: str,
+        create_source: str | None = None,
+        history_excluding: str | None = None,
+    ) -> list[dict[str, Any]] | None:
+        """A turn's start in one transaction: the history it runs on (with
+        ``history_excluding``: ``get_conversation``'s ``exclude_turn_prefix``; else None), and
+        its user message appended as ``append_messages`` does (keyed by ``turn_key``).
+
+        One operation because both are on the way to a turn's first token: on a worker whose
+        agent threads keep the GIL busy, each store operation is a hand-off to the store's
+        thread and back that waits for the GIL on both sides.
+        """
+        async with self._write() as conn:
+            history = None
+            if history_excluding is not None:
+                history = await self._conversation(conn, session_id, history_excluding)
+            await self._append(conn, session_id, [message], turn_key, create_source, None)
+        return history
+
+    async def _append(
+        self,
+        conn: Conn,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        turn_key: str | None,
+        create_source: str | None,
+        usage: TurnUsage | None,
+    ) -> int:
         rows = [encode_message(session_id, m, turn_key) for m in messages]
         tool_calls = sum(tool_call_count(m.get("tool_calls")) for m in messages)
-        async with self._write() as conn:
-            created = False
-            if create_source is not None:
-                with contextlib.suppress(SessionExists):
-                    await self._insert_session(conn, session_id, source=create_source, title=None)
-                    created = True
-            if not created:
-                await self._fetch_session(conn, session_id, lock=True)
-            if turn_key is not None:
-                claimed = await conn.fetchrow(
-                    "INSERT INTO message_turns (session_id, turn_key, created_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT DO NOTHING RETURNING turn_key",
-                    session_id,
-                    turn_key,
-                    time.time(),
-                )
-                if claimed is None:
-                    return 0
-            if not rows:
-                return 0
-            await conn.executemany(
-                f"INSERT INTO messages ({MESSAGE_COLUMNS}, turn_key)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-            await conn.execute(
-                "UPDATE sessions SET message_count = message_count + ?,"
-                " tool_call_count = tool_call_count + ? WHERE id = ?",
-                len(rows),
-                tool_calls,
+        created = False
+        if create_source is not None:
+            with contextlib.suppress(SessionExists):
+                await self._insert_session(conn, session_id, source=create_source, title=None)
+                created = True
+        if not created:
+            await self._fetch_session(conn, session_id, lock=True)
+        if turn_key is not None:
+            claimed = await conn.fetchrow(
+                "INSERT INTO message_turns (session_id, turn_key, created_at) VALUES (?, ?, ?)"
+                " ON CONFLICT DO NOTHING RETURNING turn_key",
                 session_id,
+                turn_key,
+                time.time(),
             )
-            if usage is not None:
-                await self._add_usage(conn, session_id, usage)
+            if claimed is None:
+                return 0
+        if not rows:
+            return 0
+        await conn.executemany(
+            f"INSERT INTO messages ({MESSAGE_COLUMNS}, turn_key)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        await conn.execute(
+            "UPDATE sessions SET message_count = message_count + ?,"
+            " tool_call_count = tool_call_count + ? WHERE id = ?",
+            len(rows),
+            tool_calls,
+            session_id,
+        )
+        if usage is not None:
+            await self._add_usage(conn, session_id, usage)
         return len(rows)
 
     async def get_messages(
@@ -102,15 +138,19 @@ class MessagesMixin(SessionRowsMixin):
             raise ValueError("order must be 'oldest' or 'latest'")
         if (limit is not None and limit < 0) or offset < 0:
             raise ValueError("limit and offset must not be negative")
-        direction = "ASC" if order == "oldest" else "DESC"
         async with self._read() as conn:
-            rows = await conn.fetch(
-                f"SELECT * FROM messages WHERE session_id = ? ORDER BY id {direction}"
-                " LIMIT ? OFFSET ?",
-                session_id,
-                _UNBOUNDED if limit is None else limit,
-                offset,
-            )
+            return await self._messages(conn, session_id, limit, offset, order)
+
+    async def _messages(
+        self, conn: Conn, session_id: str, limit: int | None, offset: int, order: MessageOrder
+    ) -> list[MessageRow]:
+        direction = "ASC" if order == "oldest" else "DESC"
+        rows = await conn.fetch(
+            f"SELECT * FROM messages WHERE session_id = ? ORDER BY id {direction} LIMIT ? OFFSET ?",
+            session_id,
+            _UNBOUNDED if limit is None else limit,
+            offset,
+        )
         if order == "latest":
             rows.reverse()
         return [message_from_row(r) for r in rows]
@@ -124,8 +164,14 @@ class MessagesMixin(SessionRowsMixin):
         ``exclude_turn_prefix`` leaves out the messages a turn wrote itself, so a retried
         attempt of that turn sees the history its first attempt saw.
         """
+        async with self._read() as conn:
+            return await self._conversation(conn, session_id, exclude_turn_prefix)
+
+    async def _conversation(
+        self, conn: Conn, session_id: str, exclude_turn_prefix: str | None
+    ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for msg in await self.get_messages(session_id):
+        for msg in await self._messages(conn, session_id, None, 0, "oldest"):
             if exclude_turn_prefix and (msg.turn_key or "").startswith(exclude_turn_prefix):
                 continue
             item: dict[str, Any] = {

@@ -110,6 +110,20 @@ class SessionStore(Protocol):
         self, session_id: str, *, exclude_turn_prefix: str | None = None
     ) -> list[dict[str, Any]]: ...
 
+    async def start_turn(
+        self,
+        session_id: str,
+        message: dict[str, Any],
+        *,
+        turn_key: str,
+        create_source: str | None = None,
+        history_excluding: str | None = None,
+    ) -> list[dict[str, Any]] | None:
+        """In one transaction: the turn's history (``get_conversation`` with
+        ``exclude_turn_prefix=history_excluding``; None when not asked for) and its user
+        message appended (``append_messages`` with ``turn_key`` and ``create_source``)."""
+        ...
+
     async def update_usage(self, session_id: str, usage: TurnUsage) -> None:
         """Add one turn's usage to the session's totals (costs counted from 0 once given;
         the model that ran recorded when the session has none yet)."""

@@ -25,19 +25,19 @@ class SessionTurnLog:
         self.run_id = run_id
         self.session_id = session_id
 
-    async def history(self) -> list[dict[str, Any]]:
-        return await self.store.get_conversation(
-            self.session_id, exclude_turn_prefix=f"{self.run_id}:"
-        )
-
-    async def record_user(self, message: Any, *, create_session: bool = False) -> None:
-        """The turn's user message; ``create_session``: the session is created with it when
-        missing (a ``/v1/runs`` turn's session, created on first use as upstream's agent does)."""
-        await self.store.append_messages(
+    async def start(
+        self, message: Any, *, with_history: bool, create_session: bool = False
+    ) -> list[dict[str, Any]] | None:
+        """The turn's user message recorded and, ``with_history``, the session's history as
+        the turn sees it (without what an earlier attempt of this run wrote), in one store
+        operation. ``create_session``: the session is created with the message when missing
+        (a ``/v1/runs`` turn's session, created on first use as upstream's agent does)."""
+        return await self.store.start_turn(
             self.session_id,
-            [{"role": "user", "content": stored_content(message), "timestamp": time.time()}],
+            {"role": "user", "content": stored_content(message), "timestamp": time.time()},
             turn_key=f"{self.run_id}:user",
             create_source=DEFAULT_SESSION_SOURCE if create_session else None,
+            history_excluding=f"{self.run_id}:" if with_history else None,
         )
 
     async def record_reply(self, result: AgentResult) -> None:

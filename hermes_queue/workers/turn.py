@@ -295,13 +295,14 @@ def _failure(run_id: str, exc: Exception) -> tuple[FailReason, str]:
 async def _start(
     attempt: Attempt, sink: RunEventSink, turn_log: SessionTurnLog | None
 ) -> AgentRequest:
-    history = await turn_log.history() if turn_log and attempt.record.history_from_store else None
-    request = build_request(attempt, history)
+    from_store = attempt.record.history_from_store
+    history = None
     if turn_log:
         # A turn whose history the client sends (/v1/runs) may be its session's first.
-        await turn_log.record_user(
-            request.message, create_session=not attempt.record.history_from_store
+        history = await turn_log.start(
+            attempt.record.request.message, with_history=from_store, create_session=not from_store
         )
+    request = build_request(attempt, history)
     # An attempt whose predecessors wrote nothing is, for clients, the start of the run.
     if attempt.number == 1 or attempt.record.seq == 0:
         data = {

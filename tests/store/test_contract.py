@@ -188,6 +188,35 @@ async def test_message_projection_lists_only_public_fields(store: SessionStore) 
     }
 
 
+async def test_start_turn_sees_the_history_without_its_own_writes(store: SessionStore) -> None:
+    """A turn's start is one operation: its history (what earlier turns wrote, not what an
+    earlier attempt of this turn wrote) and its user message, recorded once per turn."""
+    await store.create_session("s")
+    await store.append_messages("s", [user("q1")], turn_key="run_a:user")
+    await store.append_messages("s", [assistant("a1")], turn_key="run_a:reply")
+
+    for _attempt in range(2):  # a retried attempt sees the same history, writes nothing twice
+        history = await store.start_turn(
+            "s", user("q2"), turn_key="run_b:user", history_excluding="run_b:"
+        )
+        assert [(m["role"], m["content"]) for m in history or []] == [
+            ("user", "q1"),
+            ("assistant", "a1"),
+        ]
+    assert [m.content for m in await store.get_messages("s")] == ["q1", "a1", "q2"]
+    row = await store.get_session("s")
+    assert row is not None and row.message_count == 3
+
+    # No history asked for (the client sent it); the session is created with the message.
+    assert (
+        await store.start_turn("new", user("hi"), turn_key="run_c:user", create_source="x") is None
+    )
+    created = await store.get_session("new")
+    assert created is not None and created.source == "x" and created.message_count == 1
+    with pytest.raises(SessionNotFound):
+        await store.start_turn("missing", user("hi"), turn_key="run_d:user")
+
+
 # -- listing -----------------------------------------------------------------------------------
 
 
