@@ -47,6 +47,7 @@ class RunTrace:
     first_at: float | None = None  # time.monotonic() of the first frame
     ended_at: float | None = None  # time.monotonic() of the terminal or error frame
     record: dict[str, Any] = field(default_factory=dict)  # GET /v1/runs/{id} at the end
+    record_answer: str = ""  # the last answer to that GET (status and code, or the error)
 
     @property
     def events(self) -> list[str]:
@@ -241,11 +242,16 @@ class Load:
         deadline = time.monotonic() + within
         for trace in self.accepted:
             while True:
-                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                try:
                     url = f"{trace.api}/v1/runs/{trace.run_id}"
                     async with self.session.get(url) as response:
+                        body = await response.json(content_type=None)
+                        error = body.get("error", "") if isinstance(body, dict) else body
+                        trace.record_answer = f"{response.status} {error}"
                         if response.status == 200:
-                            trace.record = await response.json()
+                            trace.record = body
+                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                    trace.record_answer = repr(exc)
                 if trace.record.get("status") in ("completed", "failed", "cancelled"):
                     break
                 if time.monotonic() > deadline:
@@ -261,4 +267,4 @@ def record_problems(trace: RunTrace) -> list[str]:
     if status in ("failed", "cancelled"):
         explained = trace.record.get("reason") or (trace.terminal or {}).get("reason")
         return [] if explained else [f"{status} without a reason"]
-    return [f"record ended {status or 'missing'}"]
+    return [f"record ended {status or 'missing'} (last answer: {trace.record_answer})"]
