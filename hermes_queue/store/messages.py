@@ -65,9 +65,10 @@ class MessagesMixin(SessionRowsMixin):
         ``history_excluding``: ``get_conversation``'s ``exclude_turn_prefix``; else None), and
         its user message appended as ``append_messages`` does (keyed by ``turn_key``).
 
-        One operation because both are on the way to a turn's first token: on a worker whose
-        agent threads keep the GIL busy, each store operation is a hand-off to the store's
-        thread and back that waits for the GIL on both sides.
+        One operation because both are on the way to a turn's first token, and each store
+        operation is a hand-off to SQLite's thread and back (or a PostgreSQL round trip); one
+        transaction also means one commit. (At 32 streaming turns on one worker the TTFT
+        gain was within the noise of three A/B pairs: docs/performance.md, round 3.)
         """
         async with self._write() as conn:
             history = None

@@ -1,0 +1,123 @@
+"""What one hand-off costs on this machine: the unit the stack's cost per token is made of.
+
+At one client and spaced-out tokens, every token wakes something idle at each hand-off on its
+way (the agent's thread → the worker's loop → Redis → the API's loop → the client), and a wake
+costs CPU on both sides however little work it carries. This measures that unit, with nothing
+of hermes-queue in it, so the floor's overhead figures can be read against it
+(docs/performance.md, "Close to the floor, round 3"):
+
+- *loop iteration*: ``await asyncio.sleep(0)`` on a busy uvloop loop (no wake-up);
+- *thread → loop*: a thread posts to an idle uvloop loop with ``call_soon_threadsafe`` every
+  ``--gap-ms`` (as the agent's thread posts each token), CPU of both threads per post;
+- *process ping*: two processes answer each other over a socket pair, one message every
+  ``--gap-ms`` (as a worker and Redis, or Redis and the API), CPU of both per one-way message.
+
+Bounded: ``--count`` hand-offs each, loopback and socket pairs only.
+
+    python bench/wakeup_cost.py [--count 2000] [--gap-ms 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import threading
+import time
+
+import harness
+import psutil
+import uvloop
+
+
+async def loop_iteration(count: int) -> float:
+    start = time.process_time()
+    for _ in range(count):
+        await asyncio.sleep(0)
+    return (time.process_time() - start) / count
+
+
+async def thread_to_loop(count: int, gap: float) -> float:
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[int] = asyncio.Queue()
+
+    def post() -> None:
+        for index in range(count):
+            loop.call_soon_threadsafe(inbox.put_nowait, index)
+            time.sleep(gap)
+
+    me = psutil.Process()
+    before = me.cpu_times()
+    sender = threading.Thread(target=post)
+    sender.start()
+    for _ in range(count):
+        await inbox.get()
+    await asyncio.to_thread(sender.join)
+    after = me.cpu_times()
+    sleeping = count * _sleep_cost()  # the sender's own time.sleep calls, not a hand-off
+    return (after.user + after.system - before.user - before.system - sleeping) / count
+
+
+def _sleep_cost() -> float:
+    start = time.process_time()
+    for _ in range(200):
+        time.sleep(0)
+    return (time.process_time() - start) / 200
+
+
+def process_ping(count: int, gap: float) -> float:
+    ours, theirs = socket.socketpair()
+    child = os.fork()
+    if child == 0:  # the echo side: answer every byte, then leave
+        ours.close()
+        for _ in range(count):
+            theirs.sendall(theirs.recv(1))
+        os._exit(0)
+    theirs.close()
+    me, peer = psutil.Process(), psutil.Process(child)
+    before = me.cpu_times(), peer.cpu_times()
+    for _ in range(count):
+        ours.sendall(b"x")
+        ours.recv(1)
+        time.sleep(gap)
+    after = me.cpu_times(), peer.cpu_times()
+    os.waitpid(child, 0)
+    used = sum(a.user + a.system - b.user - b.system for a, b in zip(after, before, strict=True))
+    return (used - count * _sleep_cost()) / (2 * count)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=2000)
+    parser.add_argument("--gap-ms", type=float, default=1.0)
+    args = parser.parse_args()
+    gap = args.gap_ms / 1000
+    iteration = uvloop.run(loop_iteration(args.count * 10))
+    hop = uvloop.run(thread_to_loop(args.count, gap))
+    ping = process_ping(args.count, gap)
+    rows = [
+        ["loop iteration (uvloop, busy)", round(iteration * 1e6, 2)],
+        ["thread → idle loop (call_soon_threadsafe)", round(hop * 1e6, 1)],
+        ["process → idle process (socket pair, one way)", round(ping * 1e6, 1)],
+    ]
+    harness.print_table(
+        f"CPU per hand-off, both sides ({args.count} each, {args.gap_ms} ms apart)",
+        ["hand-off", "CPU µs"],
+        rows,
+    )
+    harness.emit_json(
+        "wakeup_cost",
+        {
+            "count": args.count,
+            "gap_ms": args.gap_ms,
+            "loop_iteration_us": rows[0][1],
+            "thread_to_loop_us": rows[1][1],
+            "process_one_way_us": rows[2][1],
+            "machine": harness.machine_facts(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
