@@ -97,22 +97,15 @@ class SqliteSessionStore(SqlSessionStore):
         self.path = str(path)
         self._busy_timeout_ms = busy_timeout_ms
         self._db: sqlite3.Connection | None = None
-        self._lock: asyncio.Lock | None = None  # made on the store's loop, where it is used
+        self._lock = asyncio.Lock()  # used on the store's loop only (it binds there on first wait)
+        # Once stopped (close), it refuses every operation: a closed store is unavailable.
         self._thread = ThreadLoop("hermes-queue-sqlite")
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"SqliteSessionStore({self.path!r})"
 
-    def _locked(self) -> asyncio.Lock:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
-
     async def _connect(self) -> sqlite3.Connection:
         """Open lazily (under the lock) so constructing a store never touches the disk."""
-        if self._closed:
-            raise StoreUnavailable("session store is closed")
         if self._db is not None:
             return self._db
         with _translated():
@@ -136,12 +129,12 @@ class SqliteSessionStore(SqlSessionStore):
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Conn]:
-        async with self._locked():
+        async with self._lock:
             yield _SqliteConn(await self._connect())
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Conn]:
-        async with self._locked():
+        async with self._lock:
             db = await self._connect()
             with _translated():
                 db.execute("BEGIN IMMEDIATE")
@@ -160,8 +153,7 @@ class SqliteSessionStore(SqlSessionStore):
 
     async def _close_db(self) -> None:
         """The store thread's last operation: everything accepted before ``close`` ran first."""
-        async with self._locked():
-            self._closed = True
+        async with self._lock:
             if self._db is not None:
                 db, self._db = self._db, None
                 db.close()

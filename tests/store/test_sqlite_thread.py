@@ -40,10 +40,8 @@ async def test_a_write_waiting_for_the_lock_leaves_the_loop_free(
     other.execute("BEGIN IMMEDIATE")
     try:
         write = asyncio.create_task(store.create_session("s"))
-        ticks = 0
-        while ticks < 200:  # the loop turns while the write is parked on the lock
+        for _ in range(200):  # the loop keeps turning while the write is parked on the lock
             await asyncio.sleep(0.001)
-            ticks += 1
         assert not write.done()
     finally:
         other.execute("COMMIT")
