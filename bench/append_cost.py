@@ -1,0 +1,134 @@
+"""What one event append costs the worker's event loop, layer by layer, with nothing idle.
+
+A streamed token at one client is one append (round 4 of #14 in docs/performance.md). This
+separates what our layers add to it from the round trip underneath, in one process, in a
+tight loop (so no wake-up from idle is in any figure; ``wakeup_cost.py`` measures those):
+
+- ``RunEventSink.delta`` + ``flush``: the path a token takes once on the worker's loop (the
+  sink's backlog, its flusher task, the batch token, the retry wrapper) and everything below;
+- ``Attempt.append``: the fenced append script with one event (arguments, JSON, reply);
+- ``PING`` on the same pipelined connection: the round trip alone (pack, send, reply future);
+- redis-py's own ``PING`` through its pool, for scale.
+
+CPU of this process per call (``time.process_time``; Redis' own CPU is not in it), each
+``--count`` calls, ``--rounds`` rounds. Needs a Redis: the bundled ``redis-server`` is started
+unless ``HERMES_QUEUE_BENCH_REDIS_URL`` names one (a namespace of its own is used and removed).
+
+    python bench/append_cost.py [--count 3000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import harness
+import redis.asyncio as aioredis
+import uvloop
+
+from hermes_queue.config import Settings
+from hermes_queue.redis_server import EmbeddedRedis
+from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.workers.sink import RunEventSink
+
+Layer = Callable[[int], Awaitable[None]]
+
+
+async def cpu_per_call(layer: Layer, count: int) -> float:
+    start = time.process_time()
+    for index in range(count):
+        await layer(index)
+    return (time.process_time() - start) / count * 1e6
+
+
+def layers(attempt: Attempt, redis: aioredis.Redis) -> dict[str, Layer]:
+    sink = RunEventSink(attempt)
+    connection = attempt.scripts.appends
+
+    async def sink_delta(_: int) -> None:
+        await sink.delta("token ")
+        await sink.flush()
+
+    async def attempt_append(index: int) -> None:
+        await attempt.append([("message.delta", {"delta": "token "})], f"bench.{index}")
+
+    async def pipelined_ping(_: int) -> None:
+        await connection.call("PING")
+
+    async def pool_ping(_: int) -> None:
+        await redis.ping()
+
+    return {
+        "RunEventSink.delta + flush": sink_delta,
+        "Attempt.append (one event)": attempt_append,
+        "PING, same pipelined connection": pipelined_ping,
+        "PING, redis-py pool": pool_ping,
+    }
+
+
+async def measure(url: str, count: int, rounds: int) -> dict[str, list[float]]:
+    settings = Settings(redis_url=url, namespace=f"bench-append-{uuid.uuid4().hex[:8]}").validate()
+    redis = aioredis.Redis.from_url(url)
+    repo = RunRepository(redis, settings)
+    results: dict[str, list[float]] = {}
+    try:
+        for _ in range(rounds):
+            run_id = new_run_id()
+            await repo.create(run_id=run_id, session_id="bench", request={})
+            attempt = await repo.claim(run_id, "bench")
+            assert attempt is not None
+            for name, layer in layers(attempt, redis).items():
+                await layer(-1)  # connections made, scripts loaded
+                results.setdefault(name, []).append(await cpu_per_call(layer, count))
+            await attempt.cancel()  # ends the run and its lease
+        await repo.aclose()
+    finally:
+        async for key in redis.scan_iter(match=f"{settings.namespace}:*"):
+            await redis.delete(key)
+        await redis.aclose()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=3000, help="calls per layer and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    server = None
+    url = os.environ.get(harness.BENCH_REDIS_VAR)
+    if not url:
+        server = EmbeddedRedis.start()
+        url = server.url
+    try:
+        results = uvloop.run(measure(url, args.count, args.rounds))
+    finally:
+        if server is not None:
+            server.stop()
+    rows = [
+        [name, round(statistics.median(values), 1), " ".join(f"{v:.1f}" for v in values)]
+        for name, values in results.items()
+    ]
+    harness.print_table(
+        f"CPU µs per call on the caller's side ({args.count} calls × {args.rounds} rounds, "
+        "tight loop: nothing wakes from idle)",
+        ["layer", "median", "rounds"],
+        rows,
+    )
+    harness.emit_json(
+        "append_cost",
+        {
+            "count": args.count,
+            "rounds": args.rounds,
+            "us_per_call": {name: values for name, values in results.items()},
+            "machine": harness.machine_facts(),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
