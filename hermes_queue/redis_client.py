@@ -34,6 +34,7 @@ from redis.sentinel import Sentinel as SyncSentinel
 
 from hermes_queue.addresses import is_loopback
 from hermes_queue.config import Settings
+from hermes_queue.redis_pool import BoundedPool
 
 COMMAND_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
@@ -131,14 +132,14 @@ class _SentinelPool(SentinelConnectionPool):
                 await client.aclose()
 
 
-class _BlockingSentinelPool(_SentinelPool, aioredis.BlockingConnectionPool):
+class _BoundedSentinelPool(_SentinelPool, BoundedPool):
     """A bounded pool (callers wait for a connection) whose connections find the primary
     through Sentinel."""
 
 
 def _through_sentinel(target: SentinelTarget, **options: Any) -> aioredis.Redis:
     """An async client of ``target``'s primary; bounded pool when ``max_connections`` is given."""
-    pool_class = _BlockingSentinelPool if "max_connections" in options else _SentinelPool
+    pool_class = _BoundedSentinelPool if "max_connections" in options else _SentinelPool
     manager = Sentinel(target.sentinels, sentinel_kwargs=_sentinel_kwargs())  # type: ignore[no-untyped-call]
     client: aioredis.Redis = manager.master_for(
         target.service, connection_pool_class=pool_class, **target.node_kwargs(), **options
@@ -149,8 +150,9 @@ def _through_sentinel(target: SentinelTarget, **options: Any) -> aioredis.Redis:
 def connect(settings: Settings, *, for_pubsub: bool = False) -> aioredis.Redis:
     """A pooled async client. ``for_pubsub`` has no read timeout: a quiet channel is normal.
 
-    The pool is bounded (``redis_pool_size``): a burst of requests waits for a connection
-    instead of opening one per request, so a process's connection count stays constant.
+    The pool is bounded (``redis_pool_size``, ``redis_pool.BoundedPool``): a burst of requests
+    waits for a connection instead of opening one per request, so a process's connection count
+    stays constant.
     """
     options: dict[str, Any] = {
         "max_connections": settings.redis_pool_size,
@@ -162,7 +164,7 @@ def connect(settings: Settings, *, for_pubsub: bool = False) -> aioredis.Redis:
     target = parse_sentinel_url(settings.redis_url)
     if target is not None:
         return _through_sentinel(target, **options)
-    pool = aioredis.BlockingConnectionPool.from_url(settings.redis_url, **options)
+    pool = BoundedPool.from_url(settings.redis_url, **options)
     return aioredis.Redis(connection_pool=pool)
 
 
