@@ -102,9 +102,22 @@ class BoundedPool(aioredis.ConnectionPool):
         self._available_connections.append(connection)
 
     async def _make_ready(self, connection: AbstractConnection) -> None:
-        if connection.is_connected and _closed_by_server(connection):
+        if connection.is_connected:
+            if not _closed_by_server(connection):
+                return
             await connection.disconnect()
-        await connection.connect()  # type: ignore[no-untyped-call]  # at once when connected
+        await _connect(connection)
+
+
+async def _connect(connection: AbstractConnection) -> None:
+    """Connect, or leave the connection closed: redis-py keeps one whose handshake (``AUTH``,
+    ``CLIENT SETNAME``, ``SELECT``) a cancellation cut short looking connected, and the next
+    caller would then send commands on it unauthenticated."""
+    try:
+        await connection.connect()  # type: ignore[no-untyped-call]
+    except BaseException:
+        await connection.disconnect(nowait=True)
+        raise
 
 
 def _closed_by_server(connection: AbstractConnection) -> bool:

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.connection import AbstractConnection, Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from hermes_queue.config import Settings
 from hermes_queue.redis_client import connect
 from hermes_queue.redis_pool import BoundedPool
 from tests.polling import eventually
@@ -130,8 +131,8 @@ async def test_a_command_cancelled_before_its_reply_leaves_no_reply_behind(
     assert await client.echo("after") == b"after"
 
 
-async def test_the_clients_the_project_builds_use_it(settings: object) -> None:
-    client = connect(settings)  # type: ignore[arg-type]
+async def test_the_clients_the_project_builds_use_it(settings: Settings) -> None:
+    client = connect(settings)
     try:
         assert isinstance(client.connection_pool, BoundedPool)
         burst = await asyncio.gather(*(client.echo(str(i)) for i in range(200)))
@@ -140,3 +141,43 @@ async def test_the_clients_the_project_builds_use_it(settings: object) -> None:
         assert len(pool._in_use_connections) + len(pool._available_connections) <= 32
     finally:
         await client.aclose()
+
+
+class _GatedHandshake(Connection):
+    """A connection whose handshake (``CLIENT SETNAME`` …) waits for the test's go-ahead."""
+
+    gate = asyncio.Event()
+
+    async def on_connect(self) -> None:
+        await self.gate.wait()
+        await super().on_connect()
+
+
+async def test_a_connection_whose_handshake_was_cut_short_is_never_used(
+    redis_url: str, redis: aioredis.Redis
+) -> None:
+    name = f"test-pool-{uuid.uuid4().hex[:8]}"
+    _GatedHandshake.gate = asyncio.Event()
+    pool = BoundedPool.from_url(
+        redis_url, max_connections=1, timeout=2, client_name=name, connection_class=_GatedHandshake
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    try:
+        first = asyncio.create_task(client.ping())
+        (connection,) = await eventually(
+            lambda: asyncio.sleep(
+                0, result=[c for c in pool._in_use_connections if c.is_connected]
+            ),
+            bool,
+            within=5,
+            what="the socket connected, the handshake waiting",
+        )
+        first.cancel()  # the caller gives up mid-handshake
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert not connection.is_connected  # not left looking ready without its handshake
+        _GatedHandshake.gate.set()
+        assert await client.ping()
+        assert len(await _client_ids(redis, name)) == 1  # the command ran after a full handshake
+    finally:
+        await pool.disconnect()
