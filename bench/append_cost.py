@@ -20,7 +20,6 @@ unless ``HERMES_QUEUE_BENCH_REDIS_URL`` names one (a namespace of its own is use
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 import uuid
@@ -31,7 +30,6 @@ import redis.asyncio as aioredis
 import uvloop
 
 from hermes_queue.config import Settings
-from hermes_queue.redis_server import EmbeddedRedis
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers.sink import RunEventSink
@@ -99,16 +97,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=3000, help="calls per layer and round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    server = None
-    url = os.environ.get(harness.BENCH_REDIS_VAR)
-    if not url:
-        server = EmbeddedRedis.start()
-        url = server.url
-    try:
+    with harness.bench_redis_url() as url:
         results = uvloop.run(measure(url, args.count, args.rounds))
-    finally:
-        if server is not None:
-            server.stop()
     rows = [
         [name, round(statistics.median(values), 1), " ".join(f"{v:.1f}" for v in values)]
         for name, values in results.items()

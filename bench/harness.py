@@ -8,6 +8,7 @@ on loopback, uses its own namespace, and stops what it started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -90,6 +91,21 @@ def emit_json(benchmark: str, result: dict[str, Any]) -> None:
     """The machine-readable line: one JSON object, prefixed so it is easy to grep."""
     line = {"benchmark": benchmark, "python": platform.python_version(), **result}
     print("BENCH_JSON " + json.dumps(line, sort_keys=True), flush=True)
+
+
+@contextlib.contextmanager
+def bench_redis_url() -> Iterator[str]:
+    """The Redis a benchmark without a ``Deployment`` talks to: the one
+    ``HERMES_QUEUE_BENCH_REDIS_URL`` names, else a bundled server started now, stopped after."""
+    url = os.environ.get(BENCH_REDIS_VAR)
+    if url:
+        yield url
+        return
+    server = EmbeddedRedis.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 @dataclass

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
 
@@ -24,7 +23,6 @@ import redis.asyncio as aioredis
 import uvloop
 
 from hermes_queue.redis_pool import BoundedPool
-from hermes_queue.redis_server import EmbeddedRedis
 
 POOLS: dict[str, type[aioredis.ConnectionPool]] = {
     "hermes-queue BoundedPool": BoundedPool,
@@ -72,16 +70,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     levels = [int(level) for level in args.callers.split(",")]
-    server = None
-    url = os.environ.get(harness.BENCH_REDIS_VAR)
-    if not url:
-        server = EmbeddedRedis.start()
-        url = server.url
-    try:
+    with harness.bench_redis_url() as url:
         rows = uvloop.run(measure(url, levels, args.count, args.rounds))
-    finally:
-        if server is not None:
-            server.stop()
     harness.print_table(
         f"a pooled PING, 32 connections ({args.count} calls per pool and round, medians of "
         f"{args.rounds} rounds)",
