@@ -1,12 +1,12 @@
 """The bounded connection pool every pooled client uses (``redis_client.connect``).
 
-Written here instead of using redis-py's ``BlockingConnectionPool`` (5.3) for latency under
-load: that pool takes an ``asyncio.Condition`` on every get and every release, and checks each
+Written here instead of using redis-py's ``BlockingConnectionPool`` (5.3), for what each call
+costs: that pool takes an ``asyncio.Condition`` on every get and every release, and checks each
 connection before use by reading its socket with a zero timeout, which always costs a trip
-through the event loop. On a busy API each of those is a loop iteration, and the lock hand-offs
-queue behind one another: under 512 streaming clients the API's Redis calls waited up to
-220 ms for a connection (p90 168 ms) while the loop itself lagged 22 ms at p99, whatever the
-pool size (redis-py issue #3692 reports the same lock contention). Here:
+through the event loop. On a busy API each lock hand-off and each check is a loop iteration
+(under 512 streaming clients, 2,590 gets waited over 1 ms, p50 11 ms, while the loop lagged
+0.3 ms at p50), and a pooled call cost its caller 25–45 % more CPU than here
+(``bench/pool_cost.py``; redis-py issue #3692 reports the lock contention). Here:
 
 - a free connection is taken without awaiting anything; a new one is made while fewer than
   ``max_connections`` exist; otherwise the caller waits, first come first served, up to
