@@ -101,9 +101,11 @@ def _until(moment: float, now: float) -> str:
 
 
 def _when(iso: str, now: float) -> str:
-    """``14:05:02`` today (in the jobs' time zone), else ``2026-03-03 08:00``."""
+    """``14:05:02`` within a day (the time left beside it says which day), else ``2026-03-03
+    08:00``: a fire an hour away is as wide at 23:30 as at noon, so the table's other columns
+    keep their width in an 80-column terminal across midnight."""
     moment = datetime.fromisoformat(iso)
-    if moment.date() == datetime.fromtimestamp(now, moment.tzinfo).date():
+    if abs(moment.timestamp() - now) < 86_400:
         return moment.strftime("%H:%M:%S")
     return moment.strftime("%Y-%m-%d %H:%M")
 

@@ -13,15 +13,17 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio as aioredis
 from click.testing import CliRunner, Result
+from rich.console import Console
 
 from hermes_queue import cli_check, cli_ops
 from hermes_queue.cli import main
+from hermes_queue.cli_jobs import JobsView, render_jobs
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
 from hermes_queue.runs.repository import RunRepository
@@ -319,6 +321,34 @@ def test_mask_url() -> None:
 
 
 # -- scheduled jobs in status ------------------------------------------------------------------
+
+
+def test_jobs_table_keeps_its_columns_in_80_columns_across_midnight() -> None:
+    """A fire within the day is shown by its time, whether or not it falls after midnight, so
+    the row is as wide at 23:30 as at noon and no column is cut short."""
+    rows = []
+    for name, schedule, minutes in (("soon", "every 5m", 5), ("hourly", "every 1h", 60)):
+        for clock in ("12:00:00", "23:30:00"):
+            now = datetime.fromisoformat(f"2026-12-01T{clock}+00:00").timestamp()
+            fire = now + minutes * 60
+            job = {
+                "id": "7dc58f0e9a4b4c2d8e1f",
+                "name": name,
+                "schedule": schedule,
+                "state": "scheduled",
+                "enabled": True,
+                "next_run_at": datetime.fromtimestamp(fire, UTC).isoformat(),
+                "next_run_epoch": fire,
+                "last_run_at": None,
+                "last_status": None,
+            }
+            console = Console(width=80, record=True)
+            console.print(render_jobs(JobsView([job]), now=now))
+            row = next(line for line in console.export_text().splitlines() if name in line)
+            rows.append(row)
+            assert re.search(rf"{name} .* {schedule} .* scheduled .* \(in ", row), row
+    assert len({len(row.rstrip()) for row in rows[:2]}) == 1  # noon and 23:30 alike
+    assert len({len(row.rstrip()) for row in rows[2:]}) == 1
 
 
 def test_status_lists_jobs_soonest_next_fire_first(env: Settings) -> None:
