@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -29,7 +29,7 @@ import redis
 
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
-from hermes_queue.redis_server import EmbeddedRedis, free_port
+from hermes_queue.redis_server import EmbeddedRedis, free_port, named_or_embedded
 
 API_KEY = "bench-key-" + "x" * 16
 BENCH_REDIS_VAR = "HERMES_QUEUE_BENCH_REDIS_URL"
@@ -93,19 +93,10 @@ def emit_json(benchmark: str, result: dict[str, Any]) -> None:
     print("BENCH_JSON " + json.dumps(line, sort_keys=True), flush=True)
 
 
-@contextlib.contextmanager
-def bench_redis_url() -> Iterator[str]:
+def bench_redis_url() -> contextlib.AbstractContextManager[str]:
     """The Redis a benchmark without a ``Deployment`` talks to: the one
     ``HERMES_QUEUE_BENCH_REDIS_URL`` names, else a bundled server started now, stopped after."""
-    url = os.environ.get(BENCH_REDIS_VAR)
-    if url:
-        yield url
-        return
-    server = EmbeddedRedis.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    return named_or_embedded(BENCH_REDIS_VAR)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,3 +92,19 @@ class EmbeddedRedis:
         shutil.rmtree(self.workdir, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rmdir(self.workdir)
+
+
+@contextlib.contextmanager
+def named_or_embedded(env_var: str) -> Iterator[str]:
+    """The Redis URL the environment variable ``env_var`` names, else a bundled server's,
+    started now and stopped on exit (the test suite and the benchmarks each have such a
+    variable)."""
+    url = os.environ.get(env_var)
+    if url:
+        yield url
+        return
+    server = EmbeddedRedis.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.redis_server import EmbeddedRedis
+from hermes_queue.redis_server import named_or_embedded
 
 POSTGRES_URL_VAR = "HERMES_QUEUE_TEST_POSTGRES_URL"
 
@@ -52,15 +52,8 @@ def hermes_home(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    url = os.environ.get("HERMES_QUEUE_TEST_REDIS_URL")
-    if url:
+    with named_or_embedded("HERMES_QUEUE_TEST_REDIS_URL") as url:
         yield url
-        return
-    server = EmbeddedRedis.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture
