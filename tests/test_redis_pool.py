@@ -118,17 +118,31 @@ async def test_a_connection_the_server_closed_is_replaced_before_use(
 
 
 async def test_a_command_cancelled_before_its_reply_leaves_no_reply_behind(
-    pool: BoundedPool, namespace: str
+    redis_url: str, redis: aioredis.Redis, namespace: str
 ) -> None:
+    """One connection, so the call after the cancelled one gets whatever that connection is."""
+    name = f"test-pool-{uuid.uuid4().hex[:8]}"
+    pool = BoundedPool.from_url(redis_url, max_connections=1, timeout=2, client_name=name)
     client = aioredis.Redis(connection_pool=pool)
-    blocked = asyncio.create_task(client.blpop([f"{namespace}:never"], timeout=2))
-    await asyncio.sleep(0.1)  # sent, waiting for its reply
-    blocked.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await blocked
-    await client.rpush(f"{namespace}:list", "x")
-    assert await client.lpop(f"{namespace}:list") == b"x"  # its own reply, not BLPOP's
-    assert await client.echo("after") == b"after"
+    key = f"{namespace}:list"
+    try:
+        blocked = asyncio.create_task(client.blpop([key], timeout=5))
+        await eventually(
+            redis.client_list,
+            lambda clients: any(c.get("name") == name and c["cmd"] == "blpop" for c in clients),
+            within=5,
+            what="BLPOP blocked in Redis",
+        )
+        blocked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+        await client.rpush(key, "x")
+        # Neither a BLPOP still waiting on a live connection took it, nor was its late reply
+        # read as this call's.
+        assert await client.lpop(key) == b"x"
+        assert await client.echo("after") == b"after"
+    finally:
+        await pool.disconnect()
 
 
 async def test_the_clients_the_project_builds_use_it(settings: Settings) -> None:
