@@ -10,7 +10,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from hermes_queue.api.app import create_app
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
-from hermes_queue.redis_server import free_port
 from hermes_queue.workers.worker import build_worker
 
 
@@ -77,7 +76,7 @@ async def test_keepalive_comments_while_waiting(api: TestClient, settings: Setti
 
 
 async def test_redis_outage_answers_503_with_a_code(settings: Settings) -> None:
-    dead = settings.replace(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    dead = settings.replace(redis_url="redis://127.0.0.1:1/0")  # nothing listens on port 1
     client = TestClient(TestServer(create_app(dead)))
     await client.start_server()
     try:

@@ -10,7 +10,6 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.catalog import MAX_AGE_SECONDS, publish_catalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.redis_server import free_port
 from tests.api.conftest import running_api
 from tests.test_catalog import CATALOG
 
@@ -58,7 +57,7 @@ async def test_a_lapsed_catalog_empties_the_lists(api: TestClient, redis: Any, k
 
 
 async def test_a_redis_outage_is_the_error_envelope(settings: Settings) -> None:
-    dead = settings.replace(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    dead = settings.replace(redis_url="redis://127.0.0.1:1/0")  # nothing listens on port 1
     async with running_api(dead) as api:
         for path in ("/v1/skills", "/v1/toolsets"):
             response = await api.get(path)
