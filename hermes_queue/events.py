@@ -48,6 +48,9 @@ class EventType(StrEnum):
     RUN_CANCELLED = "run.cancelled"
     # Synthesised by readers, never stored: the cursor is older than what the stream holds.
     STREAM_GAP = "stream.gap"
+    # Synthesised by readers, never stored: the run is gone from Redis (retention passed, or
+    # Redis lost its data); the Hermes dialects show it as ``stream.error``.
+    STREAM_LOST = "stream.lost"
 
 
 TERMINAL_EVENTS = frozenset(
@@ -140,6 +143,11 @@ class RunEvent:
             data=json.loads(raw_data) if raw_data else {},
             id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
         )
+
+
+def lost_event(run_id: str) -> RunEvent:
+    """The synthesised event that says "this run is gone: nothing can follow"."""
+    return RunEvent(type=EventType.STREAM_LOST, run_id=run_id)
 
 
 def message_id_for(run_id: str) -> str:

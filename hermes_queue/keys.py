@@ -26,6 +26,12 @@ class Keys:
         on which the scripts that append to it publish each entry (streams/hub.py)."""
         return f"{self.namespace}:run:{{{run_id}}}:events"
 
+    def readers(self, run_id: str) -> str:
+        """Sorted set: the API processes whose clients read the run's events -> until when
+        (ms, Redis clock; streams/presence.py). A run started by a request that reads it is
+        abandoned once nobody does, and the next turn of its session supersedes it."""
+        return f"{self.namespace}:run:{{{run_id}}}:readers"
+
     # -- per session --------------------------------------------------------------------
     def session_active(self, session_id: str) -> str:
         """String: the record key of the session's active run (at most one at a time)."""

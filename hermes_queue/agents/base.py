@@ -56,6 +56,9 @@ class AgentResult:
     runtime: dict[str, Any] = field(default_factory=dict)
     # The agent's estimate of what the turn cost (USD), when it prices its model calls.
     cost_usd: float | None = None
+    # ``length`` when the reply stopped at the model's output limit (it is then partial:
+    # upstream's ``output_truncated`` outcome); ``stop`` otherwise.
+    finish_reason: Literal["stop", "length"] = "stop"
 
 
 class AgentError(Exception):
@@ -112,7 +115,13 @@ SubagentPhase = Literal["start", "complete"]
 
 
 class TurnCancelled(Exception):
-    """Raised by a backend that stopped because its cancel token fired."""
+    """Raised by a backend that stopped because its cancel token fired. ``messages``: what the
+    turn had finished before it stopped (its assistant and tool messages, in ``AgentResult``'s
+    shape), when the backend knows; the worker stores them with the reply as far as it went."""
+
+    def __init__(self, reason: str = "", messages: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(reason)
+        self.messages = list(messages or [])
 
 
 class CancelToken:

@@ -33,6 +33,9 @@ _FAIL = re.compile(r"\[fail\]")
 # Asks for consent to a fake command mid-reply; the rest of the reply says what was decided.
 _APPROVE = re.compile(r"\[approve\]")
 _SLOW = re.compile(r"\[slow(?::(\d+(?:\.\d+)?))?\]")
+# Stops the reply at the "output limit": its first _LENGTH_TOKENS tokens, finish_reason length.
+_LENGTH = re.compile(r"\[length\]")
+_LENGTH_TOKENS = 3
 _TOKEN = re.compile(r"\S+\s*")
 # ``[slow]`` pads to this many tokens: 50 gaps of 0.2 s between them make the turn last >= 10 s,
 # long enough for a test to stop it or kill its worker mid-stream.
@@ -81,8 +84,9 @@ class EchoBackend:
         fail = bool(_FAIL.search(raw))
         slow = _SLOW.search(raw)
         approve = bool(_APPROVE.search(raw))
+        cut = bool(_LENGTH.search(raw))
         text = raw
-        for marker in (_THINK, _TOOL, _FAIL, _SLOW, _APPROVE):
+        for marker in (_THINK, _TOOL, _FAIL, _SLOW, _APPROVE, _LENGTH):
             text = marker.sub(" ", text)
         # Collapsing whitespace keeps the reply stable however the markers were spaced.
         text = " ".join(text.split())
@@ -97,6 +101,8 @@ class EchoBackend:
             missing = _SLOW_MIN_TOKENS - len(_TOKEN.findall(reply))
             reply += " tick" * max(missing, 0)
         tokens = _TOKEN.findall(reply)
+        if cut:
+            tokens = tokens[:_LENGTH_TOKENS]
         # Never empty (it starts with "Echo: "); rounding up puts the midpoint after >= 1 delta.
         half = (len(tokens) + 1) // 2
 
@@ -111,19 +117,22 @@ class EchoBackend:
             if isinstance(sink, NoteSink):
                 await sink.thinking(reasoning)
 
-        for index, token in enumerate(tokens):
-            if index:
-                await _pause(cancel, delay)
-            await _check(cancel)
-            await sink.delta(token)
-            if index + 1 == half:
-                if approve:
-                    # Decided mid-reply: the decision is appended as the reply's last token (the
-                    # loop goes on over the grown list).
-                    tokens += await _ask(text, sink, cancel)
-                await self._tools(tools, text, sink, cancel, delay, messages)
-                if fail:
-                    raise AgentError("echo backend failure requested")
+        try:
+            for index, token in enumerate(tokens):
+                if index:
+                    await _pause(cancel, delay)
+                await _check(cancel)
+                await sink.delta(token)
+                if index + 1 == half:
+                    if approve:
+                        # Decided mid-reply: the decision is appended as the reply's last token
+                        # (the loop goes on over the grown list).
+                        tokens += await _ask(text, sink, cancel)
+                    await self._tools(tools, text, sink, cancel, delay, messages)
+                    if fail:
+                        raise AgentError("echo backend failure requested")
+        except TurnCancelled as stopped:
+            raise TurnCancelled(str(stopped), messages) from None
 
         output = "".join(tokens)
         final: dict[str, Any] = {"role": "assistant", "content": output, "timestamp": time.time()}
@@ -139,6 +148,7 @@ class EchoBackend:
                 "provider": request.route.get("provider") or "echo",
                 "model": request.route.get("model") or "echo",
             },
+            finish_reason="length" if cut else "stop",
         )
 
     async def _tools(

@@ -340,7 +340,13 @@ class _Attempt:
         for message in messages:
             message["timestamp"] = now
         runtime = {"provider": self.provider.name, "model": self.reported_model or self.model}
-        return AgentResult(output=output, usage=self.usage, messages=messages, runtime=runtime)
+        return AgentResult(
+            output=output,
+            usage=self.usage,
+            messages=messages,
+            runtime=runtime,
+            finish_reason="length" if self.finish_reason == "length" else "stop",
+        )
 
 
 def _discard(task: asyncio.Future[Any]) -> None:

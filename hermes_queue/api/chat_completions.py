@@ -18,10 +18,13 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
-from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
+from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.openai_render import (
+    CANCELLED,
+    OUTPUT_TRUNCATED,
+    TRUNCATED_MESSAGE,
     ChatStream,
     completion_id_for,
     hermes_block,
@@ -181,7 +184,7 @@ async def _stream(
     """The completion as chunks; with ``cancel`` a client that leaves stops the run."""
     response = await open_stream(request, headers)
     try:
-        finished = await state.feed.pump(response, run_id, None, renderer)
+        finished = await state.feed.pump(request, response, run_id, None, renderer)
     except asyncio.CancelledError:  # aiohttp cancels the handler when the client leaves
         if cancel:
             await asyncio.shield(state.runs.request_stop(run_id))
@@ -189,6 +192,15 @@ async def _stream(
     if not finished and cancel and _client_gone(request):
         await state.runs.request_stop(run_id)
     return response
+
+
+def _unfinished_headers(*, partial: bool, error: str) -> dict[str, str]:
+    """Upstream's headers on a completion that did not simply succeed."""
+    return {
+        "X-Hermes-Completed": "false",
+        "X-Hermes-Partial": "true" if partial else "false",
+        "X-Hermes-Error": " ".join(error.split())[:200],  # one header line, always
+    }
 
 
 @dataclass
@@ -229,6 +241,16 @@ async def _complete(
             reply.shown if reply.shown is not None else str(data.get("output")),
             "stop",
         )
+        if truncated(data):  # upstream's soft-partial answer: 200, finish_reason "length"
+            finish, error = "length", str(data.get("error") or TRUNCATED_MESSAGE)
+            hermes = hermes_block(
+                completed=False,
+                partial=True,
+                failed=False,
+                error=error,
+                error_code=OUTPUT_TRUNCATED,
+            )
+            headers = {**headers, **_unfinished_headers(partial=True, error=error)}
     else:
         error = str(data.get("error") or "the turn was stopped")
         # The agent's failed reply is its text, as upstream answers Hermes' failed result (200,
@@ -249,13 +271,11 @@ async def _complete(
             )
         finish = "error"
         partial = bool(reply.streamed)
-        hermes = hermes_block(completed=False, partial=partial, failed=True, error=error)
-        headers = {
-            **headers,
-            "X-Hermes-Completed": "false",
-            "X-Hermes-Partial": "true" if partial else "false",
-            "X-Hermes-Error": " ".join(error.split())[:200],  # one header line, always
-        }
+        code = CANCELLED if event.type == EventType.RUN_CANCELLED else "agent_error"
+        hermes = hermes_block(
+            completed=False, partial=partial, failed=True, error=error, error_code=code
+        )
+        headers = {**headers, **_unfinished_headers(partial=partial, error=error)}
     body: dict[str, Any] = {
         "id": completion_id_for(run_id),
         "object": "chat.completion",

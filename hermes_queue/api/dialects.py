@@ -165,12 +165,18 @@ def controlled_reply(data: dict[str, Any]) -> dict[str, Any]:
     return {"output": data.get("error", ""), "messages": [], "usage": zero}
 
 
+def truncated(data: dict[str, Any]) -> bool:
+    """A completed run's (or reply's) text stopped at the model's output limit: the turn ended,
+    its reply is partial (upstream's ``output_truncated``)."""
+    return data.get("finish_reason") == "length"
+
+
 def _assistant_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any]:
     return {
         "message_id": message_id,
         "content": data.get("content", ""),
-        "completed": True,
-        "partial": False,
+        "completed": not truncated(data),
+        "partial": truncated(data),
         "interrupted": False,
         "runtime": data.get("runtime") or {},
     }
@@ -179,7 +185,7 @@ def _assistant_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any
 def _run_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any]:
     return {
         "message_id": message_id,
-        "completed": True,
+        "completed": not truncated(data),
         "messages": data.get("messages", []),
         "usage": data.get("usage", {}),
         "runtime": data.get("runtime") or {},

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
-from hermes_queue.api.sse import Frame
+from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, truncated
+from hermes_queue.api.sse import EndStream, Frame
 from hermes_queue.events import EventType, RunEvent
 
 # The emoji of a tool whose backend named none (Hermes names each tool's own).
@@ -36,19 +36,53 @@ def usage_of(usage: dict[str, Any] | None) -> dict[str, int]:
 
 
 def hermes_block(
-    *, completed: bool, partial: bool, failed: bool, error: str | None
+    *,
+    completed: bool,
+    partial: bool,
+    failed: bool,
+    error: str | None,
+    error_code: str = "agent_error",
 ) -> dict[str, Any]:
     block: dict[str, Any] = {"completed": completed, "partial": partial, "failed": failed}
     if error is not None:
         block["error"] = error
-        block["error_code"] = "agent_error"
+        block["error_code"] = error_code
     return block
+
+
+# The ``error_code`` of a turn that did not end as a success, beyond upstream's
+# ``agent_error`` and ``output_truncated``: strict clients read any other code as "unknown",
+# others can tell what happened.
+CANCELLED = "cancelled"
+WORKER_LOST = "worker_lost"
+STREAM_GAP = "stream_gap"
+RUN_LOST = "run_lost"
+OUTPUT_TRUNCATED = "output_truncated"
+TRUNCATED_MESSAGE = "The reply was cut off at the model's output limit"
+WORKER_LOST_MESSAGE = "The worker running this turn was lost after part of the reply"
+STREAM_GAP_MESSAGE = "Events of this turn were lost; the stream cannot show the rest"
+RUN_LOST_MESSAGE = "This run no longer exists in Redis: no event can follow"
+
+
+def visible_ascii(raw: Any, fallback: str) -> str:
+    """``raw`` as a field strict clients accept (1–256 visible ASCII characters): characters
+    outside ``!``..``~`` dropped, cut at 256, ``fallback`` when nothing is left."""
+    text = "".join(ch for ch in str(raw or "") if "!" <= ch <= "~")[:256]
+    return text or fallback
 
 
 class ChatStream:
     """The ``chat.completion.chunk`` stream of one completion (upstream-api.md §3.2): the role
     chunk, content and reasoning chunks, named ``hermes.tool.progress`` frames, then the final
     chunk (its own frame, with ``finish_reason`` and ``usage``) and the ``[DONE]`` closer.
+
+    Only frames the dialect defines go out (docs/compatibility.md, strict clients): every chunk
+    says ``role``, ``content`` or ``finish_reason`` (a reasoning chunk carries ``role``
+    beside its ``reasoning_content``), and the end of a turn is one of upstream's final rows:
+    ``stop`` (success, no ``hermes`` block), ``length`` (``output_truncated``) or ``error``
+    with ``hermes.failed``. A stopped turn is such an error row (``error_code`` ``cancelled``);
+    what the dialect has no frame for ends the stream the same way: a lost run, a gap, or a
+    worker lost after this stream showed text the next attempt may not say again.
 
     Per connection: it remembers whether any reply text went out, which a failure's ``hermes``
     block reports as ``partial``. The agent's progress notes are not shown (upstream's chat
@@ -80,7 +114,8 @@ class ChatStream:
                 self.streamed = True
                 return [self.chunk(event, {"content": data.get("delta", "")})]
             case EventType.REASONING:
-                return [self.chunk(event, {"reasoning_content": data.get("text", "")})]
+                reasoning = {"role": "assistant", "reasoning_content": data.get("text", "")}
+                return [self.chunk(event, reasoning)]
             case EventType.ASSISTANT_COMPLETED if not data.get("streamed", True):
                 # A reply that was not streamed (the controlled provider-auth reply, a backend
                 # that answers at once) still reaches the client as content.
@@ -88,33 +123,49 @@ class ChatStream:
                 return [self.chunk(event, {"content": str(data.get("content", ""))})]
             case EventType.TOOL_STARTED | EventType.TOOL_COMPLETED:
                 return _tool_progress(event)
+            case EventType.RUN_COMPLETED if truncated(data):
+                block = hermes_block(
+                    completed=False,
+                    partial=True,
+                    failed=False,
+                    error=str(data.get("error") or TRUNCATED_MESSAGE),
+                    error_code=OUTPUT_TRUNCATED,
+                )
+                usage = usage_of(data.get("usage"))
+                return [self.chunk(event, {}, "length", usage=usage, hermes=block), DONE]
             case EventType.RUN_COMPLETED:
                 final = self.chunk(event, {}, "stop", usage=usage_of(data.get("usage")))
                 return [final, DONE]
             case EventType.RUN_FAILED if is_controlled_reply(data):
                 usage = usage_of(controlled_reply(data)["usage"])
                 return [self.chunk(event, {}, "stop", usage=usage), DONE]
-            case EventType.RUN_FAILED | EventType.RUN_CANCELLED:
-                return [self._unfinished(event), DONE]
-            case EventType.RUN_RESTARTED | EventType.STREAM_GAP:
-                if event.type == EventType.RUN_RESTARTED:
-                    self.streamed = False  # the client drops what the lost attempt said
-                return [(f"hermes.{event.type}", dict(data), event.id)]
+            case EventType.RUN_FAILED:
+                error = str(data.get("error") or "agent error")
+                return [self._error_row(event, error, "agent_error"), DONE]
+            case EventType.RUN_CANCELLED:
+                return [self._error_row(event, "The turn was stopped", CANCELLED), DONE]
+            case EventType.RUN_RESTARTED if self.streamed:
+                # The lost attempt's text went out and the next one says its own: chat has no
+                # frame to take text back, so this stream ends (docs/compatibility.md).
+                raise EndStream([self._error_row(event, WORKER_LOST_MESSAGE, WORKER_LOST), DONE])
+            case EventType.STREAM_GAP:
+                raise EndStream([self._error_row(event, STREAM_GAP_MESSAGE, STREAM_GAP), DONE])
+            case EventType.STREAM_LOST:
+                raise EndStream([self._error_row(event, RUN_LOST_MESSAGE, RUN_LOST), DONE])
             case _:
                 return []
 
-    def _unfinished(self, event: RunEvent) -> Frame:
-        """The final chunk of a failed (``finish_reason: "error"``, with ``error``) or stopped
-        (``"stop"``) turn: its ``hermes`` block and usage, as upstream's."""
-        failed = event.type == EventType.RUN_FAILED
-        error = str(event.data.get("error") or ("agent error" if failed else "stopped"))
-        extra: dict[str, Any] = {"usage": usage_of(event.data.get("usage"))}
-        if failed:
-            extra["error"] = {"message": error, "type": "agent_error"}
-        extra["hermes"] = hermes_block(
-            completed=False, partial=self.streamed, failed=failed, error=error
-        )
-        return self.chunk(event, {}, "error" if failed else "stop", **extra)
+    def _error_row(self, event: RunEvent, error: str, code: str) -> Frame:
+        """The final chunk of a turn that did not succeed (``finish_reason: "error"``): its
+        ``error``, ``hermes`` block and usage, as upstream's."""
+        extra: dict[str, Any] = {
+            "usage": usage_of(event.data.get("usage")),
+            "error": {"message": error, "type": "agent_error" if code == "agent_error" else code},
+            "hermes": hermes_block(
+                completed=False, partial=self.streamed, failed=True, error=error, error_code=code
+            ),
+        }
+        return self.chunk(event, {}, "error", **extra)
 
 
 DONE: Frame = (None, "[DONE]", "")
@@ -124,7 +175,8 @@ def _tool_progress(event: RunEvent) -> list[Frame]:
     tool = str(event.data.get("tool") or "")
     if not tool or tool.startswith("_"):
         return []  # internal tools are never shown, as upstream
-    payload: dict[str, Any] = {"tool": tool, "toolCallId": event.data.get("tool_call_id")}
+    call_id = visible_ascii(event.data.get("tool_call_id"), f"call_{visible_ascii(tool, 'tool')}")
+    payload: dict[str, Any] = {"tool": visible_ascii(tool, "tool"), "toolCallId": call_id}
     if event.type == EventType.TOOL_STARTED:
         payload.update(
             emoji=event.data.get("emoji") or TOOL_EMOJI,

@@ -142,7 +142,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         return web.json_response(info.envelope("queued"), headers=headers)
     if stream:
         response = await open_stream(request, headers)
-        await state.feed.pump(response, run_id, None, stream_renderer(info))
+        await state.feed.pump(request, response, run_id, None, stream_renderer(info))
         return response
     final = await (asyncio.shield(watcher) if watcher else state.responses.settle(run_id))
     if final["status"] == "failed":
@@ -196,7 +196,7 @@ async def get_response(request: web.Request) -> web.StreamResponse:
         )
     meta = ResponseMeta.from_request(record.run_id, record.request)
     response = await open_stream(request, {"X-Hermes-Run-Id": record.run_id})
-    await state.feed.pump(response, record.run_id, None, stream_renderer(meta, after))
+    await state.feed.pump(request, response, record.run_id, None, stream_renderer(meta, after))
     return response
 
 

@@ -19,8 +19,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_queue.api.dialects import controlled_reply, is_controlled_reply
-from hermes_queue.api.sse import Frame, Renderer
+from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, truncated
+from hermes_queue.api.openai_render import (
+    RUN_LOST,
+    RUN_LOST_MESSAGE,
+    STREAM_GAP,
+    STREAM_GAP_MESSAGE,
+    WORKER_LOST,
+    WORKER_LOST_MESSAGE,
+)
+from hermes_queue.api.sse import EndStream, Frame, Renderer
 from hermes_queue.events import EventType, RunEvent
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 
@@ -90,6 +98,7 @@ class ResponseMeta:
         output: list[dict[str, Any]] | None = None,
         usage: dict[str, int] | None = None,
         error: dict[str, Any] | None = None,
+        incomplete: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -100,6 +109,7 @@ class ResponseMeta:
             "output": output or [],
             "usage": usage,
             "error": error,
+            "incomplete_details": incomplete,
             "instructions": self.instructions,
             "previous_response_id": self.previous_response_id,
             "store": self.store,
@@ -129,6 +139,7 @@ class ResponseFold:
     tool_index: dict[str, int] = field(default_factory=dict)
     usage: dict[str, int] | None = None
     error: dict[str, Any] | None = None
+    incomplete: dict[str, Any] | None = None
     # This turn's transcript messages (assistant/tool), from run.completed.
     messages: list[dict[str, Any]] = field(default_factory=list)
 
@@ -142,12 +153,25 @@ class ResponseFold:
         return [self.items[index] for index in sorted(self.items)]
 
     def snapshot(self) -> dict[str, Any]:
-        return self.meta.envelope(self.status, self.output(), self.usage, self.error)
+        return self.meta.envelope(
+            self.status, self.output(), self.usage, self.error, self.incomplete
+        )
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_RESPONSE_STATUSES
 
     def feed(self, event: RunEvent) -> list[Frame]:
+        """The frames ``event`` adds. Once the response is final nothing more is added: a run
+        the dialect could not follow (see :meth:`_unfollowable`) may go on without it."""
+        if self.final:
+            return []
+        unfollowable = self._unfollowable(event)
+        if unfollowable is not None:
+            return self._fail(*unfollowable)
         data = event.data
         frames: list[Frame] = []
-        if self.status == "queued" and event.type != EventType.STREAM_GAP:
+        if self.status == "queued":
             self.status = "in_progress"
             frames.append(self._frame("response.created", response=self.snapshot()))
         match event.type:
@@ -162,15 +186,33 @@ class ResponseFold:
             case EventType.RUN_FAILED if is_controlled_reply(data):
                 frames += self._completed(controlled_reply(data))  # upstream: a normal reply
             case EventType.RUN_FAILED:
-                frames += self._close_message("incomplete")
-                self.status = "failed"
-                error = str(data.get("error") or "agent error")
-                self.error = {"message": error, "type": "server_error"}
-                frames.append(self._frame("response.failed", response=self.snapshot()))
+                frames += self._fail(str(data.get("error") or "agent error"))
             case EventType.RUN_CANCELLED:
                 frames += self._close_message("incomplete")
                 self.status = "incomplete"
                 frames.append(self._frame("response.incomplete", response=self.snapshot()))
+        return frames
+
+    def _unfollowable(self, event: RunEvent) -> tuple[str, str] | None:
+        """What the Responses dialect has no frame for, as the failure that ends the response
+        (message, code): a lost run, a gap, or a worker lost after this response showed text
+        that the next attempt would say again in its own words."""
+        match event.type:
+            case EventType.RUN_RESTARTED if self.text:
+                return WORKER_LOST_MESSAGE, WORKER_LOST
+            case EventType.STREAM_GAP:
+                return STREAM_GAP_MESSAGE, STREAM_GAP
+            case EventType.STREAM_LOST:
+                return RUN_LOST_MESSAGE, RUN_LOST
+        return None
+
+    def _fail(self, error: str, code: str | None = None) -> list[Frame]:
+        frames = self._close_message("incomplete")
+        self.status = "failed"
+        self.error = {"message": error, "type": "server_error"}
+        if code is not None:
+            self.error["code"] = code
+        frames.append(self._frame("response.failed", response=self.snapshot()))
         return frames
 
     def _open_message(self) -> list[Frame]:
@@ -270,10 +312,15 @@ class ResponseFold:
         frames = self._open_message()  # a reply without deltas still ends in a message item
         output = str(data.get("output", ""))
         text = ("".join(self.text) or output) if self.streamed else output
-        frames += self._close_message("completed", text)
-        self.status = "completed"
         self.usage = response_usage(data.get("usage"))
         self.messages = [m for m in data.get("messages") or [] if isinstance(m, dict)]
+        if truncated(data):  # cut at the output limit: OpenAI's incomplete response
+            frames += self._close_message("incomplete", text)
+            self.status, self.incomplete = "incomplete", {"reason": "max_output_tokens"}
+            frames.append(self._frame("response.incomplete", response=self.snapshot()))
+            return frames
+        frames += self._close_message("completed", text)
+        self.status = "completed"
         frames.append(self._frame("response.completed", response=self.snapshot()))
         return frames
 
@@ -283,7 +330,9 @@ def stream_renderer(meta: ResponseMeta, starting_after: int = -1) -> Renderer:
     fold = ResponseFold(meta)
 
     def render(event: RunEvent) -> Iterable[Frame]:
-        frames = fold.feed(event)
-        return [f for f in frames if int(f[2]) > starting_after]
+        frames = [f for f in fold.feed(event) if int(f[2]) > starting_after]
+        if fold.final and not event.terminal:  # ended before the run: nothing may follow
+            raise EndStream(frames)
+        return frames
 
     return render

@@ -97,7 +97,13 @@ async def run_events(request: web.Request) -> web.StreamResponse:
         await response.write_eof(STREAM_CLOSED)
     else:
         await feed.pump(
-            response, record.run_id, cursor, render_runs, page=found.page, end=STREAM_CLOSED
+            request,
+            response,
+            record.run_id,
+            cursor,
+            render_runs,
+            page=found.page,
+            end=STREAM_CLOSED,
         )
     return response
 

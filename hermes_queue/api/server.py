@@ -30,6 +30,7 @@ from typing import Any
 
 from aiohttp import http_exceptions, web
 
+from hermes_queue.api.client_gone import ClientGoneHandler
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.middlewares import SECURITY_HEADERS
 from hermes_queue.config import Settings
@@ -53,8 +54,9 @@ def protocol_error(status: int, exc: BaseException | None) -> ApiError:
     return ApiError(status, "invalid_http_request", "Malformed HTTP request")
 
 
-class JsonErrorHandler(web.RequestHandler):
-    """A connection handler whose own error answers are our JSON envelope."""
+class JsonErrorHandler(ClientGoneHandler):
+    """A connection handler whose own error answers are our JSON envelope, and which tells
+    whoever asked when its client's connection closes (``client_gone.on_client_gone``)."""
 
     __slots__ = ()
 

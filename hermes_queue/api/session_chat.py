@@ -92,7 +92,7 @@ async def chat_stream(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     started, headers = await start_turn(request, state)
     response = await open_stream(request, headers)
-    await state.feed.pump(response, started.run_id, None, SessionStream())
+    await state.feed.pump(request, response, started.run_id, None, SessionStream())
     return response
 
 
@@ -118,5 +118,7 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
         raise run_not_found(run_id)
     found.at_end()  # a cursor past the run's newest event is refused (400)
     response = await open_stream(request, turn_headers(record.session_id, record.run_id, None))
-    await state.feed.pump(response, record.run_id, None, SessionStream(cursor), page=found.page)
+    await state.feed.pump(
+        request, response, record.run_id, None, SessionStream(cursor), page=found.page
+    )
     return response

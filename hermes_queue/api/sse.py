@@ -28,17 +28,34 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue.api.client_gone import on_client_gone
 from hermes_queue.api.errors import ApiError
-from hermes_queue.events import RunEvent, format_stream_id, parse_stream_id
+from hermes_queue.events import RunEvent, format_stream_id, lost_event, parse_stream_id
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunRecord
-from hermes_queue.streams.hub import StreamHub
+from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import ZERO_ID, Page
 
 # One rendered frame: (event name or None for an unnamed frame, JSON payload or raw string,
 # its id line: "" for none).
 Frame = tuple[str | None, dict[str, Any] | str, str]
 Renderer = Callable[[RunEvent], Iterable[Frame]]
+
+
+class EndStream(Exception):
+    """Raised by a renderer whose dialect must end the stream at this event although the run
+    goes on or is gone (an OpenAI dialect meeting what it has no frame for: a lost run, a
+    restart after text it showed, a gap): ``frames`` are the dialect's own terminal frames, and
+    nothing is written after them (a strict client refuses even a comment after ``[DONE]``)."""
+
+    def __init__(self, frames: list[Frame]) -> None:
+        super().__init__("the dialect ended the stream")
+        self.frames = frames
+
+    def encoded(self) -> bytes:
+        return b"".join([encode_frame(name, payload, fid) for name, payload, fid in self.frames])
+
+
 # Renderers that are pure functions of one event, whose bytes all clients of a process share.
 _SHARED: set[Renderer] = set()
 
@@ -156,7 +173,9 @@ RECORD_CHECK_EVERY = 6
 
 def run_lost_frame(run_id: str) -> bytes:
     """The explicit end of a stream whose run Redis no longer has (its retention passed, or
-    Redis restarted without its data): a ``stream.error`` frame, then the closing comment."""
+    Redis restarted without its data), in the Hermes dialects: a ``stream.error`` frame, then
+    the closing comment. The OpenAI dialects end with their own terminal instead (a renderer
+    fed :func:`~hermes_queue.events.lost_event` raises :class:`EndStream`)."""
     payload = {
         "event": "stream.error",
         "run_id": run_id,
@@ -167,6 +186,15 @@ def run_lost_frame(run_id: str) -> bytes:
         },
     }
     return encode_frame("stream.error", payload, "") + b": run not found\n\n"
+
+
+def _lost_bytes(run_id: str, render: Renderer) -> bytes:
+    """How a stream whose run is gone ends in ``render``'s dialect."""
+    try:
+        shown = event_bytes(lost_event(run_id), render)
+    except EndStream as ended:
+        return ended.encoded()
+    return shown + run_lost_frame(run_id)
 
 
 @dataclass(frozen=True)
@@ -236,6 +264,7 @@ class RunFeed:
 
     async def pump(
         self,
+        request: web.BaseRequest,
         response: web.StreamResponse,
         run_id: str,
         cursor: str | None,
@@ -247,45 +276,63 @@ class RunFeed:
         """Write the run's events after ``cursor`` until its terminal event.
 
         Returns True when the terminal event was written, False when the client went away (a
-        client disconnect never touches the run) or the server is shutting down. ``page``: the
+        client disconnect never touches the run, but it stops counting as the run's reader at
+        once: ``on_client_gone``) or the server is shutting down. ``page``: the
         first replay page from :meth:`prefetch` for this ``cursor``. ``end``: bytes to close
         the response with after the terminal event; they leave with its frames and the end of
         the body in one write (the response is then finished: write nothing more).
         """
-        idle = 0
-        checked = self._hub.connection_losses  # changed: Redis was away, may have lost the run
         try:
             async with self._hub.subscribe(run_id, cursor, page=page) as subscription:
-                while True:
-                    events = await subscription.get_many(
-                        timeout=self._keepalive, max_items=MAX_BATCH
-                    )
-                    if not events:
-                        if subscription.finished:  # the hub closed: the process is stopping
-                            return False
-                        idle += 1
-                        losses = self._hub.connection_losses
-                        if idle % RECORD_CHECK_EVERY == 0 or losses != checked:
-                            lost = await self._lost(run_id)
-                            if lost:  # expired, or Redis lost its data: nothing follows
-                                await response.write(run_lost_frame(run_id))
-                                return False
-                            if lost is not None:  # known now (not while Redis is away)
-                                checked = losses
-                        await response.write(KEEPALIVE)
-                        continue
-                    idle = 0
-                    if len(events) == 1:
-                        chunk = event_bytes(events[0], render)
-                    else:
-                        chunk = b"".join([event_bytes(event, render) for event in events])
-                    if events[-1].terminal:  # a batch ends at the terminal event, if it has it
-                        if end is not None:
-                            await response.write_eof(chunk + end)
-                        elif chunk:
-                            await response.write(chunk)
-                        return True
-                    if chunk:
-                        await response.write(chunk)
+                forget = on_client_gone(request, subscription.abandon)
+                try:
+                    return await self._pump(response, run_id, render, subscription, end)
+                finally:
+                    forget()
         except (ConnectionResetError, ConnectionError):
             return False
+
+    async def _pump(
+        self,
+        response: web.StreamResponse,
+        run_id: str,
+        render: Renderer,
+        subscription: Subscription,
+        end: bytes | None,
+    ) -> bool:
+        idle = 0
+        checked = self._hub.connection_losses  # changed: Redis was away, may have lost the run
+        while True:
+            events = await subscription.get_many(timeout=self._keepalive, max_items=MAX_BATCH)
+            if not events:
+                if subscription.finished:  # the hub closed, or the client left
+                    return False
+                idle += 1
+                losses = self._hub.connection_losses
+                if idle % RECORD_CHECK_EVERY == 0 or losses != checked:
+                    lost = await self._lost(run_id)
+                    if lost:  # expired, or Redis lost its data: nothing follows
+                        await response.write(_lost_bytes(run_id, render))
+                        return False
+                    if lost is not None:  # known now (not while Redis is away)
+                        checked = losses
+                await response.write(KEEPALIVE)
+                continue
+            idle = 0
+            chunks: list[bytes] = []
+            try:
+                for event in events:
+                    chunks.append(event_bytes(event, render))
+            except EndStream as ended:
+                chunks.append(ended.encoded())
+                await response.write_eof(b"".join(chunks))
+                return True
+            chunk = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            if events[-1].terminal:  # a batch ends at the terminal event, if it has it
+                if end is not None:
+                    await response.write_eof(chunk + end)
+                elif chunk:
+                    await response.write(chunk)
+                return True
+            if chunk:
+                await response.write(chunk)

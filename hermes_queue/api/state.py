@@ -92,7 +92,7 @@ class ApiState:
             metrics=metrics,
             routing=routing,
             backpressure=backpressure,
-            turns=TurnStarter(runs, store, backpressure, settings.model_name),
+            turns=TurnStarter(runs, store, backpressure, settings.model_name, hub.presence),
             feed=RunFeed(hub, redis, keys, settings.keepalive_seconds),
             idempotency=IdempotencyRecords(redis, keys, settings),
             responses=StoredResponses(runs, hub, store),

@@ -31,6 +31,7 @@ from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists, SessionRow
 from hermes_queue.store.protocol import SessionStore
+from hermes_queue.streams.presence import ReaderPresence
 
 # What a second turn on a busy stored session does: refused (409), queued behind the active
 # one, or queued after stopping the active and waiting ones.
@@ -109,11 +110,15 @@ class TurnStarter:
         store: SessionStore,
         backpressure: Backpressure,
         default_model: str,
+        presence: ReaderPresence | None = None,
     ) -> None:
         self._runs = runs
         self._store = store
         self._backpressure = backpressure
         self._default_model = default_model
+        # This process's readers of runs (streams/presence.py): the request that starts a
+        # stored-session turn reads it (a completion, a session chat).
+        self._presence = presence
 
     async def enqueue_turn(
         self,
@@ -180,6 +185,9 @@ class TurnStarter:
                 extra={"persist": PERSIST_TURN} if session.persisted else None,
             )
             return
+        presence = self._presence
+        if presence is not None:
+            await presence.flush()  # a reader of the active turn that left here is gone
         admission = await self._runs.create_session_run(
             run_id=run_id,
             session_id=session_id,
@@ -188,6 +196,7 @@ class TurnStarter:
             route=route,
             model=model,
             extra={"persist": PERSIST_SESSION},
+            read_by=presence.reader_id if presence is not None else None,
         )
         if admission.verdict == "busy":
             raise ApiError(
@@ -196,8 +205,15 @@ class TurnStarter:
                 "This session already has a turn in progress",
                 extra={"run_id": admission.blocking_run_id},
             )
-        if session.strategy == "interrupt" and admission.verdict == "waiting":
+        if admission.verdict != "waiting":
+            return
+        if session.strategy == "interrupt":
             active, waiting = await self._runs.session_runs(session_id)
             for other in [active, *waiting]:
                 if other and other != run_id:
                     await self._runs.request_stop(other)
+        elif admission.abandoned and admission.blocking_run_id:
+            # Nobody reads the active turn any more: it is superseded, not waited for
+            # (docs/compatibility.md, "Abandoned turns"); it stops within milliseconds and
+            # stores its reply as far as it went, then this one starts.
+            await self._runs.request_stop(admission.blocking_run_id)

@@ -119,14 +119,19 @@ class Attempt:
         runtime: dict[str, Any] | None,
         shown: str | None = None,
         streamed: bool = True,
+        truncated: bool = False,
     ) -> bool:
         """``assistant.completed`` with the reply as shown to a person (``shown``, default the
         output), then ``run.completed`` with the run's output; the record keeps output and
         usage. ``streamed``: the reply's text went out as ``message.delta`` events (else a
-        dialect that shows text only from deltas takes it from ``assistant.completed``)."""
+        dialect that shows text only from deltas takes it from ``assistant.completed``).
+        ``truncated``: the reply stopped at the model's output limit (``finish_reason``
+        ``length`` on ``run.completed``)."""
         reply = _reply(output if shown is None else shown, runtime, streamed)
         data = {"output": output, "usage": usage, "messages": messages, "runtime": runtime}
         fields = {"output": output, "usage": json.dumps(usage)}
+        if truncated:
+            data["finish_reason"] = reply[1]["finish_reason"] = "length"
         return await self._end(
             RunStatus.COMPLETED, EventType.RUN_COMPLETED, data, fields, before=[reply]
         )

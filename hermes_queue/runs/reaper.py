@@ -1,4 +1,5 @@
-"""Settles runs whose lease lapsed (their worker died or froze).
+"""Settles runs whose lease lapsed (their worker died or froze), and stops session turns
+nobody reads any more that another turn waits behind (``streams/presence.py``).
 
 Every worker and every API process runs one: the scripts are atomic, so any number of reapers
 may race on one run and exactly one acts. Running it in the API too means a run is settled even
@@ -26,6 +27,8 @@ async def reap_forever(repository: RunRepository, interval: float) -> None:
             for run_id, verdict in (await leases.reap_expired()).items():
                 if verdict in ("failed", "cancelled", "requeued"):
                     log.warning("run %s lost its worker: %s", run_id, verdict)
+            for run_id in await repository.supersede_abandoned():
+                log.info("run %s: nobody reads it and a turn waits behind it: stopped", run_id)
         except RedisError as exc:
             log.warning("reaper: Redis unavailable (%s)", exc)
         except Exception:

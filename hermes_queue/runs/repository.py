@@ -29,6 +29,7 @@ from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
+from hermes_queue.streams.presence import TTL_MS as PRESENCE_TTL_MS
 
 
 def new_run_id() -> str:
@@ -38,10 +39,13 @@ def new_run_id() -> str:
 @dataclass(frozen=True)
 class SessionAdmission:
     """``created`` (runs now), ``waiting`` (behind ``blocking_run_id``), ``busy`` (rejected)
-    or ``exists`` (the run id was taken)."""
+    or ``exists`` (the run id was taken). ``abandoned``: the blocking run was started by a
+    request that reads it and nobody reads it any more (streams/presence.py); the caller stops
+    it, so the new run does not wait behind a reply nobody will see."""
 
     verdict: str
     blocking_run_id: str | None = None
+    abandoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class RunRepository:
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name))
-            for name in ("create", "create_session_run", "claim", "stop")
+            for name in ("create", "create_session_run", "claim", "stop", "abandoned")
         }
         # Writes a client is told about wait for redis_min_replicas replicas (replication.py).
         self._acked = acknowledged(
@@ -145,8 +149,11 @@ class RunRepository:
         route: dict[str, Any] | None = None,
         model: str = "",
         extra: dict[str, str] | None = None,
+        read_by: str | None = None,
     ) -> SessionAdmission:
-        """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``)."""
+        """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``).
+        ``read_by``: the reader id (``ReaderPresence.reader_id``) of the API process whose
+        request reads the run, which makes the run abandonable (``SessionAdmission``)."""
         result = await self._acked["create_session_run"](
             keys=[
                 self.keys.run(run_id),
@@ -154,18 +161,31 @@ class RunRepository:
                 self.keys.session_active(session_id),
                 self.keys.session_pending(session_id),
                 self.keys.blocked,
+                self.keys.readers(run_id),
             ],
             args=[
                 run_id,
                 self._record_ttl,
                 self.keys.wake_channel,
                 strategy,
+                read_by or "",
+                PRESENCE_TTL_MS,
                 *self._fields(run_id, session_id, request, route, model, extra),
             ],
         )
         verdict = _decode(result[0])
         blocking = _decode(result[1]) if len(result) > 1 else None
-        return SessionAdmission(verdict=verdict, blocking_run_id=blocking)
+        abandoned = len(result) > 2 and _decode(result[2]) == "abandoned"
+        return SessionAdmission(verdict=verdict, blocking_run_id=blocking, abandoned=abandoned)
+
+    async def supersede_abandoned(self, limit: int = 100) -> list[str]:
+        """Stop the active session runs nobody reads any more that keep a parked run waiting
+        (``lua/abandoned.lua``); their ids. Every reaper pass calls it."""
+        found = await self._scripts["abandoned"](keys=[self.keys.blocked], args=[limit])
+        stopped = [_decode(run_id) for run_id in found]
+        for run_id in stopped:
+            await self.request_stop(run_id)
+        return stopped
 
     async def session_runs(self, session_id: str) -> tuple[str | None, list[str]]:
         """The session's active run id and the run ids waiting behind it, in order."""

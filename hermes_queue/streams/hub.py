@@ -35,6 +35,7 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redis_client import connect_url
 from hermes_queue.streams.follower import Follower
+from hermes_queue.streams.presence import ReaderPresence
 from hermes_queue.streams.reader import (
     Page,
     first_page,
@@ -147,6 +148,8 @@ class StreamHub:
         )
         # Bounds pool connections used by replays when many clients (re)connect at once.
         self._replay_slots = asyncio.Semaphore(replay_concurrency)
+        # Which runs this process's clients read, as the run scripts see it (presence.py).
+        self.presence = ReaderPresence(self.redis, keys)
         self._streams: dict[str, _Stream] = {}  # by key: the streams with taps attached
         self._subscribers = 0
         self.closed = False
@@ -159,9 +162,11 @@ class StreamHub:
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         await self.follower.start()
+        self.presence.start()
 
     async def aclose(self) -> None:
         self.closed = True
+        await self.presence.aclose()
         await self.follower.aclose()
         for stream in list(self._streams.values()):
             for tap in stream.taps:
@@ -188,10 +193,12 @@ class StreamHub:
             raise RuntimeError("StreamHub is closed")
         sub = Subscription(self, run_id, normalize_cursor(after), page)
         self._subscribers += 1
+        self.presence.enter(run_id)
         try:
             yield sub
         finally:
             self._subscribers -= 1
+            self.presence.leave(run_id)
             sub.close()
 
     async def prefetch(

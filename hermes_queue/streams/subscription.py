@@ -121,6 +121,14 @@ class Subscription:
         if self._tap is not None:
             self._tap.detach()
 
+    def abandon(self) -> None:
+        """The consumer is gone (its client closed the connection): nothing more is handed
+        out, and a waiting :meth:`get` returns at once (``finished``, no event)."""
+        self._out.clear()
+        self._ending = True
+        self.close()
+        self._wakeup.set()
+
     def __aiter__(self) -> Subscription:
         return self
 

@@ -58,6 +58,47 @@ class SessionTurnLog:
             ),
         )
 
+    async def record_interrupted(self, done: list[dict[str, Any]], streamed: str) -> None:
+        """A stopped turn's reply as far as its readers saw it (``interrupted_reply``), so the
+        transcript keeps alternating and the next turn's model sees what was said."""
+        await self.store.append_messages(
+            self.session_id,
+            interrupted_reply(done, streamed, time.time()),
+            turn_key=f"{self.run_id}:reply",
+            usage=TurnUsage(),
+        )
+
+
+# The ``finish_reason`` of a reply that a stop cut short.
+INTERRUPTED = "interrupted"
+
+
+def interrupted_reply(
+    done: list[dict[str, Any]], streamed: str, now: float
+) -> list[dict[str, Any]]:
+    """What a stopped turn leaves in its transcript: the messages its backend finished
+    (``done``), then the reply's text that was streamed but not yet in them, as an assistant
+    message marked ``finish_reason: "interrupted"`` (upstream keeps a stopped turn's partial
+    reply; its agent's history is its transcript). Without such text, the last finished
+    assistant message is marked instead, or an empty marked one closes the turn, so a user
+    message is always answered before the next."""
+    said = "".join(str(m.get("content") or "") for m in done if m.get("role") == "assistant")
+    if streamed.startswith(said):
+        tail = streamed[len(said) :]
+    else:  # the backend's messages do not read as the stream did: keep what was shown
+        tail = "" if said else streamed
+    if said and not tail.strip():  # what is left is the whitespace the backend trimmed
+        tail = ""
+    messages = [dict(message) for message in done]
+    last = messages[-1] if messages else None
+    if not tail and last and last.get("role") == "assistant" and not last.get("tool_calls"):
+        last["finish_reason"] = INTERRUPTED
+        return messages
+    messages.append(
+        {"role": "assistant", "content": tail, "finish_reason": INTERRUPTED, "timestamp": now}
+    )
+    return messages
+
 
 def stored_content(content: Any) -> Any:
     """A user message as the transcript keeps it: content parts become their text, one line

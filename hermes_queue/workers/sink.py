@@ -109,8 +109,9 @@ class RunEventSink:
         self.message_id = message_id_for(self.run_id)
         self.events_written = 0
         self._message_started = False
-        # Whether this attempt streamed any of the reply's text (message.delta).
+        # Whether this attempt streamed any of the reply's text (message.delta), and the text.
         self.text_streamed = False
+        self._streamed: list[str] = []
         self._backlog: list[Event] = []
         # Batch tokens (the append script's retry dedupe): one random prefix per attempt and a
         # counter, not a uuid4 per batch: os.urandom releases the GIL, and on a worker whose
@@ -217,7 +218,13 @@ class RunEventSink:
             return
         await self._ensure_message()
         self.text_streamed = True
+        self._streamed.append(text)
         await self.emit(EventType.MESSAGE_DELTA, {"delta": text})
+
+    @property
+    def streamed_text(self) -> str:
+        """The reply text this attempt streamed so far (what its readers were shown)."""
+        return "".join(self._streamed)
 
     async def reasoning(self, text: str) -> None:
         if not text:

@@ -234,8 +234,8 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         await sink.flush()
         if turn_log:
             await turn_log.record_reply(result)
-    except TurnCancelled:
-        return await _end_cancelled(sink, active)
+    except TurnCancelled as stopped:
+        return await _end_cancelled(sink, active, turn_log, stopped.messages)
     except LeaseLost:
         log.warning(
             "run %s attempt %d lost its lease; its writes are fenced",
@@ -266,6 +266,7 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         # run's output, a stream's deltas and the transcript keep the tags).
         shown=inline_media(result.output, hermes_home=runtime.hermes_home),
         streamed=sink.text_streamed,
+        truncated=result.finish_reason == "length",
     )
     return "completed"
 
@@ -340,7 +341,12 @@ async def _flushed(sink: RunEventSink) -> bool:
     return True
 
 
-async def _end_cancelled(sink: RunEventSink, active: ActiveRun) -> str:
+async def _end_cancelled(
+    sink: RunEventSink,
+    active: ActiveRun,
+    turn_log: SessionTurnLog | None,
+    done: list[dict[str, Any]],
+) -> str:
     attempt = active.attempt
     if active.lease_lost or not await _flushed(sink):
         log.warning(
@@ -350,6 +356,13 @@ async def _end_cancelled(sink: RunEventSink, active: ActiveRun) -> str:
     if active.timed_out:
         await attempt.fail(FailReason.TIMEOUT, "turn timed out")
         return "failed"
+    if turn_log is not None:
+        # Before the terminal write, which lets the session's next turn start: that turn's
+        # history must already hold this one's reply as far as it went.
+        try:
+            await turn_log.record_interrupted(done, sink.streamed_text)
+        except StoreError as exc:
+            log.error("run %s: the stopped reply was not stored: %s", attempt.run_id, exc)
     await attempt.cancel()
     return "cancelled"
 

@@ -103,7 +103,9 @@ def test_notes_and_reasoning_go_where_upstream_shows_them() -> None:
     [(_, payload, _)] = shown["runs"]
     assert payload["event"] == "reasoning.available" and payload["text"] == "You said: x"  # type: ignore[index]
     [(_, payload, _)] = shown["chat"]
-    assert payload["choices"][0]["delta"] == {"reasoning_content": "hmm"}  # type: ignore[index]
+    # With ``role``: a strict client refuses a chunk with neither role, content nor finish.
+    reasoning = {"role": "assistant", "reasoning_content": "hmm"}
+    assert payload["choices"][0]["delta"] == reasoning  # type: ignore[index]
     assert shown["responses"] == []
 
 

@@ -214,12 +214,24 @@ async def test_stop_a_session_turn_through_runs(
     response = await session_api.post(
         f"/api/sessions/{sid}/chat/stream", json={"message": "x [slow]"}
     )
-    await frames_of(response, stop_after=3)
+    head = await frames_of(response, stop_after=3)
     run_id = response.headers["X-Hermes-Run-Id"]
     stopped = await session_api.post(f"/v1/runs/{run_id}/stop")
     assert (await stopped.json())["status"] == "stopping"
     rest = await frames_of(response)
     assert [f.event for f in rest][-2:] == ["run.cancelled", "done"]
+    shown = "".join(f.json()["delta"] for f in head + rest if f.event == "assistant.delta")
+
+    # The transcript keeps what the reader was shown, marked, so the next turn's history
+    # answers the first message before the second asks (user, assistant, user, assistant).
+    _, nxt = await stream_turn(session_api, sid, message="again")
+    assert nxt[-1].event == "done"
+    page = await (await session_api.get(f"/api/sessions/{sid}/messages")).json()
+    rows = [(m["role"], m["content"], m["finish_reason"]) for m in page["data"]]
+    assert [role for role, _, _ in rows] == ["user", "assistant", "user", "assistant"]
+    assert rows[1][2] == "interrupted" and rows[3][2] != "interrupted"
+    assert rows[1][1] == shown and shown.startswith("Echo:")
+    assert rows[3][1] == "Echo: again (turn 2)"
 
 
 async def test_multimodal_message(session_api: TestClient, session_worker: Any) -> None:

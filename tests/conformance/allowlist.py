@@ -89,7 +89,8 @@ ALLOWLIST: tuple[Allowed, ...] = (
     Allowed(
         "chat-reasoning",
         "Reasoning on the chat stream",
-        "The model's reasoning as delta.reasoning_content chunks, which hermes-webui reads.",
+        "The model's reasoning as delta.reasoning_content chunks (with the assistant role, for "
+        "strict clients), which hermes-webui reads.",
         _chat_reasoning,
     ),
     Allowed(

@@ -86,20 +86,31 @@ def _sse_ids(pair: Pair) -> None:
 
 def _chat_reasoning(pair: Pair) -> None:
     """Ours streams the model's reasoning as ``delta.reasoning_content`` chunks; upstream
-    0.19 streams none. Each such chunk carries that and nothing else."""
+    0.19 streams none. Each such chunk carries that and the assistant ``role`` (for strict
+    clients, which refuse a chunk that says nothing they know), nothing else."""
     if pair.us.frames is None or not pair.matches(r"POST /v1/chat/completions.*"):
         return
     kept = []
     for frame in pair.us.frames:
-        if frame.name == "chunk.reasoning_content":
-            delta = frame.data["choices"][0]["delta"]
-            if set(delta) != {"reasoning_content"} or not isinstance(
-                delta["reasoning_content"], str
+        delta = _delta(frame.data) if frame.name.startswith("chunk.") else {}
+        if "reasoning_content" in delta:
+            if (
+                set(delta) != {"role", "reasoning_content"}
+                or delta["role"] != "assistant"
+                or not isinstance(delta["reasoning_content"], str)
             ):
                 pair.violation("chat-reasoning", "a reasoning chunk carries more", None, delta)
             continue
         kept.append(frame)
     pair.us = replace(pair.us, frames=kept)
+
+
+def _delta(data: Any) -> dict[str, Any]:
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return {}
+    delta = choices[0].get("delta")
+    return delta if isinstance(delta, dict) else {}
 
 
 def _runtime(pair: Pair) -> None:

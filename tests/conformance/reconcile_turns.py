@@ -122,13 +122,21 @@ def _controlled_text(exchange: Exchange) -> Any:
     return None
 
 
-RESPONSE_EXTRAS = ("error", "instructions", "previous_response_id", "store", "background")
+RESPONSE_EXTRAS = (
+    "error",
+    "incomplete_details",
+    "instructions",
+    "previous_response_id",
+    "store",
+    "background",
+)
 ITEM_EXTRAS = ("id", "status")
 
 
 def _responses_shape(pair: Pair) -> None:
-    """Ours sends OpenAI's full Response object: ``error``, ``instructions``,
-    ``previous_response_id``, ``store``, ``background`` (and ``usage: null`` until known) on
+    """Ours sends OpenAI's full Response object: ``error``, ``incomplete_details``,
+    ``instructions``, ``previous_response_id``, ``store``, ``background`` (and ``usage: null``
+    until known) on
     the response; ``id`` and ``status`` on every output item; ``annotations: []`` on text.
     Upstream 0.19 omits them. Every other field is compared."""
     for theirs, ours in _response_pairs(pair):

@@ -4,7 +4,8 @@ an explicit error frame, instead of waiting for the periodic check of idle strea
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -56,3 +57,31 @@ async def test_reader_of_a_run_lost_in_a_restart_gets_an_error_frame(
         "code": "run_lost",
     }
     assert rest == ["run not found"]
+
+
+async def test_a_chat_stream_whose_run_was_lost_ends_in_its_own_error_row(
+    settings: Settings, servers: list[EmbeddedRedis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chat dialect has no ``stream.error`` frame: its strict clients refuse any named
+    frame but tool progress, and any comment after ``[DONE]``."""
+    monkeypatch.setattr(sse, "RECORD_CHECK_EVERY", 10_000)
+    settings = settings.replace(redis_url=servers[0].url)
+    body = {"stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    async with running_api(settings) as api:
+        response = await api.post("/v1/chat/completions", json=body)
+        frames = iter_sse(response)
+        first = await anext(frames)  # no worker: the run waits, the stream keeps alive
+        assert first.comment == "keepalive"
+        servers[0].stop()
+        servers.append(EmbeddedRedis.start(port=servers[0].port))
+        rest = await asyncio.wait_for(_collect(frames), 10 * settings.keepalive_seconds)
+    data = [frame for frame in rest if frame.data]
+    assert [frame.event for frame in data] == ["", ""]  # unnamed frames
+    last = data[0].json()
+    assert last["choices"][0]["finish_reason"] == "error"
+    assert last["hermes"]["failed"] is True and last["hermes"]["error_code"] == "run_lost"
+    assert data[1].data == "[DONE]" and rest[-1] is data[1]  # nothing after [DONE]
+
+
+async def _collect(frames: AsyncIterator[Any]) -> list[Any]:
+    return [frame async for frame in frames]

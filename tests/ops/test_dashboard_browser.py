@@ -55,6 +55,7 @@ class LiveApi:
         self.settings = settings
         self.loop = asyncio.new_event_loop()
         self.base_url = ""
+        self._held: list[Any] = []  # session streams started and left open (start_turn)
         self.stream_requests: list[tuple[str, str | None]] = []  # (path, Last-Event-ID)
         self._open_streams: dict[int, web.Request] = {}
         self._stop: asyncio.Event | None = None
@@ -117,6 +118,8 @@ class LiveApi:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        for response in self._held:
+            response.close()
         if self._stop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
@@ -142,11 +145,12 @@ class LiveApi:
         return str(self.call("POST", "/v1/runs", {"input": text})["run_id"])
 
     def start_turn(self, session_id: str, text: str) -> str:
-        """A session chat turn queued behind the session's active one (if any); the stream is
-        left at once (that never cancels the turn)."""
+        """A session chat turn queued behind the session's active one (if any). Its stream is
+        held open unread until the API stops: a turn nobody reads would not block the next."""
         body = {"message": text, "multitask_strategy": "enqueue"}
-        with self._open("POST", f"/api/sessions/{session_id}/chat/stream", body) as response:
-            return str(response.headers["X-Hermes-Run-Id"])
+        response = self._open("POST", f"/api/sessions/{session_id}/chat/stream", body)
+        self._held.append(response)
+        return str(response.headers["X-Hermes-Run-Id"])
 
 
 @pytest.fixture

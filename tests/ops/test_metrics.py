@@ -151,7 +151,8 @@ async def test_depth_split_with_deferred_and_session_blocked_runs(
         )
         assert active.status == 200
         active_run = active.headers["X-Hermes-Run-Id"]
-        active.close()  # a dropped stream never cancels the turn
+        # Left open (its client still reads it, as far as the API can tell): a turn nobody
+        # reads would not block the next one (tests/api/test_abandoned_turns.py).
         await eventually(
             lambda: scrape_api(api), lambda s: depth(s, "running") == 1, what="active running"
         )
@@ -179,6 +180,7 @@ async def test_depth_split_with_deferred_and_session_blocked_runs(
 
         # The active turn ends: the blocked one is promoted and runs to completion.
         assert (await api.post(f"/v1/runs/{active_run}/stop")).status == 200
+        active.close()
 
         async def status() -> Any:
             return (await (await api.get(f"/v1/runs/{waiting_run}")).json())["status"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -215,6 +216,10 @@ class RecordingResponse:
         self.eof = bytes(data)
 
 
+# What pump asks of the request: its connection (none here, so nothing watches it close).
+NO_CONNECTION = SimpleNamespace(protocol=None)
+
+
 def feed_of(hub: StreamHub, keepalive: float = 10.0) -> sse.RunFeed:
     return sse.RunFeed(hub, hub.redis, hub.keys, keepalive)
 
@@ -238,6 +243,7 @@ async def test_pump_writes_whole_frames_in_batches(
     expected_events = await read_range(redis, keys, "r1", None, 1000)
     response = RecordingResponse()
     done = await feed_of(hub).pump(
+        NO_CONNECTION,  # type: ignore[arg-type]
         response,  # type: ignore[arg-type]
         "r1",
         None,
@@ -265,7 +271,7 @@ async def test_pump_live_batches_and_keepalive(
     hub = await make_hub()
     response = RecordingResponse()
     pump = asyncio.create_task(
-        feed_of(hub, keepalive=0.05).pump(response, "r1", None, render_runs)  # type: ignore[arg-type]
+        feed_of(hub, keepalive=0.05).pump(NO_CONNECTION, response, "r1", None, render_runs)  # type: ignore[arg-type]
     )
     await asyncio.sleep(0.15)
     assert sse.KEEPALIVE in response.writes  # quiet: keepalives, nothing else
@@ -282,7 +288,7 @@ async def test_pump_returns_when_the_hub_closes(
     hub = await make_hub()
     response = RecordingResponse()
     pump = asyncio.create_task(
-        feed_of(hub, keepalive=0.05).pump(response, "r1", None, render_runs)  # type: ignore[arg-type]
+        feed_of(hub, keepalive=0.05).pump(NO_CONNECTION, response, "r1", None, render_runs)  # type: ignore[arg-type]
     )
     await asyncio.sleep(0.1)
     await hub.aclose()

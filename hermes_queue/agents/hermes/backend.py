@@ -199,9 +199,14 @@ class HermesBackend:
             if bridge.failure is not None:
                 raise bridge.failure
             if cancel.cancelled or result.get("interrupted"):
-                raise TurnCancelled(cancel.reason or "interrupted")
+                # What Hermes finished before the interrupt (it closes a tool tail itself).
+                done = turn_messages(result.get("messages") or [], len(history))
+                raise TurnCancelled(cancel.reason or "interrupted", done)
             if result.get("failed"):
                 raise failure(runtime.provider, result)
+            # Hermes continues a reply cut at the output limit a few times, then gives up with
+            # a partial result whose error says so (upstream's rule for finish_reason length).
+            cut = bool(result.get("partial")) and "truncat" in str(result.get("error")).lower()
             usage = Usage(
                 input_tokens=max(0, agent.session_prompt_tokens - before[0]),
                 output_tokens=max(0, agent.session_completion_tokens - before[1]),
@@ -213,6 +218,7 @@ class HermesBackend:
                 messages=turn_messages(result.get("messages") or [], len(history)),
                 runtime=self._actual_runtime(agent, runtime),
                 cost_usd=max(0.0, _estimated_cost(agent) - cost_before),
+                finish_reason="length" if cut else "stop",
             )
         finally:
             self._running.discard(agent)

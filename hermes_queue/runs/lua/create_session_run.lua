@@ -2,8 +2,12 @@
 -- "reject" refuses (returning the active run id); "enqueue" parks the run behind it, out of the
 -- queue, and settle_session queues it when the active run ends. A stale active pointer (its run
 -- ended or expired without settling) is cleared first, so a session can never stay blocked.
--- KEYS: record, queue, active_key, pending_key, blocked
--- ARGV: run_id, record_ttl_s, wake_channel, strategy, field, value, ...
+-- An abandoned active run (started by a request that reads it, and nobody reads it any more:
+-- streams/presence.py) never blocks: the new run parks behind it whatever the strategy, and the
+-- reply says 'abandoned' so the caller stops it.
+-- KEYS: record, queue, active_key, pending_key, blocked, readers (of the new run)
+-- ARGV: run_id, record_ttl_s, wake_channel, strategy, reader_id ('' when no request reads the
+--       run), reader_ttl_ms, field, value, ...
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
 local current = redis.call('GET', KEYS[3])
 if current then
@@ -13,16 +17,26 @@ if current then
     current = false
   end
 end
-if current and ARGV[4] == 'reject' then
+local superseded = current and abandoned(current)
+if current and ARGV[4] == 'reject' and not superseded then
   return {'busy', redis.call('HGET', current, 'run_id')}
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('HSET', KEYS[1], unpack(ARGV, 7))
 redis.call('HSET', KEYS[1], 'active_key', KEYS[3], 'pending_key', KEYS[4], 'queue_key', KEYS[2],
   'wake_channel', ARGV[3], 'blocked_key', KEYS[5])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[5] ~= '' then
+  -- Its request reads it from now on; until that request subscribes, this entry vouches.
+  redis.call('HSET', KEYS[1], 'readers_key', KEYS[6])
+  redis.call('ZADD', KEYS[6], now_ms() + tonumber(ARGV[6]), ARGV[5])
+  redis.call('PEXPIRE', KEYS[6], ARGV[6])
+end
 if current then
   redis.call('RPUSH', KEYS[4], KEYS[1])
   redis.call('ZADD', KEYS[5], now_ms(), KEYS[1])
+  if superseded then
+    return {'waiting', redis.call('HGET', current, 'run_id'), 'abandoned'}
+  end
   return {'waiting', redis.call('HGET', current, 'run_id')}
 end
 redis.call('SET', KEYS[3], KEYS[1])

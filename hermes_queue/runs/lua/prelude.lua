@@ -101,6 +101,15 @@ local function finish(record, stream, leases, stats, run_id, status, attempt, ts
   settle_session(record, state)
 end
 
+-- A session run started by a request that reads it, and nobody reads it any more
+-- (streams/presence.py: ``readers_key`` holds who vouches for a reader until when): the next
+-- turn of its session supersedes it. A run already stopping or ended is never "abandoned".
+local function abandoned(record)
+  local f = redis.call('HMGET', record, 'readers_key', 'status')
+  if not f[1] or not f[2] or TERMINAL[f[2]] or f[2] == 'stopping' then return false end
+  return redis.call('ZCOUNT', f[1], now_ms(), '+inf') == 0
+end
+
 local function fenced(record, attempt)
   local f = redis.call('HMGET', record, 'attempt', 'status')
   return f[1] == attempt and ACTIVE[f[2] or ''] == true
