@@ -16,7 +16,12 @@ tests that cannot choose the message text):
 - ``[error:STATUS]`` → that HTTP status with an OpenAI error body;
 - ``[flaky:N]`` → the first N such requests answer 503, later ones succeed;
 - ``[stall]`` → one content chunk, then silence until the fake shuts down;
-- ``[midfail]`` → a few words, then the connection is dropped mid-stream.
+- ``[midfail]`` → a few words, then the connection is dropped mid-stream;
+- ``[length]`` → the output limit: only the reply's first few words (``"You said: <first word>"``,
+  ``LENGTH_TOKENS`` tokens), then ``finish_reason: "length"``, with no tool call; an agent's
+  request to continue the truncated reply (a last user message starting ``[System:``, as Hermes
+  sends) is answered for the ``[length]`` message again, so it stays truncated (Hermes gives up
+  after its continuation attempts and reports a partial reply).
 
 ``hang = True`` makes the fake accept requests but never answer them (not even headers), and
 ``received`` is set whenever a request arrives, so a test can act "while the provider is silent".
@@ -47,8 +52,13 @@ _ERROR = re.compile(r"\[error:(\d{3})\]")
 _FLAKY = re.compile(r"\[flaky:(\d+)\]")
 _STALL = re.compile(r"\[stall\]")
 _MIDFAIL = re.compile(r"\[midfail\]")
-_MARKERS = (_REASONING, _TOOLCALL, _TERMINAL, _DELEGATE, _ERROR, _FLAKY, _STALL, _MIDFAIL)
+_LENGTH = re.compile(r"\[length\]")
+_MARKERS = (_REASONING, _TOOLCALL, _TERMINAL, _DELEGATE, _ERROR, _FLAKY, _STALL, _MIDFAIL, _LENGTH)
+# How many tokens a ``[length]`` reply keeps before its finish_reason "length".
+LENGTH_TOKENS = 3
 _TOKEN = re.compile(r"\S+\s*")
+# An agent's own note in a user message (Hermes: "[System: Your previous response was ...]").
+_AGENT_NOTE = re.compile(r"\s*\[System:")
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,7 @@ class FakeLLM:
             return _error(400, "'messages' is a required property", "invalid_request")
         users = [m for m in body["messages"] if isinstance(m, dict) and m.get("role") == "user"]
         text = text_of(users[-1].get("content")) if users else ""
+        text = _continued_length_turn(users) or text
         scan = f"{self.directive} {text}"
         if status := _ERROR.search(scan):
             return _error(int(status.group(1)), f"fake provider error {status.group(1)}")
@@ -195,6 +206,9 @@ class FakeLLM:
             _TOKEN.findall(f"Thinking about: {_clean(text)}") if _REASONING.search(scan) else []
         )
         tool = None if tool_came_back else _tool_call(scan, text)
+        finish = "tool_calls" if tool else "stop"
+        if _LENGTH.search(scan) and not tool_came_back:
+            tokens, tool, finish = tokens[:LENGTH_TOKENS], None, "length"
         prompt = sum(len(text_of(m.get("content")).split()) for m in body["messages"])
         usage = {
             "prompt_tokens": prompt,
@@ -222,13 +236,15 @@ class FakeLLM:
                         {
                             "index": 0,
                             "message": message,
-                            "finish_reason": "tool_calls" if tool else "stop",
+                            "finish_reason": finish,
                         }
                     ],
                     "usage": usage,
                 }
             )
-        return await self._stream(request, body, scan, model, tokens, reasoning, tool, usage)
+        return await self._stream(
+            request, body, scan, model, tokens, reasoning, tool, usage, finish
+        )
 
     async def _stream(
         self,
@@ -240,6 +256,7 @@ class FakeLLM:
         reasoning: list[str],
         tool: tuple[str, str] | None,
         usage: dict[str, int],
+        finish: str,
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -282,7 +299,7 @@ class FakeLLM:
             half = len(arguments) // 2
             for part in (arguments[:half], arguments[half:]):
                 await send({"tool_calls": [{"index": 0, "function": {"arguments": part}}]})
-        await send({}, "tool_calls" if tool else "stop")
+        await send({}, finish)
         if (body.get("stream_options") or {}).get("include_usage"):
             final = {
                 "id": "chatcmpl-fake",
@@ -307,6 +324,17 @@ def _tool_call(scan: str, text: str) -> tuple[str, str] | None:
     if tool := _TOOLCALL.search(scan):
         return tool.group(1), json.dumps({"query": _clean(text)})
     return None
+
+
+def _continued_length_turn(users: list[dict[str, Any]]) -> str | None:
+    """The user's ``[length]`` message when the last user message is an agent's note asking to
+    continue a truncated reply (``[System: ...]``, as Hermes sends after ``finish_reason:
+    "length"``): the continuation is truncated too, as a real output limit would be."""
+    texts = [text_of(m.get("content")) for m in users]
+    if not texts or not _AGENT_NOTE.match(texts[-1]):
+        return None
+    asked = next((t for t in reversed(texts) if not _AGENT_NOTE.match(t)), "")
+    return asked if _LENGTH.search(asked) else None
 
 
 def _client_port(request: web.Request) -> int:
