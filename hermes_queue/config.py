@@ -99,6 +99,9 @@ class Settings:
     # each provider entry, never here.
     agent_backend: str = "echo"
     echo_token_delay: float = 0.0
+    # The echo backend's tool log: each execution of its fake tools appends lines here (JSON),
+    # so tests can count executions across worker processes (agents/echo_tools.py).
+    echo_tool_log: str = ""
     providers: dict[str, ProviderSettings] = field(default_factory=dict)
     model_routes: dict[str, RouteSettings] = field(default_factory=dict)
     default_provider: str = ""

@@ -26,6 +26,9 @@ from typing import Any
 class EventType(StrEnum):
     RUN_STARTED = "run.started"
     RUN_RESTARTED = "run.restarted"
+    # A later attempt goes on from the steps earlier ones recorded: events up to
+    # ``valid_through`` stand, those after it (the interrupted step's) are superseded.
+    RUN_RESUMED = "run.resumed"
     MESSAGE_STARTED = "message.started"
     MESSAGE_DELTA = "message.delta"
     # The model's streamed reasoning (chat completions' ``reasoning_content``).
@@ -143,6 +146,19 @@ class RunEvent:
             data=json.loads(raw_data) if raw_data else {},
             id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
         )
+
+
+def superseded(event: RunEvent, entry_id: str) -> bool:
+    """Whether ``event`` (a later attempt's ``run.restarted`` or ``run.resumed``) supersedes
+    the stream entry ``entry_id`` an earlier attempt wrote: a restart supersedes everything
+    before it, a resume what follows its ``valid_through`` (the interrupted step's output)."""
+    if event.type == EventType.RUN_RESTARTED:
+        return True
+    if event.type != EventType.RUN_RESUMED:
+        return False
+    through = parse_stream_id(str(event.data.get("valid_through") or ""))
+    entry = parse_stream_id(entry_id)
+    return through is None or entry is None or entry > through
 
 
 def lost_event(run_id: str) -> RunEvent:

@@ -26,6 +26,13 @@ class Keys:
         on which the scripts that append to it publish each entry (streams/hub.py)."""
         return f"{self.namespace}:run:{{{run_id}}}:events"
 
+    def steps(self, run_id: str) -> str:
+        """List (JSON): the run's recorded agent steps, in order (agents/steps.py): each model
+        call with the message it produced, each tool call's start and result. Appended with
+        the events before them in one fenced script (``append_step.lua``); a later attempt
+        resumes after the last one. Never trimmed; kept as long as the run record."""
+        return f"{self.namespace}:run:{{{run_id}}}:steps"
+
     def readers(self, run_id: str) -> str:
         """Sorted set: the API processes whose clients read the run's events -> until when
         (ms, Redis clock; streams/presence.py). A run started by a request that reads it is

@@ -24,7 +24,10 @@ from .base import (
 
 def _echo(options: dict[str, Any]) -> AgentBackend:
     module = importlib.import_module("hermes_queue.agents.echo")
-    backend: AgentBackend = module.EchoBackend(token_delay=float(options.get("token_delay", 0.0)))
+    backend: AgentBackend = module.EchoBackend(
+        token_delay=float(options.get("token_delay", 0.0)),
+        tool_log=str(options.get("tool_log") or ""),
+    )
     return backend
 
 

@@ -27,6 +27,9 @@ class AgentRequest:
     route: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
     attempt: int = 1
+    # The steps earlier attempts of this run recorded (agents/steps.py): a backend that
+    # records steps resumes after them; empty for a first attempt.
+    steps: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,25 @@
 """The offline, deterministic backend used in development and in every test that needs a turn.
 
 It needs no network and no credentials, yet exercises everything a real backend does: streamed
-deltas, reasoning and progress notes, tool call pairs, approval requests, failures and
-cancellation. Marker tokens
-in the user text pick the behaviour, so an end-to-end test can ask for exactly the event
-sequence it wants to check.
+deltas, reasoning and progress notes, tool calls, approval requests, failures, cancellation, and
+durable steps (agents/steps.py). Marker tokens in the user text pick the behaviour, so an
+end-to-end test can ask for exactly the event sequence it wants to check.
+
+A turn with ``[tool:NAME]`` markers runs as an agent's does, one step at a time: a model call
+(the first half of the reply streamed, then an assistant message asking for the first tool),
+the tool call, a model call asking for the next tool, its call, …, and the last model call
+streaming the rest of the reply. Each finished step is recorded through a ``StepSink``; a resumed
+attempt skips what was recorded (no event again, no tool executed again) and declares a tool
+that was in flight lost, unless it is read-only. Tool executions are counted in a ``ToolLog``
+(``echo_tool_log``), so tests can see a second execution across processes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from .base import (
@@ -26,6 +33,16 @@ from .base import (
     TurnCancelled,
     Usage,
 )
+from .echo_tools import ToolLog, tool_call_message, tool_message
+from .steps import (
+    LOST_TOOL_RESULT,
+    StepJournal,
+    StepSink,
+    model_step,
+    rerun_when_lost,
+    tool_result,
+    tool_started,
+)
 
 _THINK = re.compile(r"\[think\]")
 _TOOL = re.compile(r"\[tool:([A-Za-z0-9_.-]+)\]")
@@ -33,6 +50,10 @@ _FAIL = re.compile(r"\[fail\]")
 # Asks for consent to a fake command mid-reply; the rest of the reply says what was decided.
 _APPROVE = re.compile(r"\[approve\]")
 _SLOW = re.compile(r"\[slow(?::(\d+(?:\.\d+)?))?\]")
+# A tool call that takes this long (default _SLOWTOOL_SECONDS), so a test can lose its worker
+# while the tool runs.
+_SLOWTOOL = re.compile(r"\[slowtool(?::(\d+(?:\.\d+)?))?\]")
+_SLOWTOOL_SECONDS = 3.0
 # Stops the reply at the "output limit": its first _LENGTH_TOKENS tokens, finish_reason length.
 _LENGTH = re.compile(r"\[length\]")
 _LENGTH_TOKENS = 3
@@ -67,30 +88,82 @@ def message_text(content: Any) -> str:
     return str(content)
 
 
+@dataclass
+class _Turn:
+    """One echo turn as its markers plan it, and the state of its run through the steps."""
+
+    request: AgentRequest
+    sink: EventSink
+    cancel: CancelToken
+    tools: list[str]
+    text: str
+    tokens: list[str]
+    delay: float
+    tool_seconds: float
+    think: bool
+    fail: bool
+    approve: bool
+    journal: StepJournal
+    log: ToolLog
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    decision: list[str] = field(default_factory=list)  # the approval's answer, last token
+
+    @property
+    def steps(self) -> StepSink | None:
+        return self.sink if isinstance(self.sink, StepSink) else None
+
+    @property
+    def half(self) -> int:
+        # Never empty (it starts with "Echo: "); rounding up puts the midpoint after >= 1 delta.
+        return (len(self.tokens) + 1) // 2
+
+    @property
+    def reasoning(self) -> str | None:
+        return f"Thinking about: {self.text}" if self.think else None
+
+
 class EchoBackend:
     """Echoes the user's text back as ``"Echo: <text>"``, token by token."""
 
     name = "echo"
 
-    def __init__(self, token_delay: float = 0.0) -> None:
+    def __init__(self, token_delay: float = 0.0, tool_log: str = "") -> None:
         self.token_delay = token_delay
+        self.tool_log = ToolLog(tool_log)
 
     async def run_turn(
         self, request: AgentRequest, sink: EventSink, cancel: CancelToken
     ) -> AgentResult:
+        turn, cut = self._plan(request, sink, cancel)
+        try:
+            if turn.tools:
+                await self._first_model_call(turn, with_tools=True)
+                for number, tool in enumerate(turn.tools, start=1):
+                    if number > 1:
+                        await self._ask_for_tool(turn, number - 1, number, tool)
+                    await self._call_tool(turn, f"call_{number}", tool)
+                if turn.fail:
+                    raise AgentError("echo backend failure requested")
+                last = len(turn.tools)  # the model call that says the rest of the reply
+                turn.log.model_call(request.run_id, last, request.attempt)
+                await self._stream(turn, turn.tokens[turn.half :] + turn.decision, first=False)
+            else:
+                await self._first_model_call(turn, with_tools=False)
+        except TurnCancelled as stopped:
+            raise TurnCancelled(str(stopped), turn.messages) from None
+        return self._result(turn, cut)
+
+    def _plan(
+        self, request: AgentRequest, sink: EventSink, cancel: CancelToken
+    ) -> tuple[_Turn, bool]:
         raw = message_text(request.message)
-        tools = _TOOL.findall(raw)
-        think = bool(_THINK.search(raw))
-        fail = bool(_FAIL.search(raw))
-        slow = _SLOW.search(raw)
-        approve = bool(_APPROVE.search(raw))
+        slow, slowtool = _SLOW.search(raw), _SLOWTOOL.search(raw)
         cut = bool(_LENGTH.search(raw))
         text = raw
-        for marker in (_THINK, _TOOL, _FAIL, _SLOW, _APPROVE, _LENGTH):
+        for marker in (_THINK, _TOOL, _FAIL, _SLOW, _SLOWTOOL, _APPROVE, _LENGTH):
             text = marker.sub(" ", text)
         # Collapsing whitespace keeps the reply stable however the markers were spaced.
         text = " ".join(text.split())
-
         reply = f"Echo: {text}"
         if request.history:
             users = sum(1 for m in request.history if m.get("role") == "user")
@@ -103,91 +176,131 @@ class EchoBackend:
         tokens = _TOKEN.findall(reply)
         if cut:
             tokens = tokens[:_LENGTH_TOKENS]
-        # Never empty (it starts with "Echo: "); rounding up puts the midpoint after >= 1 delta.
-        half = (len(tokens) + 1) // 2
+        tool_seconds = delay
+        if slowtool:
+            tool_seconds = float(slowtool.group(1)) if slowtool.group(1) else _SLOWTOOL_SECONDS
+        turn = _Turn(
+            request=request,
+            sink=sink,
+            cancel=cancel,
+            tools=_TOOL.findall(raw),
+            text=text,
+            tokens=tokens,
+            delay=delay,
+            tool_seconds=tool_seconds,
+            think=bool(_THINK.search(raw)),
+            fail=bool(_FAIL.search(raw)),
+            approve=bool(_APPROVE.search(raw)),
+            journal=StepJournal.of(request.steps),
+            log=self.tool_log,
+        )
+        return turn, cut
 
-        messages: list[dict[str, Any]] = []
-        reasoning: str | None = None
-        if think:
+    async def _first_model_call(self, turn: _Turn, *, with_tools: bool) -> None:
+        """Reasoning, the first half of the reply, the approval; then, in a tool turn, the
+        message asking for the first tool (recorded: step 0); else the rest of the reply."""
+        recorded = turn.journal.model(0)
+        if recorded is not None:  # an earlier attempt finished it: nothing is said again
+            turn.decision = list(recorded.get("decision") or [])
+            turn.messages.append(recorded["message"])
+            return
+        turn.log.model_call(turn.request.run_id, 0, turn.request.attempt)
+        reasoning = turn.reasoning
+        if reasoning is not None:
             # The model's reasoning, and the agent's progress note about it (as Hermes tells
             # one before a reply's tools), for sinks that take notes.
-            reasoning = f"Thinking about: {text}"
-            await _check(cancel)
-            await sink.reasoning(reasoning)
-            if isinstance(sink, NoteSink):
-                await sink.thinking(reasoning)
+            await _check(turn.cancel)
+            await turn.sink.reasoning(reasoning)
+            if isinstance(turn.sink, NoteSink):
+                await turn.sink.thinking(reasoning)
+        await self._stream(turn, turn.tokens[: turn.half], first=True)
+        if turn.approve:
+            # Decided mid-reply: the decision is the reply's last token.
+            turn.decision = await _ask(turn.text, turn.sink, turn.cancel)
+        if not with_tools:
+            if turn.fail:
+                raise AgentError("echo backend failure requested")
+            await self._stream(turn, turn.tokens[turn.half :] + turn.decision, first=False)
+            return
+        message = tool_call_message("call_1", turn.tools[0], {"query": turn.text})
+        turn.messages.append(message)
+        if turn.steps is not None:
+            await turn.steps.step(model_step(0, message, decision=turn.decision))
 
-        try:
-            for index, token in enumerate(tokens):
-                if index:
-                    await _pause(cancel, delay)
-                await _check(cancel)
-                await sink.delta(token)
-                if index + 1 == half:
-                    if approve:
-                        # Decided mid-reply: the decision is appended as the reply's last token
-                        # (the loop goes on over the grown list).
-                        tokens += await _ask(text, sink, cancel)
-                    await self._tools(tools, text, sink, cancel, delay, messages)
-                    if fail:
-                        raise AgentError("echo backend failure requested")
-        except TurnCancelled as stopped:
-            raise TurnCancelled(str(stopped), messages) from None
+    async def _ask_for_tool(self, turn: _Turn, index: int, number: int, tool: str) -> None:
+        """A model call that only asks for the next tool (step ``index``)."""
+        recorded = turn.journal.model(index)
+        if recorded is not None:
+            turn.messages.append(recorded["message"])
+            return
+        await _check(turn.cancel)
+        turn.log.model_call(turn.request.run_id, index, turn.request.attempt)
+        message = tool_call_message(f"call_{number}", tool, {"query": turn.text})
+        turn.messages.append(message)
+        if turn.steps is not None:
+            await turn.steps.step(model_step(index, message))
 
+    async def _call_tool(self, turn: _Turn, call_id: str, tool: str) -> None:
+        """Run one tool call (its start and its result each recorded), unless an earlier
+        attempt finished it; one in flight at that attempt's loss runs again only if it is
+        read-only, else its result is that it was lost."""
+        journal, sink, steps = turn.journal, turn.sink, turn.steps
+        recorded = journal.result(call_id)
+        if recorded is not None:
+            turn.messages.append(recorded["message"])
+            return
+        args = {"query": turn.text}
+        in_flight = journal.in_flight(call_id)
+        if in_flight and not rerun_when_lost(tool):
+            await sink.tool_completed(tool, call_id, error=True, result=LOST_TOOL_RESULT)
+            message = tool_message(call_id, tool, LOST_TOOL_RESULT)
+            turn.messages.append(message)
+            if steps is not None:
+                await steps.step(tool_result(call_id, tool, message, lost=True))
+            return
+        await _check(turn.cancel)
+        started = time.monotonic()
+        if not in_flight:  # its start (and event) stand from the attempt that was lost
+            await sink.tool_started(tool, call_id, preview=f"{tool} preview", args=args)
+            if steps is not None:
+                await steps.step(tool_started(call_id, tool, args))
+        attempt, run_id = turn.request.attempt, turn.request.run_id
+        turn.log.started(run_id, call_id, tool, attempt)
+        await _pause(turn.cancel, turn.tool_seconds)  # the "work": real, stoppable durations
+        turn.log.ended(run_id, call_id, tool, attempt)
+        duration = time.monotonic() - started
+        await sink.tool_completed(tool, call_id, duration=duration, error=False, result="ok")
+        message = tool_message(call_id, tool, "ok")
+        turn.messages.append(message)
+        if steps is not None:
+            await steps.step(tool_result(call_id, tool, message))
+
+    async def _stream(self, turn: _Turn, tokens: list[str], *, first: bool) -> None:
+        for index, token in enumerate(tokens):
+            if index or not first:
+                await _pause(turn.cancel, turn.delay)
+            await _check(turn.cancel)
+            await turn.sink.delta(token)
+
+    def _result(self, turn: _Turn, cut: bool) -> AgentResult:
+        tokens = turn.tokens + turn.decision
         output = "".join(tokens)
         final: dict[str, Any] = {"role": "assistant", "content": output, "timestamp": time.time()}
-        if reasoning is not None:
-            final["reasoning"] = reasoning
-        messages.append(final)
+        if turn.reasoning is not None:
+            final["reasoning"] = turn.reasoning
+        request = turn.request
         history_words = sum(len(message_text(m.get("content")).split()) for m in request.history)
+        raw_words = len(message_text(request.message).split())
         return AgentResult(
             output=output,
-            usage=Usage(input_tokens=history_words + len(raw.split()), output_tokens=len(tokens)),
-            messages=messages,
+            usage=Usage(input_tokens=history_words + raw_words, output_tokens=len(tokens)),
+            messages=[*turn.messages, final],
             runtime={
                 "provider": request.route.get("provider") or "echo",
                 "model": request.route.get("model") or "echo",
             },
             finish_reason="length" if cut else "stop",
         )
-
-    async def _tools(
-        self,
-        tools: list[str],
-        text: str,
-        sink: EventSink,
-        cancel: CancelToken,
-        delay: float,
-        messages: list[dict[str, Any]],
-    ) -> None:
-        """Emit one started/completed pair per ``[tool:NAME]`` and record it in the transcript."""
-        for number, tool in enumerate(tools, start=1):
-            call_id = f"call_{number}"
-            args = {"query": text}
-            await _check(cancel)
-            started = time.monotonic()
-            await sink.tool_started(tool, call_id, preview=f"{tool} preview", args=args)
-            await _pause(cancel, delay)  # the "work", so durations are real and stoppable
-            duration = time.monotonic() - started
-            await sink.tool_completed(tool, call_id, duration=duration, error=False, result="ok")
-            call = {"name": tool, "arguments": json.dumps(args)}
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "",
-                    "tool_calls": [{"id": call_id, "type": "function", "function": call}],
-                    "timestamp": time.time(),
-                }
-            )
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call_id,
-                    "tool_name": tool,
-                    "content": "ok",
-                    "timestamp": time.time(),
-                }
-            )
 
     async def aclose(self) -> None:
         """Nothing to release: the echo backend holds no connections."""

@@ -42,7 +42,7 @@ from hermes_queue.api.validation import (
 )
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.config import Settings
-from hermes_queue.events import EventType, RunEvent
+from hermes_queue.events import EventType, RunEvent, superseded
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.turn_request import TurnRequest
@@ -138,7 +138,13 @@ def parse_completion(
         first_user = next(m for m in conversation if m["role"] == "user")
         session = RunSession(derived_session_id(system_prompt, first_user["content"]))
         turn = dataclasses.replace(turn, history=conversation[:-1])
-    return NewTurn(turn, select_for_body(routing, body), session, named_model=fields.model)
+    return NewTurn(
+        turn,
+        select_for_body(routing, body),
+        session,
+        named_model=fields.model,
+        openai_stream=coerce_bool(body.get("stream"), False),
+    )
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -213,18 +219,19 @@ class _Reply:
 
 
 async def _read_reply(hub: StreamHub, run_id: str) -> _Reply:
-    text: list[str] = []
+    text: list[tuple[str, str]] = []  # (event id, delta)
     shown: str | None = None
     async with hub.subscribe(run_id, None) as subscription:
         async for event in subscription:
             if event.type == EventType.MESSAGE_DELTA:
-                text.append(str(event.data.get("delta", "")))
+                text.append((event.id, str(event.data.get("delta", ""))))
             elif event.type == EventType.ASSISTANT_COMPLETED:
                 shown = str(event.data.get("content", ""))
-            elif event.type == EventType.RUN_RESTARTED:
-                text, shown = [], None  # a retry starts the reply over
+            elif event.type in (EventType.RUN_RESTARTED, EventType.RUN_RESUMED):
+                # A later attempt says again what the interrupted one had started to say.
+                text = [(eid, delta) for eid, delta in text if not superseded(event, eid)]
             if event.terminal:
-                return _Reply(event, "".join(text), shown)
+                return _Reply(event, "".join(delta for _, delta in text), shown)
     raise ApiError(500, "internal_error", "The run ended without a terminal event")
 
 

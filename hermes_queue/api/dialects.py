@@ -27,9 +27,9 @@ def render_runs(event: RunEvent) -> list[Frame]:
     """Upstream ``/v1/runs/{id}/events`` (upstream-api.md §3.3): unnamed frames with ``event``.
 
     ``reasoning.available`` is the agent's progress note, as upstream's; the model's streamed
-    reasoning is not shown. ``run.restarted`` and ``stream.gap`` are additions: a retried
-    attempt tells clients to drop the partial output they have, and a trimmed stream is never
-    skipped silently.
+    reasoning is not shown. ``run.restarted``, ``run.resumed`` and ``stream.gap`` are
+    additions: a retried attempt tells clients to drop the partial output they have (all of it,
+    or what follows ``valid_through``), and a trimmed stream is never skipped silently.
     """
     data = event.data
     fields: dict[str, Any]
@@ -61,6 +61,11 @@ def render_runs(event: RunEvent) -> list[Frame]:
             fields = {}
         case EventType.RUN_RESTARTED:
             fields = {"attempt": data.get("attempt", event.attempt)}
+        case EventType.RUN_RESUMED:
+            fields = {
+                "attempt": data.get("attempt", event.attempt),
+                "valid_through": data.get("valid_through"),
+            }
         case EventType.STREAM_GAP:
             fields = dict(data)
         case _:
@@ -149,7 +154,7 @@ def session_frames(event: RunEvent) -> list[_SessionFrame]:
             return [("error", {"message": data.get("error", "run failed")}, False), DONE]
         case EventType.RUN_CANCELLED:
             return [("run.cancelled", {"message_id": message_id}, False), DONE]
-        case EventType.RUN_RESTARTED | EventType.STREAM_GAP:
+        case EventType.RUN_RESTARTED | EventType.RUN_RESUMED | EventType.STREAM_GAP:
             return [(str(event.type), dict(data), False)]
         case _:
             return []

@@ -13,7 +13,7 @@ from typing import Any
 
 from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.sse import EndStream, Frame
-from hermes_queue.events import EventType, RunEvent
+from hermes_queue.events import EventType, RunEvent, superseded
 
 # The emoji of a tool whose backend named none (Hermes names each tool's own).
 TOOL_EMOJI = "⚡"
@@ -91,6 +91,7 @@ class ChatStream:
     def __init__(self, completion_id: str, created: int, model: str) -> None:
         self.completion_id, self.created, self.model = completion_id, created, model
         self.streamed = False
+        self.last_text = ""  # the id of the last event whose text this stream showed
 
     def chunk(
         self, event: RunEvent, delta: dict[str, Any], finish: str | None = None, **extra: Any
@@ -111,7 +112,7 @@ class ChatStream:
             case EventType.RUN_STARTED:
                 return [self.chunk(event, {"role": "assistant"})]
             case EventType.MESSAGE_DELTA:
-                self.streamed = True
+                self.streamed, self.last_text = True, event.id
                 return [self.chunk(event, {"content": data.get("delta", "")})]
             case EventType.REASONING:
                 reasoning = {"role": "assistant", "reasoning_content": data.get("text", "")}
@@ -119,7 +120,7 @@ class ChatStream:
             case EventType.ASSISTANT_COMPLETED if not data.get("streamed", True):
                 # A reply that was not streamed (the controlled provider-auth reply, a backend
                 # that answers at once) still reaches the client as content.
-                self.streamed = True
+                self.streamed, self.last_text = True, event.id
                 return [self.chunk(event, {"content": str(data.get("content", ""))})]
             case EventType.TOOL_STARTED | EventType.TOOL_COMPLETED:
                 return _tool_progress(event)
@@ -141,12 +142,16 @@ class ChatStream:
                 return [self.chunk(event, {}, "stop", usage=usage), DONE]
             case EventType.RUN_FAILED:
                 error = str(data.get("error") or "agent error")
-                return [self._error_row(event, error, "agent_error"), DONE]
+                code = WORKER_LOST if data.get("reason") == WORKER_LOST else "agent_error"
+                return [self._error_row(event, error, code), DONE]
             case EventType.RUN_CANCELLED:
                 return [self._error_row(event, "The turn was stopped", CANCELLED), DONE]
-            case EventType.RUN_RESTARTED if self.streamed:
-                # The lost attempt's text went out and the next one says its own: chat has no
-                # frame to take text back, so this stream ends (docs/compatibility.md).
+            case EventType.RUN_RESTARTED | EventType.RUN_RESUMED if self.last_text and (
+                superseded(event, self.last_text)
+            ):
+                # Text this stream showed is superseded by a later attempt: chat has no frame
+                # to take text back, so this stream ends (docs/compatibility.md §2.5). A resume
+                # after text that stands is invisible: the stream goes on.
                 raise EndStream([self._error_row(event, WORKER_LOST_MESSAGE, WORKER_LOST), DONE])
             case EventType.STREAM_GAP:
                 raise EndStream([self._error_row(event, STREAM_GAP_MESSAGE, STREAM_GAP), DONE])

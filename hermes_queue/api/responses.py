@@ -120,7 +120,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if stream and turn.request.response is not None:  # its stored object is the stream's
         settings = dataclasses.replace(turn.request.response, stream=True)
         turn = dataclasses.replace(
-            turn, request=dataclasses.replace(turn.request, response=settings)
+            turn, request=dataclasses.replace(turn.request, response=settings), openai_stream=True
         )
     replayed: dict[str, str] = {}
     async with await state.idempotency.begin(request.headers, "responses", body) as idem:

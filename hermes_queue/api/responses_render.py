@@ -29,7 +29,7 @@ from hermes_queue.api.openai_render import (
     WORKER_LOST_MESSAGE,
 )
 from hermes_queue.api.sse import EndStream, Frame, Renderer
-from hermes_queue.events import EventType, RunEvent
+from hermes_queue.events import EventType, RunEvent, superseded
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 
 # A response in one of these statuses is final (unlike a run's, "incomplete" is one of them).
@@ -131,11 +131,15 @@ class ResponseFold:
 
     meta: ResponseMeta
     streamed: bool = True
+    # Whether a client is shown the frames as they are made (a stream): then text a later
+    # attempt supersedes cannot be taken back and fails the response; else it is dropped.
+    live: bool = False
     status: str = "queued"
     sequence: int = 0
     items: dict[int, dict[str, Any]] = field(default_factory=dict)
     message_index: int | None = None
     text: list[str] = field(default_factory=list)
+    text_ids: list[str] = field(default_factory=list)  # the event id of each text piece
     tool_index: dict[str, int] = field(default_factory=dict)
     usage: dict[str, int] | None = None
     error: dict[str, Any] | None = None
@@ -176,7 +180,7 @@ class ResponseFold:
             frames.append(self._frame("response.created", response=self.snapshot()))
         match event.type:
             case EventType.MESSAGE_DELTA:
-                frames += self._delta(str(data.get("delta", "")))
+                frames += self._delta(str(data.get("delta", "")), event.id)
             case EventType.TOOL_STARTED:
                 frames += self._tool_started(data)
             case EventType.TOOL_COMPLETED:
@@ -186,7 +190,8 @@ class ResponseFold:
             case EventType.RUN_FAILED if is_controlled_reply(data):
                 frames += self._completed(controlled_reply(data))  # upstream: a normal reply
             case EventType.RUN_FAILED:
-                frames += self._fail(str(data.get("error") or "agent error"))
+                code = WORKER_LOST if data.get("reason") == WORKER_LOST else None
+                frames += self._fail(str(data.get("error") or "agent error"), code)
             case EventType.RUN_CANCELLED:
                 frames += self._close_message("incomplete")
                 self.status = "incomplete"
@@ -198,8 +203,15 @@ class ResponseFold:
         (message, code): a lost run, a gap, or a worker lost after this response showed text
         that the next attempt would say again in its own words."""
         match event.type:
-            case EventType.RUN_RESTARTED if self.text:
-                return WORKER_LOST_MESSAGE, WORKER_LOST
+            case EventType.RUN_RESTARTED | EventType.RUN_RESUMED:
+                kept = [not superseded(event, eid) for eid in self.text_ids]
+                if all(kept):
+                    return None
+                if self.live:
+                    return WORKER_LOST_MESSAGE, WORKER_LOST
+                # Not shown yet: the later attempt's text replaces the interrupted step's.
+                self.text = [t for t, keep in zip(self.text, kept, strict=True) if keep]
+                self.text_ids = [i for i, keep in zip(self.text_ids, kept, strict=True) if keep]
             case EventType.STREAM_GAP:
                 return STREAM_GAP_MESSAGE, STREAM_GAP
             case EventType.STREAM_LOST:
@@ -231,11 +243,12 @@ class ResponseFold:
             self._frame("response.output_item.added", output_index=self.message_index, item=item)
         ]
 
-    def _delta(self, delta: str) -> list[Frame]:
+    def _delta(self, delta: str, event_id: str) -> list[Frame]:
         if not delta:
             return []
         frames = self._open_message()
         self.text.append(delta)
+        self.text_ids.append(event_id)
         frames.append(
             self._frame(
                 "response.output_text.delta",
@@ -327,7 +340,7 @@ class ResponseFold:
 
 def stream_renderer(meta: ResponseMeta, starting_after: int = -1) -> Renderer:
     """A renderer for one connection; it must be fed the run from its first event."""
-    fold = ResponseFold(meta)
+    fold = ResponseFold(meta, live=True)
 
     def render(event: RunEvent) -> Iterable[Frame]:
         frames = [f for f in fold.feed(event) if int(f[2]) > starting_after]

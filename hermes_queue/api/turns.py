@@ -76,6 +76,9 @@ class NewTurn:
     # The model the client named, recorded when the selection resolves none (the advertised
     # model name when the client named none either).
     named_model: str = ""
+    # Its client reads it as an OpenAI stream, which cannot take back text it was shown: a
+    # worker lost mid-text then ends the run rather than resuming it (workers/start.py).
+    openai_stream: bool = False
 
 
 class SideRecord(Protocol):
@@ -175,14 +178,16 @@ class TurnStarter:
         # What hermes.run reports: the model the client named, else the advertised name (as
         # upstream's run status); the resolved one is the route's.
         model = turn.named_model or self._default_model
+        shown_live = {"openai_stream": "1"} if turn.openai_stream else {}
         if isinstance(session, RunSession):
+            persisted = {"persist": PERSIST_TURN} if session.persisted else {}
             await self._runs.create(
                 run_id=run_id,
                 session_id=session_id,
                 request=request,
                 route=route,
                 model=model,
-                extra={"persist": PERSIST_TURN} if session.persisted else None,
+                extra={**persisted, **shown_live},
             )
             return
         presence = self._presence
@@ -195,7 +200,7 @@ class TurnStarter:
             request=request,
             route=route,
             model=model,
-            extra={"persist": PERSIST_SESSION},
+            extra={"persist": PERSIST_SESSION, **shown_live},
             read_by=presence.reader_id if presence is not None else None,
         )
         if admission.verdict == "busy":

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, encode_data
@@ -44,12 +45,16 @@ class FencedScripts:
         keys: Keys,
         approvals: Approvals,
         on_finished: Outcomes,
+        record_ttl: int,
     ) -> None:
         self.settings = settings
         self.keys = keys
+        # How long a live run's keys are kept (the record's TTL): its steps list's too.
+        self.record_ttl = record_ttl
         self.approvals = approvals
         self.on_finished = on_finished
         self.append = redis.register_script(load_script("append"))
+        self.append_step = redis.register_script(load_script("append_step"))
         self.finish = redis.register_script(load_script("finish"))
         # The terminal transition waits for redis_min_replicas replicas (replication.py); a
         # too-short count is logged: nothing to retry, the lease re-runs a lost one.
@@ -92,19 +97,55 @@ class Attempt:
 
         Retrying with the same ``batch_token`` after a lost reply never appends twice.
         """
-        settings, keys = self.settings, self.scripts.keys
+        keys = self.scripts.keys
+        return await self._batch(
+            self.scripts.append,
+            [keys.run(self.run_id), keys.events(self.run_id)],
+            batch_token or uuid.uuid4().hex,
+            events,
+        )
+
+    async def append_step(
+        self,
+        events: list[tuple[str, dict[str, Any]]],
+        step: dict[str, Any],
+        batch_token: str,
+    ) -> list[str] | None:
+        """``events``, then ``step`` recorded after them (``keys.steps``), in one fenced call:
+        what a later attempt resumes from. The events' stream ids; None when this attempt no
+        longer owns the run. A retry with the same ``batch_token`` records nothing twice."""
+        keys = self.scripts.keys
+        return await self._batch(
+            self.scripts.append_step,
+            [keys.run(self.run_id), keys.events(self.run_id), keys.steps(self.run_id)],
+            batch_token,
+            events,
+            self.scripts.record_ttl,
+            encode_data(step),
+        )
+
+    async def _batch(
+        self,
+        script: AsyncScript,
+        keys: list[str],
+        batch_token: str,
+        events: list[tuple[str, dict[str, Any]]],
+        *before_events: Any,
+    ) -> list[str] | None:
+        """One fenced batch script call (``append_batch`` in the prelude): its arguments, the
+        script's own ones (``before_events``), then the events."""
+        settings = self.settings
         args: list[Any] = [
             self.number,
             settings.stream_maxlen,
             settings.retention_seconds,
             repr(time.time()),
-            batch_token or uuid.uuid4().hex,
+            batch_token,
+            *before_events,
         ]
         for event_type, data in events:
             args += [event_type, encode_data(data)]
-        result = await self.scripts.appends.evalsha(
-            self.scripts.append, [keys.run(self.run_id), keys.events(self.run_id)], args
-        )
+        result = await self.scripts.appends.evalsha(script, keys, args)
         if result is None:
             return None
         return [decode(entry_id) for entry_id in result]

@@ -92,6 +92,13 @@ class RunRecord:
     route: dict[str, Any] = field(default_factory=dict)
     # The oldest pending approval request (its approval.request data) while one is pending.
     approval: dict[str, Any] | None = None
+    # Agent steps recorded so far (keys.steps), and the id of the last event before the last
+    # one: what a resumed attempt says is still valid (run.resumed).
+    steps: int = 0
+    step_event: str = ""
+    # The client that started the run reads it as an OpenAI stream (chat completions,
+    # Responses): it cannot take back text it was shown (workers/turn.py, resuming).
+    openai_stream: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -119,6 +126,9 @@ class RunRecord:
             request=TurnRequest.from_json(_json(_text(raw, "request"), {})),
             route=_json(_text(raw, "route"), {}),
             approval=_pending_approval(raw),
+            steps=int(_text(raw, "steps") or 0),
+            step_event=_text(raw, "step_event"),
+            openai_stream=_text(raw, "openai_stream") == "1",
         )
 
     def to_status(self) -> dict[str, Any]:

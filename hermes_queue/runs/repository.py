@@ -30,6 +30,10 @@ from hermes_queue.runs.scripts import Outcomes, current_stats_key
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
 from hermes_queue.streams.presence import TTL_MS as PRESENCE_TTL_MS
+from hermes_queue.streams.reader import id_key, read_range
+
+# Stream entries read per call where a worker reads its run's own stream.
+_PAGE = 500
 
 
 def new_run_id() -> str:
@@ -80,7 +84,9 @@ class RunRepository:
         # Approval requests and answers (their own module: runs/approvals.py).
         self.approvals = Approvals(redis, settings, self.keys)
         # What the attempts this repository's claims return write through.
-        self._fenced = FencedScripts(redis, settings, self.keys, self.approvals, self._on_finished)
+        self._fenced = FencedScripts(
+            redis, settings, self.keys, self.approvals, self._on_finished, self._record_ttl
+        )
 
     async def aclose(self) -> None:
         """Close the append connection (the shared client is its owner's to close)."""
@@ -204,6 +210,30 @@ class RunRepository:
         active = await live(active_key) if active_key else None
         waiting = [run_id for run_id in [await live(key) for key in pending] if run_id]
         return active, waiting
+
+    async def steps(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's recorded steps, oldest first (``append_step.lua``'s records: ``after``,
+        the event id each follows; ``attempt``; ``step``, what the backend recorded)."""
+        key = self.keys.steps(run_id)
+        raw = await cast("Awaitable[list[bytes]]", self.redis.lrange(key, 0, -1))
+        return [json.loads(item) for item in raw]
+
+    async def text_after(self, run_id: str, after: str | None, through: str | None = None) -> str:
+        """The reply text (``message.delta`` events) the run's stream holds after event
+        ``after`` (None: from its start), up to event ``through`` (None: its end): what its
+        readers were shown there."""
+        text: list[str] = []
+        last = id_key(through) if through else None
+        while True:
+            events = await read_range(self.redis, self.keys, run_id, after, _PAGE)
+            for event in events:
+                if last is not None and id_key(event.id) > last:
+                    return "".join(text)
+                if event.type == "message.delta":
+                    text.append(str(event.data.get("delta", "")))
+            if len(events) < _PAGE:
+                return "".join(text)
+            after = events[-1].id
 
     async def get(self, run_id: str) -> RunRecord | None:
         raw = await cast("Awaitable[dict[bytes, bytes]]", self.redis.hgetall(self.keys.run(run_id)))

@@ -39,6 +39,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
+from hermes_queue.agents.steps import HandBack
 from hermes_queue.events import EventType, message_id_for
 from hermes_queue.runs.attempt import Attempt
 
@@ -100,9 +101,12 @@ class RunEventSink:
         attempt: Attempt,
         cancel: CancelToken | None = None,
         wakeup: Wakeup | None = None,
+        hand_back: Callable[[], bool] = lambda: False,
     ) -> None:
         self.attempt = attempt
         self.run_id = attempt.run_id
+        # Whether the worker is stopping: then a recorded step is the attempt's last (HandBack).
+        self._hand_back = hand_back
         # The run's stop signal and answer doorbell, for approval waits.
         self.cancel = cancel or CancelToken()
         self.wakeup = wakeup or Wakeup()
@@ -211,6 +215,34 @@ class RunEventSink:
         """``message.started``, right after the attempt's ``run.started`` (or ``run.restarted``),
         as upstream announces the reply before the agent runs, whatever it then does."""
         await self._ensure_message()
+
+    def continue_reply(self, shown: str) -> None:
+        """A resumed attempt goes on with the reply an earlier attempt announced, of which
+        readers were shown ``shown`` (``streamed_text`` then starts with it)."""
+        self._message_started = True
+        if shown:
+            self.text_streamed = True
+            self._streamed.append(shown)
+
+    # -- StepSink (agents/steps.py) ----------------------------------------------------------
+    async def step(self, record: dict[str, Any], *, last: bool = False) -> None:
+        """Record a finished step durably, with every event emitted before it, in one fenced
+        script call (``Attempt.append_step``); then, if the worker is stopping and the turn
+        goes on after this step, hand the run back (``HandBack``)."""
+        if self._failure is not None:
+            raise self._failure
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)  # what it took goes first, in order
+        if self._failure is not None:
+            raise self._failure
+        batch, self._backlog = coalesce_deltas(self._backlog), []
+        token = f"{self._batch_prefix}.{next(self._batches)}"
+        ids = await self._retrying("step", lambda: self.attempt.append_step(batch, record, token))
+        if ids is None:
+            raise LeaseLost(self.run_id)
+        self.events_written += len(ids)
+        if not last and self._hand_back():
+            raise HandBack(f"worker stopping after step {record.get('kind')}")
 
     # -- EventSink --------------------------------------------------------------------------
     async def delta(self, text: str) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 from hermes_queue.agents.base import (
     AgentBackend,
     AgentError,
-    AgentRequest,
     AgentResult,
     ApprovalRequest,
     CancelToken,
@@ -30,7 +29,7 @@ from hermes_queue.agents.base import (
     TurnCancelled,
 )
 from hermes_queue.agents.media import inline_media
-from hermes_queue.events import EventType
+from hermes_queue.agents.steps import HandBack
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
 from hermes_queue.routing import LockMismatch, Selection, check_lock_runtime, runtime_metadata
@@ -42,6 +41,7 @@ from hermes_queue.store.protocol import SessionStore
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink, Wakeup
+from hermes_queue.workers.start import Unresumable, start_attempt
 
 log = logging.getLogger(__name__)
 
@@ -151,20 +151,6 @@ class FirstEventProbe:
         return await self._sink.approval(request)
 
 
-def build_request(claim: Attempt, history: list[dict[str, Any]] | None = None) -> AgentRequest:
-    record, turn = claim.record, claim.record.request
-    return AgentRequest(
-        run_id=record.run_id,
-        session_id=record.session_id,
-        message=turn.message,
-        history=list(turn.history) if history is None else history,
-        instructions=turn.instructions,
-        route=record.route,
-        options={"model_options": dict(record.route.get("model_options") or {})},
-        attempt=claim.number,
-    )
-
-
 async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
     """One delivery of a run's job (the queue delivers at least once)."""
     run_id_var.set(run_id)
@@ -220,12 +206,14 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
     """Run the turn; whatever happens, end it with one terminal write, a hand-back, or
     nothing at all when the lease is lost (the reaper's then)."""
     attempt = active.attempt
-    sink = RunEventSink(attempt, cancel=active.token, wakeup=active.approvals)
+    sink = RunEventSink(
+        attempt, cancel=active.token, wakeup=active.approvals, hand_back=runtime.shutting_down
+    )
     turn_log = None
     if attempt.record.persist and runtime.store is not None:
         turn_log = SessionTurnLog(runtime.store, attempt.run_id, attempt.record.session_id)
     try:
-        request = await _start(attempt, sink, turn_log)
+        request = await start_attempt(attempt, runtime.repository, sink, turn_log)
         agent_sink: EventSink = sink
         if runtime.metrics is not None and attempt.number == 1:
             agent_sink = FirstEventProbe(sink, runtime.metrics, attempt.record.created_at)
@@ -236,6 +224,14 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
             await turn_log.record_reply(result)
     except TurnCancelled as stopped:
         return await _end_cancelled(sink, active, turn_log, stopped.messages)
+    except HandBack:
+        # The worker is stopping and the step just recorded was this attempt's last: another
+        # worker resumes the run from it (a drain lasts one step, not one turn).
+        await attempt.hand_back()
+        log.info("run %s attempt %d handed back after a step", attempt.run_id, attempt.number)
+        return "handed_back"
+    except Unresumable as lost:
+        return await _end_unresumable(attempt, turn_log, lost)
     except LeaseLost:
         log.warning(
             "run %s attempt %d lost its lease; its writes are fenced",
@@ -293,31 +289,6 @@ def _failure(run_id: str, exc: Exception) -> tuple[FailReason, str]:
     return FailReason.INTERNAL, f"internal error ({type(exc).__name__})"
 
 
-async def _start(
-    attempt: Attempt, sink: RunEventSink, turn_log: SessionTurnLog | None
-) -> AgentRequest:
-    from_store = attempt.record.history_from_store
-    history = None
-    if turn_log:
-        # A turn whose history the client sends (/v1/runs) may be its session's first.
-        history = await turn_log.start(
-            attempt.record.request.message, with_history=from_store, create_session=not from_store
-        )
-    request = build_request(attempt, history)
-    # An attempt whose predecessors wrote nothing is, for clients, the start of the run.
-    if attempt.number == 1 or attempt.record.seq == 0:
-        data = {
-            "attempt": attempt.number,
-            "user_message": {"role": "user", "content": request.message},
-            "runtime": runtime_metadata(Selection.from_dict(attempt.record.route), None),
-        }
-        await sink.emit(EventType.RUN_STARTED, data)
-    else:
-        await sink.emit(EventType.RUN_RESTARTED, {"attempt": attempt.number})
-    await sink.start_reply()
-    return request
-
-
 def _checked_runtime(attempt: Attempt, result: AgentResult) -> AgentResult:
     """Under a confirmed lock the turn must have run on the locked provider and model; the
     result then reports the runtime metadata clients see (upstream-api.md §6.3 rules 6–7)."""
@@ -365,6 +336,20 @@ async def _end_cancelled(
             log.error("run %s: the stopped reply was not stored: %s", attempt.run_id, exc)
     await attempt.cancel()
     return "cancelled"
+
+
+async def _end_unresumable(
+    attempt: Attempt, turn_log: SessionTurnLog | None, lost: Unresumable
+) -> str:
+    """A reply shown to an OpenAI stream was cut by a lost worker: the run ends ``worker_lost``
+    with its transcript as the client saw it (workers/start.py)."""
+    if turn_log is not None:
+        try:
+            await turn_log.record_interrupted(lost.done, lost.shown)
+        except StoreError as exc:
+            log.error("run %s: the cut reply was not stored: %s", attempt.run_id, exc)
+    await attempt.fail(FailReason.WORKER_LOST, str(lost))
+    return "failed"
 
 
 async def _end_failed(sink: RunEventSink, reason: FailReason, error: str) -> str:

@@ -91,6 +91,7 @@ def backend_options(settings: Settings) -> dict[str, Any]:
 
     return {
         "token_delay": settings.echo_token_delay,
+        "tool_log": settings.echo_tool_log,
         "providers": providers,
         "default_provider": settings.default_provider or next(iter(providers), ""),
         "credentials": credentials,

@@ -118,3 +118,14 @@ def test_a_reply_that_was_not_streamed_reaches_the_chat_stream_as_content() -> N
     assert frame_id == "1-1"
     streamed = RunEvent(str(EventType.ASSISTANT_COMPLETED), RUN, data={"content": "x"}, id="1-2")
     assert chat(streamed) == []  # its text went out as deltas already
+
+
+def test_a_resume_is_told_on_the_hermes_dialects() -> None:
+    """``run.resumed`` names the last event that stands: clients drop what follows it."""
+    data = {"attempt": 2, "valid_through": "1-5", "steps": 3}
+    event = RunEvent(str(EventType.RUN_RESUMED), RUN, "s", 9, 9.0, 2, data, "1-9")
+    [(_, payload, frame_id)] = render_runs(event)
+    assert isinstance(payload, dict) and frame_id == "1-9"
+    assert payload["event"] == "run.resumed" and payload["valid_through"] == "1-5"
+    [(name, body, _)] = SessionStream()(event)
+    assert name == "run.resumed" and isinstance(body, dict) and body["valid_through"] == "1-5"

@@ -153,3 +153,43 @@ def test_a_lost_run_fails_the_response_stream() -> None:
     with pytest.raises(EndStream) as ended:
         render(lost_event(RUN))
     assert names(ended.value.frames) == ["response.failed"]
+
+
+def resumed(valid_through: str, seq: int) -> RunEvent:
+    data = {"attempt": 2, "valid_through": valid_through}
+    return RunEvent(str(EventType.RUN_RESUMED), RUN, "s", seq, 1.0, 2, data, f"1-{seq}")
+
+
+def test_a_resume_after_the_text_shown_is_invisible_on_chat() -> None:
+    """The worker was lost between steps: what the stream showed stands, it just goes on."""
+    chat = ChatStream("c", 1, "m")
+    feed(chat, STARTED, DELTA)  # the delta is event 1-2
+    assert chat(resumed("1-2", 3)) == []
+    more = chat(event(EventType.MESSAGE_DELTA, {"delta": "lo"}, 4))
+    assert isinstance(more[0][1], dict) and more[0][1]["choices"][0]["delta"] == {"content": "lo"}
+
+
+def test_a_resume_that_supersedes_shown_text_ends_the_chat_stream() -> None:
+    chat = ChatStream("c", 1, "m")
+    feed(chat, STARTED, DELTA)
+    with pytest.raises(EndStream) as ended:
+        chat(resumed("1-1", 3))  # valid through run.started only: the delta is superseded
+    assert final_chunk(ended.value.frames)["hermes"]["error_code"] == "worker_lost"
+
+
+def test_a_stored_response_drops_the_superseded_text_and_a_stream_fails() -> None:
+    from hermes_queue.api.responses_render import ResponseFold
+
+    meta = ResponseMeta(id="resp_x", run_id=RUN, created_at=1, model="m")
+    settled = ResponseFold(meta)  # not shown live: the later attempt's text replaces it
+    for seq, (kind, data) in enumerate([STARTED, DELTA], start=1):
+        settled.feed(event(kind, data, seq))
+    assert settled.feed(resumed("1-1", 3)) == [] and settled.text == []
+    settled.feed(event(EventType.MESSAGE_DELTA, {"delta": "Hello"}, 4))
+    settled.feed(event(EventType.RUN_COMPLETED, {"output": "Hello", "usage": {}}, 5))
+    assert settled.snapshot()["output"][0]["content"][0]["text"] == "Hello"
+    live = responses()
+    feed(live, STARTED, DELTA)
+    with pytest.raises(EndStream) as ended:
+        live(resumed("1-1", 3))
+    assert names(ended.value.frames)[-1] == "response.failed"

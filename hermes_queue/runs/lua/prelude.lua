@@ -39,6 +39,48 @@ local function append_event(record, stream, etype, attempt, ts, data, maxlen, tt
   return id
 end
 
+-- A fenced batch of events: refused (false) unless the caller's attempt is current and the run
+-- still active, so a worker that lost its lease can never write. The batch token makes a retried
+-- call (its reply lost to a dropped connection) return the ids of the first call instead of
+-- appending twice (then ``replayed`` is true). Events are ARGV[first], ARGV[first + 1], ...
+-- (type, data pairs). One HMGET reads all the record fields the batch needs, and one HSET
+-- writes the record's seq, last event and last id per batch, not per event (the script is
+-- atomic, so the seq read is still current when the HSET writes the block's last one). The
+-- stream's TTL is set once, by the batch that creates it; the lease heartbeat (renew.lua)
+-- keeps it while the run lives and the terminal transition sets its retention. ``extra``:
+-- more field, value pairs for that HSET.
+local function append_batch(record, stream, attempt, maxlen, ttl, ts, token, first, extra)
+  local f = redis.call('HMGET', record, 'last_batch', 'last_ids', 'attempt', 'status',
+    'session_id', 'seq', 'last_id')
+  if f[1] == token then
+    local ids = {}
+    for id in string.gmatch(f[2] or '', '%S+') do ids[#ids + 1] = id end
+    return ids, true
+  end
+  if f[3] ~= attempt or ACTIVE[f[4] or ''] ~= true then return false end
+  local seq = tonumber(f[6] or '0')
+  local created = seq == 0
+  local sid = f[5] or ''
+  local ids = {}
+  local last_type = nil
+  for i = first, #ARGV, 2 do
+    seq = seq + 1
+    ids[#ids + 1] = add_event(stream, ARGV[i], seq, attempt, ts, sid, ARGV[i + 1], maxlen)
+    last_type = ARGV[i]
+  end
+  local fields = {'last_batch', token, 'last_ids', table.concat(ids, ' ')}
+  if #ids > 0 then
+    if created then redis.call('EXPIRE', stream, ttl) end
+    for _, v in ipairs({'seq', seq, 'last_event', last_type, 'updated_at', ts,
+        'last_id', ids[#ids]}) do
+      fields[#fields + 1] = v
+    end
+  end
+  for _, v in ipairs(extra or {}) do fields[#fields + 1] = v end
+  redis.call('HSET', record, unpack(fields))
+  return ids, false, ids[#ids] or f[7] or ''
+end
+
 -- What a terminal transition reads of the record, in one HMGET (finish below).
 local function finish_state(record)
   local f = redis.call('HMGET', record, 'attempt', 'status', 'seq', 'session_id', 'active_key',
