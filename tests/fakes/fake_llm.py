@@ -17,6 +17,9 @@ tests that cannot choose the message text):
 - ``[flaky:N]`` → the first N such requests answer 503, later ones succeed;
 - ``[stall]`` → one content chunk, then silence until the fake shuts down;
 - ``[midfail]`` → a few words, then the connection is dropped mid-stream;
+- ``[calls:N]`` with a tool marker → an agent's tool loop N calls long: each answer asks for
+  the tool again (ids ``call_fake_1`` … ``call_fake_N``) until the conversation holds N tool
+  results after the last user message, then ``"Tool said: …"`` (N + 1 model calls in all);
 - ``[length]`` → the output limit: only the reply's first few words (``"You said: <first word>"``,
   ``LENGTH_TOKENS`` tokens), then ``finish_reason: "length"``, with no tool call; an agent's
   request to continue the truncated reply (a last user message starting ``[System:``, as Hermes
@@ -52,8 +55,20 @@ _ERROR = re.compile(r"\[error:(\d{3})\]")
 _FLAKY = re.compile(r"\[flaky:(\d+)\]")
 _STALL = re.compile(r"\[stall\]")
 _MIDFAIL = re.compile(r"\[midfail\]")
+_CALLS = re.compile(r"\[calls:(\d+)\]")
 _LENGTH = re.compile(r"\[length\]")
-_MARKERS = (_REASONING, _TOOLCALL, _TERMINAL, _DELEGATE, _ERROR, _FLAKY, _STALL, _MIDFAIL, _LENGTH)
+_MARKERS = (
+    _REASONING,
+    _TOOLCALL,
+    _TERMINAL,
+    _DELEGATE,
+    _ERROR,
+    _FLAKY,
+    _STALL,
+    _MIDFAIL,
+    _CALLS,
+    _LENGTH,
+)
 # How many tokens a ``[length]`` reply keeps before its finish_reason "length".
 LENGTH_TOKENS = 3
 _TOKEN = re.compile(r"\S+\s*")
@@ -205,7 +220,12 @@ class FakeLLM:
         reasoning = (
             _TOKEN.findall(f"Thinking about: {_clean(text)}") if _REASONING.search(scan) else []
         )
-        tool = None if tool_came_back else _tool_call(scan, text)
+        results = _results_since_user(body["messages"])
+        loop = _CALLS.search(scan)
+        wanted = int(loop.group(1)) if loop else 1
+        tool = None if results >= wanted else _tool_call(scan, text, results + 1)
+        if tool and tool_came_back:  # the loop goes on: a step of its own, not the reply
+            tokens = _TOKEN.findall(f"Step {results + 1}.")
         finish = "tool_calls" if tool else "stop"
         if _LENGTH.search(scan) and not tool_came_back:
             tokens, tool, finish = tokens[:LENGTH_TOKENS], None, "length"
@@ -225,7 +245,7 @@ class FakeLLM:
             if reasoning:
                 message["reasoning_content"] = "".join(reasoning)
             if tool:
-                message["tool_calls"] = [_call(*tool)]
+                message["tool_calls"] = [_call(tool[0], tool[1], tool[2])]
             return web.json_response(
                 {
                     "id": "chatcmpl-fake",
@@ -293,8 +313,8 @@ class FakeLLM:
                     request.transport.close()  # no terminating chunk: the client sees a cut
                 return response
         if tool:
-            name, arguments = tool
-            call = _call(name, "")
+            name, arguments, number = tool
+            call = _call(name, "", number)
             await send({"tool_calls": [{"index": 0, **call}]})
             half = len(arguments) // 2
             for part in (arguments[:half], arguments[half:]):
@@ -315,15 +335,25 @@ class FakeLLM:
         return response
 
 
-def _tool_call(scan: str, text: str) -> tuple[str, str] | None:
-    """The (name, JSON arguments) of the tool call a marker asks for, if any."""
+def _tool_call(scan: str, text: str, number: int) -> tuple[str, str, int] | None:
+    """The (name, JSON arguments, call number) of the tool call a marker asks for, if any."""
     if command := _TERMINAL.search(scan):
-        return "terminal", json.dumps({"command": command.group(1)})
+        return "terminal", json.dumps({"command": command.group(1)}), number
     if goal := _DELEGATE.search(scan):
-        return "delegate_task", json.dumps({"goal": goal.group(1).strip()})
+        return "delegate_task", json.dumps({"goal": goal.group(1).strip()}), number
     if tool := _TOOLCALL.search(scan):
-        return tool.group(1), json.dumps({"query": _clean(text)})
+        return tool.group(1), json.dumps({"query": _clean(text)}), number
     return None
+
+
+def _results_since_user(messages: list[Any]) -> int:
+    """Tool results after the conversation's last user message: the agent's loop so far."""
+    count = 0
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") == "user":
+            break
+        count += message.get("role") == "tool"
+    return count
 
 
 def _continued_length_turn(users: list[dict[str, Any]]) -> str | None:
@@ -348,9 +378,9 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _call(name: str, arguments: str) -> dict[str, Any]:
+def _call(name: str, arguments: str, number: int = 1) -> dict[str, Any]:
     return {
-        "id": "call_fake_1",
+        "id": f"call_fake_{number}",
         "type": "function",
         "function": {"name": name, "arguments": arguments},
     }

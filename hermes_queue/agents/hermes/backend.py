@@ -34,7 +34,7 @@ from hermes_queue.agents.base import (
     Usage,
 )
 from hermes_queue.agents.hermes import process
-from hermes_queue.agents.hermes.bridge import TurnBridge
+from hermes_queue.agents.hermes.bridge import StepInterrupted, TurnBridge
 from hermes_queue.agents.hermes.conversation import (
     PLATFORM,
     converse,
@@ -42,10 +42,12 @@ from hermes_queue.agents.hermes.conversation import (
     failure,
     model_options,
 )
+from hermes_queue.agents.hermes.durable import DurableTurn
 from hermes_queue.agents.hermes.installed import hermes_catalog
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature, warm_first_turn
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
+from hermes_queue.agents.steps import StepJournal, StepSink
 from hermes_queue.catalog import BackendCatalog
 
 log = logging.getLogger(__name__)
@@ -168,6 +170,8 @@ class HermesBackend:
             loop, sink, request.run_id, agent.interrupt, scrub=runtime.provider.scrub
         )
         self._prepare_turn(agent, bridge, request.options.get("model_options"))
+        if isinstance(sink, StepSink):  # record each step; a resumed attempt replays them
+            DurableTurn(agent, bridge, StepJournal.of(request.steps)).install()
         before = (agent.session_prompt_tokens, agent.session_completion_tokens)
         cost_before = _estimated_cost(agent)
         history = to_hermes_history(request.history)
@@ -190,6 +194,8 @@ class HermesBackend:
                 agent.interrupt("worker stopping")  # the thread winds down on its own
                 pump.cancel()
                 raise
+            except StepInterrupted:  # why is the bridge's failure, raised below
+                result = {"failed": True, "error": "a step of the turn could not be recorded"}
             except Exception as exc:
                 raise crashed(runtime.provider, "failed", exc) from None
             finally:
@@ -294,7 +300,9 @@ class HermesBackend:
 
     @staticmethod
     def _detach(agent: Any) -> None:
-        """A kept agent must not hold the last turn's bridge (and through it, its sink)."""
+        """A kept agent must not hold the last turn's bridge (and through it, its sink), nor
+        its durable seams."""
+        DurableTurn.remove(agent)
         for name in (
             "stream_delta_callback",
             "reasoning_callback",

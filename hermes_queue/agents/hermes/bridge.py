@@ -26,23 +26,62 @@ child's thinking, streamed text, tool calls and batched progress are dropped, as
 
 The first failure of a sink call (a lost lease, Redis gone, a stop while waiting for consent)
 is kept, the agent is interrupted, and the backend re-raises it once the thread has returned.
+
+Durable steps (``durable.py``) are the one place the agent thread does wait: ``checkpoint``
+blocks it until the worker has stored a finished step, in order after every event posted before
+it, and raises ``StepInterrupted`` on that thread when it could not be (the failure is kept as
+above). While the agent replays recorded steps (``quiet``) its callbacks tell nothing: readers
+have those events from the attempt that recorded them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hermes_queue.agents.base import ApprovalRequest, EventSink, NoteSink, SubagentPhase
+from hermes_queue.agents.steps import StepSink
 from hermes_queue.events import SUBAGENT_FIELDS, SUBAGENT_FREE_TEXT
 from hermes_queue.logs import redact
 
 log = logging.getLogger(__name__)
 
 Call = Callable[[], Awaitable[None]]
+# How often a thread waiting on a checkpoint looks whether the pump is still there.
+_CHECKPOINT_POLL_SECONDS = 1.0
+
+
+class StepInterrupted(BaseException):
+    """Raised on the agent thread when a step could not be recorded, or was the attempt's last
+    (the worker hands the run back): the turn must stop at once. A ``BaseException``, so
+    Hermes' ``except Exception`` around callbacks and retries lets it through; the cause is in
+    ``TurnBridge.failure``."""
+
+
+class _Checkpoint:
+    """A step to record, posted like the other calls; the agent thread waits on ``done``."""
+
+    def __init__(self, sink: StepSink, record: dict[str, Any], last: bool) -> None:
+        self.sink, self.record, self.last = sink, record, last
+        self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    async def __call__(self) -> None:
+        try:
+            await self.sink.step(self.record, last=self.last)
+        except BaseException as exc:
+            self.refuse(exc)
+            raise
+        self.done.set_result(None)
+
+    def refuse(self, exc: BaseException) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc)
+
+
 _RESULT_LIMIT = 2_000  # characters of a tool result carried in its tool.completed event
 _SUBAGENT_PHASES: dict[str, SubagentPhase] = {
     "subagent.start": "start",
@@ -72,10 +111,15 @@ class TurnBridge:
         self._previews: defaultdict[str, deque[str | None]] = defaultdict(deque)
         self._outcomes: defaultdict[str, deque[tuple[float, bool]]] = defaultdict(deque)
         self._open_calls: dict[str, str] = {}  # call id -> tool name, started but not completed
+        # While the agent replays recorded steps nothing it reports is told again (durable.py).
+        self.quiet = False
+        self._pumping = True  # False once the pump is gone: a waiting checkpoint gives up
 
     # -- the agent thread's side ---------------------------------------------------------------
 
     def _post(self, call: Call | None) -> None:
+        if self.quiet and call is not None and not isinstance(call, _Checkpoint):
+            return
         try:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, call)
         except RuntimeError:  # the loop is closing (worker shutdown): nothing left to report to
@@ -152,6 +196,35 @@ class TurnBridge:
         )
         self._post(lambda: self._approve(request))
 
+    def checkpoint(self, record: dict[str, Any], *, last: bool = False) -> None:
+        """Record a finished step (``StepSink.step``) and wait until it is stored; raises
+        ``StepInterrupted`` when it was not, or the attempt must end after it."""
+        steps = self._sink
+        if not isinstance(steps, StepSink):
+            return
+        posted = _Checkpoint(steps, record, last)
+        self._post(posted)
+        while True:
+            try:
+                posted.done.result(timeout=_CHECKPOINT_POLL_SECONDS)
+                return
+            except concurrent.futures.TimeoutError:
+                if not self._pumping:
+                    raise StepInterrupted("the worker stopped taking events") from None
+            except BaseException as exc:
+                raise StepInterrupted(f"step not recorded: {type(exc).__name__}") from exc
+
+    def tell_lost(self, call_id: str, name: str, result: str) -> None:
+        """A tool call whose worker was lost while it ran ends, for readers, as a failure."""
+        self._open_calls[call_id] = name
+        quiet, self.quiet = self.quiet, False
+        self._post(lambda: self._lost(call_id, name, result))
+        self.quiet = quiet
+
+    async def _lost(self, call_id: str, name: str, result: str) -> None:
+        self._open_calls.pop(call_id, None)
+        await self._sink.tool_completed(name, call_id, error=True, result=result)
+
     def close(self) -> None:
         """The agent returned: the pump ends once everything posted before is through."""
         self._post(None)
@@ -160,16 +233,21 @@ class TurnBridge:
 
     async def pump(self) -> None:
         """Drain posted calls in order until ``close``; after a failure, drop the rest."""
-        while (call := await self._queue.get()) is not None:
-            if self.failure is not None:
-                continue
-            try:
-                await call()
-            except Exception as exc:  # kept, re-raised by the backend after the thread ends
-                self.failure = exc
-                self._interrupt(f"event publishing stopped: {type(exc).__name__}")
-                self._answer("deny", everything=True)
-        await self._close_open_calls()
+        try:
+            while (call := await self._queue.get()) is not None:
+                if self.failure is not None:
+                    if isinstance(call, _Checkpoint):
+                        call.refuse(self.failure)
+                    continue
+                try:
+                    await call()
+                except Exception as exc:  # kept, re-raised by the backend after the thread ends
+                    self.failure = exc
+                    self._interrupt(f"event publishing stopped: {type(exc).__name__}")
+                    self._answer("deny", everything=True)
+            await self._close_open_calls()
+        finally:
+            self._pumping = False
 
     async def _remember_preview(self, name: str, preview: str | None) -> None:
         self._previews[name].append(preview)
