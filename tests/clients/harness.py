@@ -34,12 +34,23 @@ class Backend:
     tool: str
     tool_name: str
     fail: str
+    slow_tool: str  # a tool call that takes seconds (with side effects: not run again)
     length: str = "[length]"
 
 
-ECHO = Backend("echo", "Echo: ", "[think]", "[tool:search]", "search", "[fail]")
+ECHO = Backend(
+    "echo", "Echo: ", "[think]", "[tool:search]", "search", "[fail]", "[tool:deploy] [slowtool:4]"
+)
 # [error:400]: the provider refuses the call, which Hermes does not retry: the turn fails.
-HERMES = Backend("hermes", "You said: ", "[reasoning]", "[toolcall:todo]", "todo", "[error:400]")
+HERMES = Backend(
+    "hermes",
+    "You said: ",
+    "[reasoning]",
+    "[toolcall:todo]",
+    "todo",
+    "[error:400]",
+    "[terminal:sleep 4]",
+)
 
 
 @dataclass

@@ -238,3 +238,31 @@ async def test_output_limit_is_a_length_terminal(stack: Stack) -> None:
     driver.expect(reason == "output_truncated", f"failure_reason {reason!r}")
     prefix = stack.backend.reply_prefix.strip()
     driver.expect(turn.text.startswith(prefix), f"no partial reply before the limit: {turn.text!r}")
+
+
+async def test_worker_killed_between_steps_is_followed_to_the_end(stack: Stack) -> None:
+    """The worker is SIGKILLed while a tool runs, so nothing of the interrupted step was
+    streamed: the next worker resumes the turn (the tool, which may have had its effect, is
+    not run again) and the client's stream simply goes on to a success whose text is the
+    turn's reply (hermes: its text before the tool, then its final reply)."""
+    text = f"deploy it {stack.backend.slow_tool}"
+    driver = await stack.drive(Turn(text))
+    run_id = (await driver.wait_for(is_response, 30, "the response"))["run_id"]
+    await driver.wait_for(
+        lambda line: (
+            line.get("type") == "ToolProgressEvent" and line["fields"]["status"] == "running"
+        ),
+        30,
+        "the tool running",
+    )
+    (await stack.worker_of(run_id)).kill()
+    await driver.finish(within=90)
+    driver.assert_clean(turns=1)
+    turn = driver.turn(0)
+    expect_outcome(driver, turn, "success")
+    status = await eventually(
+        lambda: stack.run_status(run_id), lambda s: s["status"] == "completed", what="completed"
+    )
+    driver.expect(status["attempt"] == 2, f"run status {status}")
+    # echo: the whole reply; hermes: the text before the tool, then the final reply.
+    driver.expect(turn.text.endswith(status["output"]), f"the stream said {turn.text!r}")

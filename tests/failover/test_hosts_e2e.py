@@ -12,9 +12,12 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
+from hermes_queue.agents.echo_tools import read_tool_log
+from hermes_queue.agents.steps import LOST_TOOL_RESULT
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from tests.conftest import store_variant
@@ -177,3 +180,50 @@ async def _moved_on(d: Spread, run_id: str) -> bool:
 
 async def _logged(proc: Proc, pattern: re.Pattern[str]) -> bool:
     return bool(pattern.search(proc.log()))
+
+
+@pytest.mark.timeout(180)
+async def test_worker_cut_off_mid_tool_is_fenced_and_its_turn_resumed(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Durable steps across hosts: the worker running a tool is cut off past its lease; the
+    other worker resumes the turn after the last recorded step (``run.resumed``, never
+    ``run.restarted``), the cut-off call is not run again (its effect is unknown: the model is
+    told so), and the old worker, back on the network, is fenced."""
+    log = tmp_path / "tools.jsonl"  # the hosts share the filesystem, not the network
+    tuned = settings.replace(max_attempts=3, echo_tool_log=str(log))
+    async with running(tuned) as d:
+        run_id = await d.create("cut [tool:alpha] [tool:beta] [slowtool:4]")
+        await until(lambda: _tool_started(log, run_id, "call_1"), 20, "alpha running")
+        victim = await d.holder(run_id)
+        assert victim is not None
+        victim.cut()
+        try:
+            await until(
+                lambda: _attempt_at_least(d, run_id, 2), settings.lease_seconds + 10, "resume"
+            )
+        finally:
+            victim.reconnect()
+        await until(lambda: _ended(d, run_id), 60, "the run's end")
+        pattern = re.compile(rf"run {run_id} attempt 1 (lost its lease|: terminal write fenced)")
+        await until(lambda: _logged(d.workers[victim], pattern), 30, "the old worker fenced")
+        stream = await d.stream(run_id)
+    kinds = [e.type for e in stream]
+    assert "run.resumed" in kinds and "run.restarted" not in kinds
+    assert all(e.attempt >= 2 for e in stream[kinds.index("run.resumed") :])
+    assert stream[-1].type == "run.completed"
+    tools = [m for m in stream[-1].data["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tools] == [LOST_TOOL_RESULT, "ok"]
+    starts = [line["call_id"] for line in read_tool_log(log) if line["phase"] == "start"]
+    assert starts == ["call_1", "call_2"]  # alpha ran once, on the cut-off host only
+
+
+async def _tool_started(log: Path, run_id: str, call_id: str) -> bool:
+    return any(
+        line["phase"] == "start" and line["run_id"] == run_id and line["call_id"] == call_id
+        for line in read_tool_log(log)
+    )
+
+
+async def _ended(d: Spread, run_id: str) -> bool:
+    return (await d.record(run_id)).get("status") in ("completed", "failed", "cancelled")
