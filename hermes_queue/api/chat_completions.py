@@ -18,10 +18,11 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
-from hermes_queue.api.dialects import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.hermes.render import controlled_reply, is_controlled_reply, truncated
+from hermes_queue.api.http.sse import Renderer, open_stream
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
-from hermes_queue.api.openai_render import (
+from hermes_queue.api.openai.chat_render import (
     CANCELLED,
     OUTPUT_TRUNCATED,
     TRUNCATED_MESSAGE,
@@ -32,7 +33,6 @@ from hermes_queue.api.openai_render import (
 )
 from hermes_queue.api.request_models import ChatCompletionBody
 from hermes_queue.api.runtime_selection import select_for_body
-from hermes_queue.api.sse import Renderer, open_stream
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns import NewTurn, RunSession, StoredSession, turn_headers
 from hermes_queue.api.validation import (

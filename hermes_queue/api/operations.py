@@ -15,7 +15,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.sse import open_stream
+from hermes_queue.api.http.sse import open_stream
 from hermes_queue.api.state import STATE
 from hermes_queue.metrics import CONTENT_TYPE
 from hermes_queue.queue_state import MAX_PAGE, snapshot

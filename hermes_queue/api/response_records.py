@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.responses_render import (
+from hermes_queue.api.openai.responses_render import (
     FINAL_RESPONSE_STATUSES,
     ResponseFold,
     ResponseMeta,

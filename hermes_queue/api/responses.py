@@ -22,11 +22,11 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.sse import open_stream
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
 from hermes_queue.api.request_models import ResponseBody
-from hermes_queue.api.responses_render import ResponseMeta, stream_renderer
 from hermes_queue.api.runtime_selection import select_for_body
-from hermes_queue.api.sse import open_stream
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns import NewTurn, RunSession, turn_headers
 from hermes_queue.api.validation import json_object, session_key_header

@@ -6,12 +6,12 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.dialects import render_runs
 from hermes_queue.api.errors import run_not_found
+from hermes_queue.api.hermes.render import render_runs
+from hermes_queue.api.http.sse import STREAM_CLOSED, open_stream, resume_cursor
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.request_models import RunBody
 from hermes_queue.api.runtime_selection import select_for_body
-from hermes_queue.api.sse import STREAM_CLOSED, open_stream, resume_cursor
 from hermes_queue.api.state import STATE
 from hermes_queue.api.turns import NewTurn, RunSession
 from hermes_queue.api.validation import json_object, session_key_header

@@ -11,12 +11,12 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from hermes_queue.api.dialects import SessionStream, controlled_reply, is_controlled_reply
 from hermes_queue.api.errors import ApiError, run_not_found
+from hermes_queue.api.hermes.render import SessionStream, controlled_reply, is_controlled_reply
+from hermes_queue.api.http.sse import open_stream, resume_cursor
 from hermes_queue.api.request_models import SessionChatBody
 from hermes_queue.api.runtime_selection import select_for_session
 from hermes_queue.api.sessions import load_session
-from hermes_queue.api.sse import open_stream, resume_cursor
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns import Enqueued, NewTurn, StoredSession, Strategy, turn_headers
 from hermes_queue.api.validation import json_object, session_key_header

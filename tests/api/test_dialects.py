@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.api.dialects import SessionStream, render_runs
-from hermes_queue.api.openai_render import ChatStream
-from hermes_queue.api.responses_render import ResponseMeta, stream_renderer
-from hermes_queue.api.sse import Frame, Renderer
+from hermes_queue.api.hermes.render import SessionStream, render_runs
+from hermes_queue.api.http.sse import Frame, Renderer
+from hermes_queue.api.openai.chat_render import ChatStream
+from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
 from hermes_queue.events import EventType, RunEvent
 
 RUN = "run_" + "a" * 32

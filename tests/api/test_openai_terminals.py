@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from hermes_queue.api.openai_render import ChatStream
-from hermes_queue.api.responses_render import ResponseMeta, stream_renderer
-from hermes_queue.api.sse import EndStream, Frame, Renderer
+from hermes_queue.api.http.sse import EndStream, Frame, Renderer
+from hermes_queue.api.openai.chat_render import ChatStream
+from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
 from hermes_queue.events import EventType, RunEvent, lost_event
 
 RUN = "run_" + "b" * 32

@@ -94,7 +94,7 @@ async def test_redis_outage_answers_503_with_a_code(settings: Settings) -> None:
 async def test_stream_of_a_vanished_run_ends_instead_of_waiting_forever(
     api: TestClient, redis: Any, settings: Settings, monkeypatch: Any
 ) -> None:
-    from hermes_queue.api import sse
+    from hermes_queue.api.http import sse
     from hermes_queue.keys import Keys
 
     monkeypatch.setattr(sse, "RECORD_CHECK_EVERY", 1)

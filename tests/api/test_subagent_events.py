@@ -7,9 +7,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from hermes_queue.api.dialects import SessionStream, render_runs
-from hermes_queue.api.openai_render import ChatStream
-from hermes_queue.api.responses_render import ResponseFold, ResponseMeta
+from hermes_queue.api.hermes.render import SessionStream, render_runs
+from hermes_queue.api.openai.chat_render import ChatStream
+from hermes_queue.api.openai.responses_render import ResponseFold, ResponseMeta
 from hermes_queue.config import Settings
 from hermes_queue.events import SUBAGENT_FIELDS, EventType, RunEvent
 from hermes_queue.runs.repository import RunRepository, new_run_id

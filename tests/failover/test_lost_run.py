@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hermes_queue.api import sse
+from hermes_queue.api.http import sse
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import EmbeddedRedis

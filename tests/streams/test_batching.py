@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from hermes_queue.api import sse
-from hermes_queue.api.dialects import SessionStream, render_runs
+from hermes_queue.api.hermes.render import SessionStream, render_runs
+from hermes_queue.api.http import sse
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
 from hermes_queue.streams.hub import StreamHub, Subscription

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.api.sse import Frame, shared
+from hermes_queue.api.http.sse import Frame, shared
 from hermes_queue.events import (
     SUBAGENT_FIELDS,
     EventType,
