@@ -17,9 +17,11 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.hermes.render import controlled_reply, is_controlled_reply, truncated
+from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.content import flatten_text, has_visible_payload, normalize_content
+from hermes_queue.api.http.fields import session_id_value, session_key_header
 from hermes_queue.api.http.sse import Renderer, open_stream
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.openai.chat_render import (
@@ -35,11 +37,6 @@ from hermes_queue.api.request_models import ChatCompletionBody
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns import NewTurn, RunSession, StoredSession, turn_headers
-from hermes_queue.api.validation import (
-    json_object,
-    session_id_value,
-    session_key_header,
-)
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, RunEvent
@@ -143,9 +140,9 @@ def parse_completion(
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    session_key = session_key_header(request, state.settings)
+    session_key = session_key_header(request, state.settings.api_key)
     continued = _session_header(request, state.settings)
-    body = await json_object(request)
+    body = await json_object(request, state.settings.body_timeout_seconds)
     turn = parse_completion(body, continued, state.routing)
     stream = coerce_bool(body.get("stream"), False)
     # The response names the model the client asked for (upstream echoes its alias).

@@ -24,9 +24,9 @@ from hermes_queue.api import (
     skills,
 )
 from hermes_queue.api import request_models as body
-from hermes_queue.api import request_queries as query
 from hermes_queue.api import resource_models as resource
 from hermes_queue.api import response_schemas as out
+from hermes_queue.api.http import queries as query
 
 JSON = "application/json"
 SSE = "text/event-stream"

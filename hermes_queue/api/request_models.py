@@ -4,7 +4,7 @@ the order it checks it (sessions, approvals and jobs: ``resource_models.py``).
 Handlers validate a body with ``Model.parse(body)`` and read typed attributes; ``/openapi.json``
 is generated from these same classes (``openapi.py``). Each field names its JSON type (the shapes
 in ``schema_types.py``) and the check that validates it. The checks are the project's own
-(``validation.py``, ``content.py``, upstream's rules) and raise ``ApiError`` with upstream's
+(``http/fields.py``, ``http/content.py``, upstream's rules) and raise ``ApiError`` with upstream's
 exact code, message and ``param``; pydantic stops at the first field that fails, in field order,
 so the order below is the order upstream checks in. Aliases (``id``/``session_id``,
 ``message``/``input``, ``system_message``/``instructions``) pick the first name present, as
@@ -27,9 +27,9 @@ from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field
 
-from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.request_fields import (
+from hermes_queue.api.http.content import flatten_text, has_visible_payload, normalize_content
+from hermes_queue.api.http.fields import (
     LENIENT,
     LenientFalse,
     LenientTrue,
@@ -38,17 +38,18 @@ from hermes_queue.api.request_fields import (
     RuntimeOptions,
     as_is,
     checked,
+    is_empty,
+    message_list,
     session_id_check,
     text_check,
 )
-from hermes_queue.api.schema_types import (
+from hermes_queue.api.http.schema_types import (
     ChatMessage,
     Content,
     HistoryMessage,
     Message,
     ResponseInputItem,
 )
-from hermes_queue.api.validation import is_empty, message_list
 from hermes_queue.booleans import coerce_bool
 
 STRATEGIES = ("reject", "enqueue", "interrupt")

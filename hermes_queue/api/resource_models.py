@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import AliasChoices, ConfigDict, Field, PlainValidator
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.request_fields import (
+from hermes_queue.api.http.fields import (
     LenientFalse,
     RequestModel,
     RuntimeId,

@@ -22,6 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream
 from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
@@ -29,7 +31,6 @@ from hermes_queue.api.request_models import ResponseBody
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns import NewTurn, RunSession, turn_headers
-from hermes_queue.api.validation import json_object, session_key_header
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 from hermes_queue.store import ResponseRow
@@ -113,8 +114,8 @@ async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    session_key = session_key_header(request, state.settings)
-    body = await json_object(request)
+    session_key = session_key_header(request, state.settings.api_key)
+    body = await json_object(request, state.settings.body_timeout_seconds)
     turn = await parse_response_body(state, body)
     stream = coerce_bool(body.get("stream"), False)
     if stream and turn.request.response is not None:  # its stored object is the stream's

@@ -28,8 +28,8 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.api.client_gone import on_client_gone
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.client_gone import on_client_gone
 from hermes_queue.events import RunEvent, format_stream_id, lost_event, parse_stream_id
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunRecord

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import Field, PlainValidator
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.request_fields import LenientFalse, RequestModel, as_is, checked
+from hermes_queue.api.http.fields import LenientFalse, RequestModel, as_is, checked
 
 MAX_SESSION_PAGE = 200
 MAX_MESSAGES_PAGE = 500
