@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from hermes_queue.api.backpressure import Backpressure
-from hermes_queue.api.http.sse import RunFeed
+from hermes_queue.api.feed import RunFeed
 from hermes_queue.api.idempotency import IdempotencyRecords
 from hermes_queue.api.response_records import StoredResponses
 from hermes_queue.api.turns import TurnStarter
