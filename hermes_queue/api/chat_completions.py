@@ -18,7 +18,6 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.hermes.render import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.http.fields import session_id_value, session_key_header
@@ -33,6 +32,7 @@ from hermes_queue.api.openai.chat_render import (
     hermes_block,
     usage_of,
 )
+from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.request_models import ChatCompletionBody
 from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.state import STATE, ApiState
