@@ -22,7 +22,6 @@ from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.http.fields import session_id_value, session_key_header
 from hermes_queue.api.http.sse import Renderer, open_stream
-from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.openai.chat_render import (
     CANCELLED,
     OUTPUT_TRUNCATED,
@@ -34,9 +33,10 @@ from hermes_queue.api.openai.chat_render import (
 )
 from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.request_models import ChatCompletionBody
-from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.state import STATE, ApiState
-from hermes_queue.api.turns import NewTurn, RunSession, StoredSession, turn_headers
+from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.turns.runtime_selection import select_for_body
+from hermes_queue.api.turns.starter import NewTurn, RunSession, StoredSession, turn_headers
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType, RunEvent

@@ -2,7 +2,7 @@
 
 All three read ``queue_state.snapshot`` (cheap at any queue size), so Prometheus, the JSON view
 and the dashboard's live stream can never disagree about what the queue holds. (Backpressure,
-which reads the same structures, is ``api/backpressure.py``.)
+which reads the same structures, is ``api/turns/backpressure.py``.)
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from hermes_queue.api.resource_models import (
     SessionCreateBody,
     SessionPatchBody,
 )
-from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.api.state import STATE
+from hermes_queue.api.turns.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
     UNSET,

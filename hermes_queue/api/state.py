@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from hermes_queue.api.backpressure import Backpressure
 from hermes_queue.api.feed import RunFeed
-from hermes_queue.api.idempotency import IdempotencyRecords
 from hermes_queue.api.response_records import StoredResponses
-from hermes_queue.api.turns import TurnStarter
+from hermes_queue.api.turns.backpressure import Backpressure
+from hermes_queue.api.turns.idempotency import IdempotencyRecords
+from hermes_queue.api.turns.starter import TurnStarter
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
@@ -56,7 +56,7 @@ class ApiState:
     routing: RoutingConfig
     # Admission under load: 429 before anything is written (turns, job run-now).
     backpressure: Backpressure
-    # Starting a turn: backpressure, the session rules, the run and its job (api/turns.py).
+    # Starting a turn: backpressure, the session rules, the run and its job (api/turns/starter.py).
     turns: TurnStarter
     # Following a run's events as SSE (api/sse.py).
     feed: RunFeed
