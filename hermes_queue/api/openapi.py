@@ -25,7 +25,7 @@ from pydantic.json_schema import models_json_schema
 from hermes_queue import __version__
 from hermes_queue.api import response_schemas as out
 from hermes_queue.api.openapi_operations import SSE, Answer, Operation, operations_by_handler
-from hermes_queue.api.unsupported import is_not_implemented
+from hermes_queue.api.ops.unsupported import is_not_implemented
 
 REF = "#/components/schemas/{model}"
 HEADERS: dict[str, tuple[str, dict[str, Any]]] = {

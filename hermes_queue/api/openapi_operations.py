@@ -10,23 +10,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hermes_queue.api import (
-    approvals,
-    chat_completions,
-    dashboard,
-    discovery,
-    jobs,
-    operations,
-    responses,
-    runs,
-    session_chat,
-    sessions,
-    skills,
-)
 from hermes_queue.api import request_models as body
 from hermes_queue.api import resource_models as resource
 from hermes_queue.api import response_schemas as out
+from hermes_queue.api.hermes import approvals, jobs, runs, session_chat, sessions
 from hermes_queue.api.http import queries as query
+from hermes_queue.api.openai import chat_completions, responses
+from hermes_queue.api.ops import dashboard, discovery, operations, skills
 
 JSON = "application/json"
 SSE = "text/event-stream"

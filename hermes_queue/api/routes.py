@@ -8,21 +8,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from hermes_queue.api import (
-    approvals,
-    chat_completions,
-    dashboard,
-    discovery,
-    jobs,
-    openapi,
-    operations,
-    responses,
-    runs,
-    session_chat,
-    sessions,
-    skills,
-    unsupported,
-)
+from hermes_queue.api import openapi
+from hermes_queue.api.hermes import approvals, jobs, runs, session_chat, sessions
+from hermes_queue.api.openai import chat_completions, responses
+from hermes_queue.api.ops import dashboard, discovery, operations, skills, unsupported
 
 SERVED: list[web.RouteDef] = [
     web.get("/health", discovery.health),

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from hermes_queue.api.feed import RunFeed
-from hermes_queue.api.response_records import StoredResponses
+from hermes_queue.api.openai.response_records import StoredResponses
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.idempotency import IdempotencyRecords
 from hermes_queue.api.turns.starter import TurnStarter
@@ -58,7 +58,7 @@ class ApiState:
     backpressure: Backpressure
     # Starting a turn: backpressure, the session rules, the run and its job (api/turns/starter.py).
     turns: TurnStarter
-    # Following a run's events as SSE (api/sse.py).
+    # Following a run: its events as SSE, its final reply (api/feed.py).
     feed: RunFeed
     idempotency: IdempotencyRecords
     responses: StoredResponses

@@ -21,8 +21,8 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue import __version__
+from hermes_queue.api.ops.unsupported import is_not_implemented
 from hermes_queue.api.state import STATE
-from hermes_queue.api.unsupported import is_not_implemented
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.keyguard import OPEN_WARNING
 from hermes_queue.store.migrations import LATEST_VERSION

@@ -4,7 +4,7 @@ Upstream keeps stored responses and conversation names in one host's SQLite file
 live in the shared session store, so chaining, ``GET`` and resume work on any replica.
 
 Storing: with ``store`` (the default) a ``queued`` row is written before the run is enqueued,
-and the final object when the run ends (``api/response_records.py``).
+and the final object when the run ends (``openai/response_records.py``).
 
 A failed non-stream response answers 500 (the JSON envelope with the response id), because
 docs/upstream-api.md does not record upstream's status for it; the stored object says ``failed``.
