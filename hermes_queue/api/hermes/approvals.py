@@ -12,8 +12,8 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError, run_not_found
+from hermes_queue.api.hermes.run_bodies import ApprovalBody
 from hermes_queue.api.http.bodies import json_object
-from hermes_queue.api.resource_models import ApprovalBody
 from hermes_queue.api.state import STATE
 
 MAX_ID_LENGTH = 128

@@ -8,10 +8,10 @@ from aiohttp import web
 
 from hermes_queue.api.errors import run_not_found
 from hermes_queue.api.hermes.render import render_runs
+from hermes_queue.api.hermes.run_bodies import RunBody
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import STREAM_CLOSED, open_stream, resume_cursor
-from hermes_queue.api.request_models import RunBody
 from hermes_queue.api.state import STATE
 from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body

@@ -13,12 +13,12 @@ from aiohttp import web
 
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.hermes.render import SessionStream
+from hermes_queue.api.hermes.session_bodies import SessionChatBody
 from hermes_queue.api.hermes.sessions import load_session
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream, resume_cursor
 from hermes_queue.api.replies import controlled_reply, is_controlled_reply
-from hermes_queue.api.request_models import SessionChatBody
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.runtime_selection import select_for_session
 from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, Strategy, turn_headers

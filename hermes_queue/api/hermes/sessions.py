@@ -9,14 +9,15 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.http.bodies import json_object
-from hermes_queue.api.http.queries import MessageListQuery, SessionListQuery
-from hermes_queue.api.resource_models import (
+from hermes_queue.api.hermes.session_bodies import (
     ForkBody,
+    MessageListQuery,
     ModelLockBody,
     SessionCreateBody,
+    SessionListQuery,
     SessionPatchBody,
 )
+from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.state import STATE
 from hermes_queue.api.turns.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.routing import runtime_metadata

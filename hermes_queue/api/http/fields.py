@@ -1,7 +1,23 @@
 """The building blocks of the typed request bodies and query strings: the base model with its
 one way to validate, and the field checks every endpoint shares (ids, strings, message lists,
 ``X-Hermes-Session-Key``), each raising ``ApiError`` with upstream's code, message and
-``param``."""
+``param``.
+
+Each endpoint's body is a :class:`RequestModel` beside its handler (``hermes/*_bodies.py``,
+``openai/bodies.py``). Handlers validate with ``Model.parse(body)`` and read typed attributes;
+``/openapi.json`` is generated from the same classes. Each field names its JSON type (the shapes
+in ``schema_types.py``) and the check that validates it; pydantic stops at the first field that
+fails, in field order, so a model lists its fields in the order upstream checks them. Aliases
+(``id``/``session_id``, ``message``/``input``, ``system_message``/``instructions``) pick the first
+name present, as ``body.get(a, body.get(b))`` did. Unknown keys are ignored, as upstream ignores
+them.
+
+Why pydantic: its validators let a field's check raise our own error (other exceptions pass
+through ``model_validate`` untouched), ``AliasChoices`` keeps upstream's aliases, and its JSON
+Schema output is draft 2020-12, the dialect of OpenAPI 3.1, so the published document needs no
+translation. msgspec is faster but has neither per-field validators of this kind nor 2020-12
+output.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +36,7 @@ from pydantic import (
 )
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.http.schema_types import ModelOptions
+from hermes_queue.api.http.schema_types import HistoryMessage, ModelOptions
 from hermes_queue.booleans import coerce_bool
 
 MAX_ID_LENGTH = 256
@@ -232,3 +248,17 @@ def session_id_check(param: str) -> PlainValidator:
 
     accepts = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f/\\]+$")]
     return checked(check, accepts | None)
+
+
+def history(value: Any) -> list[dict[str, Any]]:
+    """``conversation_history``: messages that each carry ``content`` (upstream's rule)."""
+    if value is None:
+        return []
+    return message_list(value, "conversation_history", need_content=True)
+
+
+History = Annotated[
+    list[dict[str, Any]],
+    checked(history, list[HistoryMessage] | None),
+    Field(default_factory=list, description="Earlier turns, before the input's own history."),
+]

@@ -22,6 +22,7 @@ from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.http.fields import session_id_value, session_key_header
 from hermes_queue.api.http.sse import Renderer, open_stream
+from hermes_queue.api.openai.bodies import ChatCompletionBody
 from hermes_queue.api.openai.chat_render import (
     CANCELLED,
     OUTPUT_TRUNCATED,
@@ -32,7 +33,6 @@ from hermes_queue.api.openai.chat_render import (
     usage_of,
 )
 from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
-from hermes_queue.api.request_models import ChatCompletionBody
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body

@@ -25,8 +25,8 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream
+from hermes_queue.api.openai.bodies import ResponseBody
 from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
-from hermes_queue.api.request_models import ResponseBody
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body
