@@ -2,7 +2,9 @@
 
 :class:`RunFeed` is the one way handlers read runs' events: through the process's stream hub
 (one reader of Redis for every client), plus the two reads of a run's keys that streaming
-needs besides its events (the stream head, the record's existence).
+needs besides its events (the stream head, the record's existence). An answer that is not a
+stream (a chat completion, a session chat reply, a stored response) waits for the run's end
+with :meth:`RunFeed.final_reply`, the one place that reads a reply out of a run's events.
 
 Per event the pump does as little as it can: it takes every event the subscription already
 holds and sends their frames in one write (frames are never split across writes), an event's
@@ -13,6 +15,7 @@ chunked body leave in one write.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -21,6 +24,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.client_gone import on_client_gone
 from hermes_queue.api.http.sse import (
     KEEPALIVE,
@@ -30,6 +34,7 @@ from hermes_queue.api.http.sse import (
     event_bytes,
     lost_bytes,
 )
+from hermes_queue.events import EventType, RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.streams.hub import StreamHub, Subscription
@@ -61,9 +66,29 @@ class Prefetched:
         return cursor_at_end(self.cursor, self.newest)
 
 
+@dataclass(frozen=True)
+class FinalReply:
+    """What a run said, read from its events to the terminal one (of its last attempt: a
+    retried attempt starts the reply over)."""
+
+    terminal: RunEvent
+    # The text of the attempt's deltas.
+    streamed: str
+    # The reply as shown (``assistant.completed``: MEDIA tags inlined), if the run wrote one.
+    shown: str | None
+
+
+class RunUnfinished(ApiError):
+    """The run's events ended without a terminal event: the process's hub closed under the
+    reader (the process is stopping)."""
+
+    def __init__(self) -> None:
+        super().__init__(500, "internal_error", "The run ended without a terminal event")
+
+
 class RunFeed:
-    """Following runs' events as SSE: the process's stream hub, plus the two reads of a run's
-    keys that streaming needs besides its events (the stream head, the record's existence)."""
+    """Following runs' events: as SSE (:meth:`prefetch`, :meth:`pump`) or to their final reply
+    (:meth:`final_reply`)."""
 
     def __init__(
         self, hub: StreamHub, redis: aioredis.Redis, keys: Keys, keepalive_seconds: float
@@ -99,6 +124,28 @@ class RunFeed:
             tip = replies[1][0][0].decode() if replies[1] else ZERO_ID
         record = RunRecord.from_hash(replies[0]) if replies[0] else None
         return Prefetched(record, page, cursor, tip)
+
+    async def final_reply(
+        self, run_id: str, observe: Callable[[RunEvent], object] | None = None
+    ) -> FinalReply:
+        """Wait for the run's terminal event, reading it from its first; ``observe`` sees every
+        event on the way (a stored response folds them). Raises :class:`RunUnfinished` when the
+        events end first."""
+        text: list[str] = []
+        shown: str | None = None
+        async with self._hub.subscribe(run_id, None) as subscription:
+            async for event in subscription:
+                if observe is not None:
+                    observe(event)
+                if event.type == EventType.MESSAGE_DELTA:
+                    text.append(str(event.data.get("delta", "")))
+                elif event.type == EventType.ASSISTANT_COMPLETED:
+                    shown = str(event.data.get("content", ""))
+                elif event.type == EventType.RUN_RESTARTED:
+                    text, shown = [], None
+                if event.terminal:
+                    return FinalReply(event, "".join(text), shown)
+        raise RunUnfinished()
 
     async def _exists(self, run_id: str) -> bool:
         return bool(await self._redis.exists(self._keys.run(run_id)))

@@ -82,6 +82,7 @@ class ApiState:
         runs = RunRepository(redis, settings, on_finished=metrics.count_outcome)
         routing = routing_config(settings)
         backpressure = Backpressure(redis, settings, metrics)
+        feed = RunFeed(hub, redis, keys, settings.keepalive_seconds)
         return cls(
             settings=settings,
             keys=keys,
@@ -93,9 +94,9 @@ class ApiState:
             routing=routing,
             backpressure=backpressure,
             turns=TurnStarter(runs, store, backpressure, settings.model_name, hub.presence),
-            feed=RunFeed(hub, redis, keys, settings.keepalive_seconds),
+            feed=feed,
             idempotency=IdempotencyRecords(redis, keys, settings),
-            responses=StoredResponses(runs, hub, store),
+            responses=StoredResponses(runs, feed, store),
             catalog=CachedCatalog(redis, keys),
             drain=DrainState(),
         )

@@ -56,14 +56,9 @@ async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, d
 async def chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
     started, headers = await start_turn(request, state)
-    shown: str | None = None  # the reply as shown (assistant.completed: MEDIA tags inlined)
-    async with state.hub.subscribe(started.run_id, None) as subscription:
-        async for event in subscription:
-            if event.type == EventType.ASSISTANT_COMPLETED:
-                shown = str(event.data.get("content", ""))
-            if event.terminal:
-                return _completion(event.type, event.data, shown, started.session_id, headers)
-    raise ApiError(500, "internal_error", "The run ended without a terminal event")
+    reply = await state.feed.final_reply(started.run_id)
+    event = reply.terminal
+    return _completion(event.type, event.data, reply.shown, started.session_id, headers)
 
 
 def _completion(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.feed import RunFeed, RunUnfinished
 from hermes_queue.api.openai.responses_render import (
     FINAL_RESPONSE_STATUSES,
     ResponseFold,
@@ -27,7 +28,6 @@ from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import ResponseRow
 from hermes_queue.store.protocol import SessionStore
-from hermes_queue.streams.hub import StreamHub
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ class QueuedResponse:
 
 
 class StoredResponses:
-    def __init__(self, runs: RunRepository, hub: StreamHub, store: SessionStore) -> None:
+    def __init__(self, runs: RunRepository, feed: RunFeed, store: SessionStore) -> None:
         self._runs = runs
-        self._hub = hub
+        self._feed = feed
         self._store = store
         self._watchers: set[asyncio.Task[dict[str, Any]]] = set()
 
@@ -81,11 +81,10 @@ class StoredResponses:
             raise ApiError(500, "internal_error", f"Run {run_id} of this response has expired")
         meta = ResponseMeta.from_request(run_id, record.request)
         fold = ResponseFold(meta, streamed=meta.stream)
-        async with self._hub.subscribe(run_id, None) as subscription:
-            async for event in subscription:
-                fold.feed(event)
-                if event.terminal:
-                    break
+        try:
+            await self._feed.final_reply(run_id, fold.feed)
+        except RunUnfinished:
+            pass  # the process is stopping: answer how far the run got, store nothing
         final = fold.snapshot()
         if meta.store and final["status"] in FINAL_RESPONSE_STATUSES:
             turn = record.request
