@@ -67,6 +67,14 @@ class MessageList(AnswerModel):
     data: list[dict[str, Any]]
 
 
+class SessionRunList(AnswerModel):
+    """``GET /api/sessions/{id}/runs``: the active turn first, then those queued behind it."""
+
+    object: Literal["list"]
+    session_id: str
+    data: list[RunStatus]
+
+
 class ModelLock(AnswerModel):
     object: Literal["hermes.session.model_lock"]
     session_id: str

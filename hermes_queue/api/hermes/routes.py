@@ -123,6 +123,14 @@ SESSIONS = [
         query=session_bodies.MessageListQuery,
     ),
     Endpoint(
+        "GET",
+        "/api/sessions/{session_id}/runs",
+        sessions.list_session_runs,
+        "A session's active and queued turns",
+        "sessions",
+        ok(out.SessionRunList),
+    ),
+    Endpoint(
         "POST",
         "/api/sessions/{session_id}/fork",
         sessions.fork_session,

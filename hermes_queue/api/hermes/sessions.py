@@ -1,7 +1,9 @@
-"""``/api/sessions``: session rows and transcripts in the SQL store (upstream-api.md §2, §6)."""
+"""``/api/sessions``: session rows and transcripts in the SQL store (upstream-api.md §2, §6),
+and the session's turns in flight, from Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Any
@@ -178,6 +180,26 @@ async def list_messages(request: web.Request) -> web.Response:
                 "order": order,
                 "returned": len(messages),
             },
+        }
+    )
+
+
+async def list_session_runs(request: web.Request) -> web.Response:
+    """The session's active turn, then the turns queued behind it (``enqueue``), in order, as
+    ``hermes.run`` objects: what a new turn would wait behind, and which run ids to follow or
+    stop. Read from Redis on the session's live tip, where its turns run; a run that ends
+    between the two reads is listed with the status it ended in."""
+    state = request.app[STATE]
+    row = await load_session(state.store, request.match_info["session_id"])
+    resolved = await state.store.resolve_tip(row.id)
+    active, waiting = await state.runs.session_runs(resolved)
+    run_ids = [active, *waiting] if active else waiting
+    records = await asyncio.gather(*(state.runs.get(run_id) for run_id in run_ids))
+    return web.json_response(
+        {
+            "object": "list",
+            "session_id": resolved,
+            "data": [record.to_status() for record in records if record is not None],
         }
     )
 
