@@ -11,7 +11,8 @@ after run 0, so the runs are not in lockstep). Each frame is rendered once (fres
 subscriber's queue, as hermes-queue's hub hands one ``XREAD`` to many subscribers and renders an
 event once per process. A handler writes everything its queue holds in one write, ends the body
 with ``: stream closed`` in the same write as the terminal frame, and sends ``: keepalive``
-after ``keepalive`` s of silence: the same batching and framing as ``hermes_queue/api/sse.py``.
+after ``keepalive`` s of silence: the same batching and framing as ``hermes_queue/api/feed.py``
+and ``api/http/sse.py``.
 ``GET /health`` answers a small JSON body.
 
 The spec file (JSON): ``{"runs": int, "delay": float, "keepalive": float, "frames": [payload,

@@ -168,7 +168,8 @@ def lost_event(run_id: str) -> RunEvent:
 
 def message_id_for(run_id: str) -> str:
     """Stable per run, so every attempt and dialect names the reply message the same (the
-    Responses dialect has item ids of its own: ``api/responses_render.output_message_id``)."""
+    Responses dialect has item ids of its own:
+    ``api/openai/responses_render.output_message_id``)."""
     return "msg_" + run_id.removeprefix("run_")
 
 

@@ -8,7 +8,8 @@ park/promote scripts maintain, throughput comes from per-minute counters, and in
 are one page of the lease set. A snapshot is two pipelined round trips and a fixed number of
 commands, plus one per live worker and one per listed run: independent of the queue's size.
 
-Backpressure (``admission``) reads the same structures, and only the two or three it needs.
+Backpressure (``admission``) reads the same structures, and only the two or three it needs;
+readiness (``/health/detailed``) only the live workers (``live_workers``), read as here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
@@ -28,6 +30,7 @@ STATS_MINUTES = 5
 STATS_FIELDS = ("claimed", "completed", "failed", "cancelled")
 MAX_PAGE = 500
 IN_FLIGHT_FIELDS = ("session_id", "status", "worker", "attempt", "created_at", "started_at")
+WORKER_FIELDS = ("slots", "busy", "metrics_port")
 # Retry-After bounds: at least a second, and never so long that clients give up on a recovery.
 RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 60
 
@@ -186,15 +189,47 @@ def _throughput(rows: list[list[Any]], window: float) -> Throughput:
     return Throughput(window, *totals)
 
 
-def _worker_info(worker_id: Any, seen_ms: float, row: list[Any], now_ms: int) -> WorkerInfo:
-    """A registry entry and its ``slots``, ``busy``, ``metrics_port`` fields."""
-    return WorkerInfo(
-        _text(worker_id),
-        _int(row[0]),
-        _int(row[1]),
-        round(max(0, now_ms - seen_ms) / 1000, 3),
-        _int(row[2]) or None,
-    )
+def _ask_live_workers(pipe: Pipeline, keys: Keys, now: float, lease_seconds: float) -> None:
+    """Queue the read of the live workers' ids and last heartbeats. Live = a heartbeat within
+    one lease: older than that, the reaper treats the worker's runs as lost."""
+    since_ms = int((now - lease_seconds) * 1000)
+    pipe.zrangebyscore(keys.workers, since_ms, "+inf", withscores=True)
+
+
+def _ask_worker_fields(pipe: Pipeline, keys: Keys, workers: list[Any]) -> None:
+    """Queue the read of each live worker's ``WORKER_FIELDS``."""
+    for worker_id, _seen in workers:
+        pipe.hmget(keys.worker(_text(worker_id)), list(WORKER_FIELDS))
+
+
+def _worker_infos(workers: list[Any], rows: list[Any], now_ms: int) -> list[WorkerInfo]:
+    """The registry entries ``workers`` with their ``WORKER_FIELDS`` rows."""
+    return [
+        WorkerInfo(
+            _text(worker_id),
+            _int(row[0]),
+            _int(row[1]),
+            round(max(0, now_ms - seen_ms) / 1000, 3),
+            _int(row[2]) or None,
+        )
+        for (worker_id, seen_ms), row in zip(workers, rows, strict=True)
+    ]
+
+
+async def live_workers(redis: aioredis.Redis, settings: Settings) -> list[WorkerInfo]:
+    """The live workers and their slots, as a snapshot lists them, in two round trips (one
+    when none is live)."""
+    keys = Keys(settings.namespace)
+    now = time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        _ask_live_workers(pipe, keys, now, settings.lease_seconds)
+        (workers,) = await pipe.execute()
+    if not workers:
+        return []
+    async with redis.pipeline(transaction=False) as pipe:
+        _ask_worker_fields(pipe, keys, workers)
+        rows = await pipe.execute()
+    return _worker_infos(workers, rows, int(now * 1000))
 
 
 def _in_flight_run(run_id: Any, row: list[Any], now: float) -> InFlightRun:
@@ -224,15 +259,13 @@ async def snapshot(
     now = time.time()
     now_ms = int(now * 1000)
     stats_keys, window = _stats_keys(keys, now)
-    # Live = heartbeat within one lease, as the reaper and readiness see it.
-    since_ms = int((now - settings.lease_seconds) * 1000)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.zcount(keys.queue, "-inf", now_ms)
         pipe.zcard(keys.queue)
         pipe.zrange(keys.queue, 0, 0, withscores=True)
         pipe.zcard(keys.leases)
         pipe.zcard(keys.blocked)
-        pipe.zrangebyscore(keys.workers, since_ms, "+inf", withscores=True)
+        _ask_live_workers(pipe, keys, now, settings.lease_seconds)
         for key in stats_keys:
             pipe.hmget(key, list(STATS_FIELDS))
         if limit:
@@ -251,17 +284,13 @@ async def snapshot(
     run_rows: list[Any] = []
     if workers or page:
         async with redis.pipeline(transaction=False) as pipe:
-            for worker_id, _seen in workers:
-                pipe.hmget(keys.worker(_text(worker_id)), ["slots", "busy", "metrics_port"])
+            _ask_worker_fields(pipe, keys, workers)
             for run_id in page:
                 pipe.hmget(keys.run(_text(run_id)), list(IN_FLIGHT_FIELDS))
             rows = await pipe.execute()
         worker_rows, run_rows = rows[: len(workers)], rows[len(workers) :]
 
-    infos = [
-        _worker_info(wid, seen, row, now_ms)
-        for (wid, seen), row in zip(workers, worker_rows, strict=True)
-    ]
+    infos = _worker_infos(workers, worker_rows, now_ms)
     in_flight = [
         _in_flight_run(run_id, row, now)
         for run_id, row in zip(page, run_rows, strict=True)

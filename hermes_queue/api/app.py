@@ -1,7 +1,8 @@
 """The API application factory: the only way to build the app, in production and in tests.
 
-A request goes through the middlewares (``middlewares.py``), is routed by the one route table
+A request goes through the middlewares (``middlewares.py``), is routed by the route rows
 (``routes.py``) to its handler, and the handler uses the process's services (``state.py``).
+The app keeps its rows (``endpoint.SERVED``): ``/openapi.json`` is built from them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from hermes_queue.aio import cancel_and_wait
+from hermes_queue.api.endpoint import SERVED
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
 from hermes_queue.api.routes import ROUTES
 from hermes_queue.api.state import STATE, ApiState
@@ -38,4 +40,5 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_lifetime(settings))
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(ROUTES)
+    app[SERVED] = tuple(ROUTES)
     return app

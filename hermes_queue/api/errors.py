@@ -1,10 +1,12 @@
-"""The one JSON error envelope (upstream-api.md §1.3) and the exception that carries it."""
+"""The one JSON error envelope (upstream-api.md §1.3), the exception that carries it, and its
+model for ``/openapi.json``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ApiError(Exception):
@@ -71,3 +73,17 @@ def auth_error() -> ApiError:
 
 def run_not_found(run_id: str) -> ApiError:
     return ApiError(404, "run_not_found", f"Run not found: {run_id}")
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, gateway_auth_error, server_error, …")
+    param: str | None = Field(description="The offending field or header, when known.")
+    code: str | None = Field(description="Machine-readable reason, e.g. missing_input.")
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorEnvelope(BaseModel):
+    """Every refusal and failure (upstream-api.md §1.3); some add keys beside the four."""
+
+    error: ErrorBody

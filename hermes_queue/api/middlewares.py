@@ -13,8 +13,8 @@ from aiohttp import web
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.api.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.errors import ApiError, auth_error
+from hermes_queue.api.ops.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.state import STATE
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.logs import request_id_var

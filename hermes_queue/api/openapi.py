@@ -1,13 +1,11 @@
-"""``GET /openapi.json``: an OpenAPI 3.1 document generated from the route table and the models
-the handlers validate with, so it cannot drift from them (no hand-written copy).
+"""``GET /openapi.json``: an OpenAPI 3.1 document built from the route rows the app was built
+from (``endpoint.SERVED``), so it cannot drift from them (no hand-written copy, no second table).
 
-Paths and methods come from the routes the app serves (``routes.ROUTES``, 501 placeholders
-included, answering 501), read from its router, so this module needs no import of the table;
-request bodies and query parameters from the pydantic models each handler parses with
-(``request_models.py``, ``request_queries.py``); answers from ``response_schemas.py``, SSE
-answers as ``text/event-stream``, event by event (``data`` holds the JSON of the frame's model,
-its ``contentSchema``). Every
-operation lists the error envelope for its refusals (the jobs API its own ``{"error": "…"}``).
+Paths and methods are the rows' (the 501 placeholders included, answering 501); request bodies
+and query parameters come from the pydantic models each row names, which its handler parses
+with; answers from the rows' answer models, SSE answers as ``text/event-stream``, event by event
+(``data`` holds the JSON of the frame's model, its ``contentSchema``). Every operation lists the
+error envelope for its refusals (the jobs API its own ``{"error": "…"}`` too).
 """
 
 from __future__ import annotations
@@ -15,17 +13,15 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from hermes_queue import __version__
-from hermes_queue.api import response_schemas as out
-from hermes_queue.api.openapi_operations import SSE, Answer, Operation, operations_by_handler
-from hermes_queue.api.unsupported import is_not_implemented
+from hermes_queue.api.endpoint import SERVED, SSE, Answer, Endpoint
+from hermes_queue.api.errors import ErrorEnvelope
 
 REF = "#/components/schemas/{model}"
 HEADERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -62,15 +58,14 @@ ERRORS = {
 }
 
 
-def _models(ops: list[Operation]) -> list[type[BaseModel]]:
+def _models(endpoints: Sequence[Endpoint]) -> list[type[BaseModel]]:
     found: dict[str, type[BaseModel]] = {}
-    for op in ops:
-        answers = [*op.answers.values(), *op.extra.values()]
-        for model in (op.body, op.query, *(a.model for a in answers)):
+    for op in endpoints:
+        answers = [*op.answers.values(), *([op.streamed] if op.streamed else [])]
+        for model in (op.body, op.query, op.errors, *(a.model for a in answers)):
             if model is not None:
                 found[model.__name__] = model
-    for model in (out.ErrorEnvelope, out.JobsError):
-        found[model.__name__] = model
+    found[ErrorEnvelope.__name__] = ErrorEnvelope
     return list(found.values())
 
 
@@ -113,21 +108,21 @@ def _query(model: type[BaseModel], schemas: dict[str, Any]) -> list[dict[str, An
     return params
 
 
-def _responses(op: Operation, method: str) -> dict[str, Any]:
+def _responses(op: Endpoint) -> dict[str, Any]:
     answers: dict[str, Any] = {
         str(status): {"description": a.description, "content": _content(a)}
         for status, a in op.answers.items()
     }
-    for extra in op.extra.values():
+    if op.streamed is not None:
         first = answers[min(answers)]
-        first["content"].update(_content(extra))
-    envelope: dict[str, Any] = _ref(out.ErrorEnvelope)
-    if op.jobs_envelope:
-        envelope = {"anyOf": [_ref(out.JobsError), _ref(out.ErrorEnvelope)]}
+        first["content"].update(_content(op.streamed))
+    envelope: dict[str, Any] = _ref(ErrorEnvelope)
+    if op.errors is not None:
+        envelope = {"anyOf": [_ref(op.errors), _ref(ErrorEnvelope)]}
     codes = [404, 503]
     if not op.public:
         codes.append(401)
-    if method in ("POST", "PATCH"):
+    if op.method in ("POST", "PATCH"):
         codes += [400, 408, 413]
     if op.starts_turn:
         codes.append(429)
@@ -143,7 +138,8 @@ def _responses(op: Operation, method: str) -> dict[str, Any]:
     return answers
 
 
-def _operation(op: Operation, method: str, path: str, schemas: dict[str, Any]) -> dict[str, Any]:
+def _operation(op: Endpoint, schemas: dict[str, Any]) -> dict[str, Any]:
+    method, path = op.method, op.path
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
         for name in re.findall(r"{(\w+)}", path)
@@ -166,77 +162,25 @@ def _operation(op: Operation, method: str, path: str, schemas: dict[str, Any]) -
         "summary": op.summary,
         "tags": [op.tag],
         "parameters": params,
-        "responses": _responses(op, method),
+        "responses": _responses(op),
     }
     if op.public:
         doc["security"] = []
     if op.body is not None:
         doc["requestBody"] = {
-            "required": method == "POST" and op.body.__name__ not in OPTIONAL_BODIES,
+            "required": method == "POST" and not op.body_optional,
             "content": {"application/json": {"schema": _ref(op.body)}},
         }
     return doc
 
 
-OPTIONAL_BODIES = frozenset({"SessionCreateBody", "ForkBody"})
-NOT_PROVIDED = Operation(
-    "Not provided by this server (upstream has it)",
-    "not provided",
-    {501: Answer("Not implemented", out.ErrorEnvelope)},
-)
-
-
-class RouteLike(Protocol):
-    """What the document needs of a route: a ``web.RouteDef`` or an entry of a router."""
-
-    @property
-    def method(self) -> str: ...
-
-    @property
-    def path(self) -> str: ...
-
-    @property
-    def handler(self) -> Any: ...
-
-
-@dataclass(frozen=True)
-class ServedRoute:
-    method: str
-    path: str
-    handler: Any
-
-
-def served_routes(app: web.Application) -> list[ServedRoute]:
-    """The app's routes as its router holds them (aiohttp's automatic HEAD twins left out)."""
-    return [
-        ServedRoute(route.method, route.resource.canonical, route.handler)
-        for route in app.router.routes()
-        if route.method != "HEAD" and route.resource is not None
-    ]
-
-
-def build(routes: Sequence[RouteLike]) -> dict[str, Any]:
-    """The document for ``routes`` (the app's route table)."""
-    table = operations_by_handler()
-    table[openapi_json] = Operation(
-        "This document (OpenAPI 3.1)", "discovery", {200: Answer("OpenAPI 3.1", None)}, public=True
-    )
-    served = [(route, table.get(route.handler)) for route in routes]
-    missing = [
-        f"{r.method} {r.path}"
-        for r, op in served
-        if op is None and not is_not_implemented(r.handler)
-    ]
-    if missing:
-        raise LookupError(f"no OpenAPI operation for {', '.join(missing)}")
-    ops = [op or NOT_PROVIDED for _, op in served]
-    _, top = models_json_schema([(m, "validation") for m in _models(ops)], ref_template=REF)
+def build(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
+    """The document for ``endpoints`` (an app's route rows)."""
+    _, top = models_json_schema([(m, "validation") for m in _models(endpoints)], ref_template=REF)
     schemas = top.get("$defs", {})
     paths: dict[str, dict[str, Any]] = {}
-    for (route, _), op in zip(served, ops, strict=True):
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(
-            op, route.method, route.path, schemas
-        )
+    for op in endpoints:
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op, schemas)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -258,9 +202,23 @@ def build(routes: Sequence[RouteLike]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=8)
 def document(app: web.Application) -> dict[str, Any]:
     """Built once per app: its routes are frozen once it serves."""
-    return build(served_routes(app))
+    served: tuple[Endpoint, ...] = app[SERVED]
+    return build(served)
 
 
 async def openapi_json(request: web.Request) -> web.Response:
     """``GET /openapi.json`` (no key needed, like ``/health``)."""
     return web.json_response(document(request.app))
+
+
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/openapi.json",
+        openapi_json,
+        "This document (OpenAPI 3.1)",
+        "discovery",
+        {200: Answer("OpenAPI 3.1", None)},
+        public=True,
+    )
+]

@@ -20,7 +20,7 @@ kept-alive one between requests) once ``keepalive_timeout`` has passed since it 
 its last response, and request headers that are still arriving then count as waiting, so one
 setting (``idle_timeout_seconds``) bounds both. A request being handled is never closed by it,
 so SSE responses stream on. A body trickled in is bounded where it is read
-(``validation.read_body``: 408, and the connection closed).
+(``http.bodies.read_body``: 408, and the connection closed).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 
 from aiohttp import http_exceptions, web
 
-from hermes_queue.api.client_gone import ClientGoneHandler
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.client_gone import ClientGoneHandler
 from hermes_queue.api.middlewares import SECURITY_HEADERS
 from hermes_queue.config import Settings
 

@@ -7,16 +7,18 @@ helper only the one that helper uses, so no helper digs its dependencies out of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from aiohttp import web
 
-from hermes_queue.api.backpressure import Backpressure
-from hermes_queue.api.http.sse import RunFeed
-from hermes_queue.api.idempotency import IdempotencyRecords
-from hermes_queue.api.response_records import StoredResponses
-from hermes_queue.api.turns import TurnStarter
+from hermes_queue.api.feed import RunFeed
+from hermes_queue.api.turns.backpressure import Backpressure
+from hermes_queue.api.turns.idempotency import IdempotencyRecords
+from hermes_queue.api.turns.starter import TurnStarter
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
@@ -39,6 +41,33 @@ class DrainState:
     draining: bool = False
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class BackgroundTasks:
+    """Work a request starts that outlives its connection (a stored response being settled
+    whether or not its client stays), ended with the process."""
+
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def start(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def aclose(self) -> None:
+        """Cancel what still runs. Bounded: a subscription may be mid-read when cancelled; once
+        the hub closes right after this, every subscription ends anyway (a response left
+        unsettled is settled by its next read, on any replica)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=1.0)
+
+
 @dataclass(frozen=True)
 class ApiState:
     """The process's configuration, backends and the services built on them."""
@@ -56,14 +85,14 @@ class ApiState:
     routing: RoutingConfig
     # Admission under load: 429 before anything is written (turns, job run-now).
     backpressure: Backpressure
-    # Starting a turn: backpressure, the session rules, the run and its job (api/turns.py).
+    # Starting a turn: backpressure, the session rules, the run and its job (api/turns/starter.py).
     turns: TurnStarter
-    # Following a run's events as SSE (api/sse.py).
+    # Following a run: its events as SSE, its final reply (api/feed.py).
     feed: RunFeed
     idempotency: IdempotencyRecords
-    responses: StoredResponses
     catalog: CachedCatalog
     drain: DrainState
+    background: BackgroundTasks
 
     @classmethod
     async def open(cls, settings: Settings) -> ApiState:
@@ -82,6 +111,7 @@ class ApiState:
         runs = RunRepository(redis, settings, on_finished=metrics.count_outcome)
         routing = routing_config(settings)
         backpressure = Backpressure(redis, settings, metrics)
+        feed = RunFeed(hub, redis, keys, settings.keepalive_seconds)
         return cls(
             settings=settings,
             keys=keys,
@@ -93,16 +123,16 @@ class ApiState:
             routing=routing,
             backpressure=backpressure,
             turns=TurnStarter(runs, store, backpressure, settings.model_name, hub.presence),
-            feed=RunFeed(hub, redis, keys, settings.keepalive_seconds),
+            feed=feed,
             idempotency=IdempotencyRecords(redis, keys, settings),
-            responses=StoredResponses(runs, hub, store),
             catalog=CachedCatalog(redis, keys),
             drain=DrainState(),
+            background=BackgroundTasks(),
         )
 
     async def aclose(self) -> None:
         """Stop what runs in the background, then close the backends."""
-        await self.responses.aclose()
+        await self.background.aclose()
         await self.hub.aclose()
         await self.store.close()
         await self.redis.aclose()

@@ -118,7 +118,7 @@ class Follower:
         self.xreads = 0
         self.listener_client_id: int | None = None
         # Connections to Redis lost so far: Redis may come back without its data (a restart
-        # without persistence), so readers re-check that their runs still exist (api/sse.py).
+        # without persistence), so readers re-check that their runs still exist (api/feed.py).
         self.losses = 0
         self.closed = False
 

@@ -164,7 +164,7 @@ def queue_first_page(
 def page_tip(replies: list[Any]) -> str:
     """From the replies of :func:`queue_first_page`'s commands: an id that compares with the
     page's cursor as the stream's newest entry then did, so checking that cursor against the
-    stream's end needs no read of its own (``api/sse.py``, the SSE open).
+    stream's end needs no read of its own (``api/feed.py``, the SSE open).
 
     The last row read, or ZERO_ID when none. Exact for the cursor the page was read from: from
     the start (None, ``0-0``) the rows are every entry after ``0-0`` up to the page's end, so

@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from hermes_queue.api.ops.unsupported import is_not_implemented
 from hermes_queue.api.routes import ROUTES
-from hermes_queue.api.unsupported import is_not_implemented
 from hermes_queue.jobqueue.worker import WakeableWorker
 
 SEED = 12

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from hermes_queue.api.content import (
+from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.content import (
     MAX_LIST_ITEMS,
     MAX_TEXT_CHARS,
     content_text,
@@ -18,7 +19,6 @@ from hermes_queue.api.content import (
     has_visible_payload,
     normalize_content,
 )
-from hermes_queue.api.errors import ApiError
 
 P = "messages[0].content"
 CAT = "https://example.com/cat.png"

@@ -16,8 +16,8 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
 
-from hermes_queue.api.discovery import features as derive_features
-from hermes_queue.api.discovery import routed_endpoints
+from hermes_queue.api.ops.discovery import features as derive_features
+from hermes_queue.api.ops.discovery import routed_endpoints
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.providers import ProviderSettings, RouteSettings

@@ -170,7 +170,7 @@ async def test_get_delete_and_job_ids(
     got = await (await session_api.get(f"/api/jobs/{job['id']}")).json()
     assert got["job"] == {**job, "runs": []}
     assert await refused(await session_api.get("/api/jobs/ffffffffffff"), 404) == "Job not found"
-    with caplog.at_level(logging.WARNING, logger="hermes_queue.api.jobs"):
+    with caplog.at_level(logging.WARNING, logger="hermes_queue.api.hermes.jobs"):
         for bad in ("ABCDEF012345", "0123456789a", "0123456789abc", "..%2F..%2Fetc"):
             for method in ("GET", "PATCH", "DELETE"):
                 response = await session_api.request(method, f"/api/jobs/{bad}", json={"name": "x"})

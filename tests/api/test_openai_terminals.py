@@ -11,7 +11,7 @@ import pytest
 
 from hermes_queue.api.http.sse import EndStream, Frame, Renderer
 from hermes_queue.api.openai.chat_render import ChatStream
-from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
+from hermes_queue.api.openai.responses_render import ResponseFold, ResponseMeta, stream_renderer
 from hermes_queue.events import EventType, RunEvent, lost_event
 
 RUN = "run_" + "b" * 32
@@ -178,8 +178,6 @@ def test_a_resume_that_supersedes_shown_text_ends_the_chat_stream() -> None:
 
 
 def test_a_stored_response_drops_the_superseded_text_and_a_stream_fails() -> None:
-    from hermes_queue.api.responses_render import ResponseFold
-
     meta = ResponseMeta(id="resp_x", run_id=RUN, created_at=1, model="m")
     settled = ResponseFold(meta)  # not shown live: the later attempt's text replaces it
     for seq, (kind, data) in enumerate([STARTED, DELTA], start=1):

@@ -9,7 +9,7 @@ import jsonschema
 from aiohttp.test_utils import TestClient
 from openapi_spec_validator import validate
 
-from hermes_queue.api import request_models
+from hermes_queue.api.hermes import run_bodies as request_models
 from hermes_queue.api.middlewares import PUBLIC_PATHS
 from hermes_queue.api.routes import ROUTES
 from hermes_queue.config import Settings

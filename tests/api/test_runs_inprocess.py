@@ -94,10 +94,10 @@ async def test_redis_outage_answers_503_with_a_code(settings: Settings) -> None:
 async def test_stream_of_a_vanished_run_ends_instead_of_waiting_forever(
     api: TestClient, redis: Any, settings: Settings, monkeypatch: Any
 ) -> None:
-    from hermes_queue.api.http import sse
+    from hermes_queue.api import feed
     from hermes_queue.keys import Keys
 
-    monkeypatch.setattr(sse, "RECORD_CHECK_EVERY", 1)
+    monkeypatch.setattr(feed, "RECORD_CHECK_EVERY", 1)
     run_id = (await (await api.post("/v1/runs", json={"input": "lost"})).json())["run_id"]
     response = await api.get(f"/v1/runs/{run_id}/events")
     frames = iter_sse(response)

@@ -10,8 +10,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from hermes_queue.api.app import create_app
-from hermes_queue.api.discovery import ENDPOINT_NAMES, routed_endpoints
-from hermes_queue.api.unsupported import UNSUPPORTED, Unsupported, is_not_implemented, placeholders
+from hermes_queue.api.ops.discovery import ENDPOINT_NAMES, routed_endpoints
+from hermes_queue.api.ops.unsupported import (
+    UNSUPPORTED,
+    Unsupported,
+    is_not_implemented,
+    placeholders,
+)
 from hermes_queue.config import Settings
 
 # Upstream features that must stay false whatever placeholder routes exist (skills_api: while

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hermes_queue.api.http import sse
+from hermes_queue.api import feed
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import EmbeddedRedis
@@ -30,7 +30,7 @@ def servers() -> Iterator[list[EmbeddedRedis]]:
 async def test_reader_of_a_run_lost_in_a_restart_gets_an_error_frame(
     settings: Settings, servers: list[EmbeddedRedis], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sse, "RECORD_CHECK_EVERY", 10_000)  # only the reconnect may tell
+    monkeypatch.setattr(feed, "RECORD_CHECK_EVERY", 10_000)  # only the reconnect may tell
     settings = settings.replace(redis_url=servers[0].url)
     async with running_api(settings) as api:
         run_id = (await (await api.post("/v1/runs", json={"input": "hi"})).json())["run_id"]
@@ -64,7 +64,7 @@ async def test_a_chat_stream_whose_run_was_lost_ends_in_its_own_error_row(
 ) -> None:
     """The chat dialect has no ``stream.error`` frame: its strict clients refuse any named
     frame but tool progress, and any comment after ``[DONE]``."""
-    monkeypatch.setattr(sse, "RECORD_CHECK_EVERY", 10_000)
+    monkeypatch.setattr(feed, "RECORD_CHECK_EVERY", 10_000)
     settings = settings.replace(redis_url=servers[0].url)
     body = {"stream": True, "messages": [{"role": "user", "content": "hi"}]}
     async with running_api(settings) as api:

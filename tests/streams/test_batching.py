@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from hermes_queue.api import feed
 from hermes_queue.api.hermes.render import SessionStream, render_runs
 from hermes_queue.api.http import sse
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
@@ -220,8 +221,8 @@ class RecordingResponse:
 NO_CONNECTION = SimpleNamespace(protocol=None)
 
 
-def feed_of(hub: StreamHub, keepalive: float = 10.0) -> sse.RunFeed:
-    return sse.RunFeed(hub, hub.redis, hub.keys, keepalive)
+def feed_of(hub: StreamHub, keepalive: float = 10.0) -> feed.RunFeed:
+    return feed.RunFeed(hub, hub.redis, hub.keys, keepalive)
 
 
 def frames_of(event: RunEvent, render: sse.Renderer) -> bytes:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_queue.api.http.sse import Frame, shared
+from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.events import (
     SUBAGENT_FIELDS,
     EventType,
@@ -158,22 +159,6 @@ def session_frames(event: RunEvent) -> list[_SessionFrame]:
             return [(str(event.type), dict(data), False)]
         case _:
             return []
-
-
-def is_controlled_reply(data: dict[str, Any]) -> bool:
-    return data.get("reason") == "provider_auth"
-
-
-def controlled_reply(data: dict[str, Any]) -> dict[str, Any]:
-    """A provider-auth failure as the completed turn upstream reports: its text, zero usage."""
-    zero = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-    return {"output": data.get("error", ""), "messages": [], "usage": zero}
-
-
-def truncated(data: dict[str, Any]) -> bool:
-    """A completed run's (or reply's) text stopped at the model's output limit: the turn ended,
-    its reply is partial (upstream's ``output_truncated``)."""
-    return data.get("finish_reason") == "length"
 
 
 def _assistant_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.api.hermes.render import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.http.sse import EndStream, Frame
+from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.events import EventType, RunEvent, superseded
 
 # The emoji of a tool whose backend named none (Hermes names each tool's own).

@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_queue.api.hermes.render import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.http.sse import EndStream, Frame, Renderer
 from hermes_queue.api.openai.chat_render import (
     RUN_LOST,
@@ -29,6 +28,7 @@ from hermes_queue.api.openai.chat_render import (
     WORKER_LOST,
     WORKER_LOST_MESSAGE,
 )
+from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.events import EventType, RunEvent, superseded
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from hermes_queue.api.backpressure import Backpressure
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.runtime_selection import persist_lock
+from hermes_queue.api.turns.backpressure import Backpressure
+from hermes_queue.api.turns.runtime_selection import persist_lock
 from hermes_queue.replication import NotReplicated
 from hermes_queue.routing import Selection
 from hermes_queue.runs.model import PERSIST_SESSION, PERSIST_TURN

@@ -21,10 +21,11 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue import __version__
+from hermes_queue.api.ops.unsupported import is_not_implemented
 from hermes_queue.api.state import STATE
-from hermes_queue.api.unsupported import is_not_implemented
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.keyguard import OPEN_WARNING
+from hermes_queue.queue_state import live_workers
 from hermes_queue.store.migrations import LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -280,19 +281,10 @@ async def health_detailed(request: web.Request) -> web.Response:
         return {"status": status, "schema_version": version}
 
     async def check_workers() -> dict[str, Any]:
-        # Live = heartbeat within one lease: older than that, the reaper treats its runs as lost.
-        since_ms = int((time.time() - settings.lease_seconds) * 1000)
-        ids = await redis.zrangebyscore(keys.workers, since_ms, "+inf")
-        slots = busy = 0
-        if ids:
-            async with redis.pipeline(transaction=False) as pipe:
-                for worker_id in ids:
-                    pipe.hmget(keys.worker(worker_id.decode()), ["slots", "busy"])
-                for worker_slots, worker_busy in await pipe.execute():
-                    slots += int(worker_slots or 0)
-                    busy += int(worker_busy or 0)
-        status = "ok" if ids else "error"
-        return {"status": status, "count": len(ids), "slots": slots, "busy": busy}
+        workers = await live_workers(redis, settings)
+        slots, busy = sum(w.slots for w in workers), sum(w.busy for w in workers)
+        status = "ok" if workers else "error"
+        return {"status": status, "count": len(workers), "slots": slots, "busy": busy}
 
     async def check_queue() -> dict[str, Any]:
         return {"status": "ok", "ready": await redis.zcard(keys.queue)}

@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.hermes.render import controlled_reply, is_controlled_reply, truncated
+from hermes_queue.api.feed import RunFeed
+from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.content import flatten_text, has_visible_payload, normalize_content
+from hermes_queue.api.http.fields import session_id_value, session_key_header
 from hermes_queue.api.http.sse import Renderer, open_stream
-from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.openai.bodies import ChatCompletionBody
 from hermes_queue.api.openai.chat_render import (
     CANCELLED,
     OUTPUT_TRUNCATED,
@@ -31,22 +32,17 @@ from hermes_queue.api.openai.chat_render import (
     hermes_block,
     usage_of,
 )
-from hermes_queue.api.request_models import ChatCompletionBody
-from hermes_queue.api.runtime_selection import select_for_body
+from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.state import STATE, ApiState
-from hermes_queue.api.turns import NewTurn, RunSession, StoredSession, turn_headers
-from hermes_queue.api.validation import (
-    json_object,
-    session_id_value,
-    session_key_header,
-)
+from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.turns.runtime_selection import select_for_body
+from hermes_queue.api.turns.starter import NewTurn, RunSession, StoredSession, turn_headers
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.config import Settings
-from hermes_queue.events import EventType, RunEvent, superseded
+from hermes_queue.events import EventType
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.turn_request import TurnRequest
-from hermes_queue.streams.hub import StreamHub
 
 SESSION_HEADER = "X-Hermes-Session-Id"
 
@@ -149,9 +145,9 @@ def parse_completion(
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    session_key = session_key_header(request, state.settings)
+    session_key = session_key_header(request, state.settings.api_key)
     continued = _session_header(request, state.settings)
-    body = await json_object(request)
+    body = await json_object(request, state.settings.body_timeout_seconds)
     turn = parse_completion(body, continued, state.routing)
     stream = coerce_bool(body.get("stream"), False)
     # The response names the model the client asked for (upstream echoes its alias).
@@ -176,7 +172,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         renderer = ChatStream(completion_id_for(run_id), created, model)
         cancel = _cancel_on_disconnect(request, body)
         return await _stream(request, state, run_id, renderer, headers, cancel)
-    return await _complete(state.hub, run_id, created, model, headers)
+    return await _complete(state.feed, run_id, created, model, headers)
 
 
 async def _stream(
@@ -209,36 +205,10 @@ def _unfinished_headers(*, partial: bool, error: str) -> dict[str, str]:
     }
 
 
-@dataclass
-class _Reply:
-    """What a completion's run said, read from its events to the terminal one."""
-
-    terminal: RunEvent
-    streamed: str  # the text of this attempt's deltas
-    shown: str | None  # the reply as shown (assistant.completed: MEDIA tags inlined)
-
-
-async def _read_reply(hub: StreamHub, run_id: str) -> _Reply:
-    text: list[tuple[str, str]] = []  # (event id, delta)
-    shown: str | None = None
-    async with hub.subscribe(run_id, None) as subscription:
-        async for event in subscription:
-            if event.type == EventType.MESSAGE_DELTA:
-                text.append((event.id, str(event.data.get("delta", ""))))
-            elif event.type == EventType.ASSISTANT_COMPLETED:
-                shown = str(event.data.get("content", ""))
-            elif event.type in (EventType.RUN_RESTARTED, EventType.RUN_RESUMED):
-                # A later attempt says again what the interrupted one had started to say.
-                text = [(eid, delta) for eid, delta in text if not superseded(event, eid)]
-            if event.terminal:
-                return _Reply(event, "".join(delta for _, delta in text), shown)
-    raise ApiError(500, "internal_error", "The run ended without a terminal event")
-
-
 async def _complete(
-    hub: StreamHub, run_id: str, created: int, model: str, headers: dict[str, str]
+    feed: RunFeed, run_id: str, created: int, model: str, headers: dict[str, str]
 ) -> web.Response:
-    reply = await _read_reply(hub, run_id)
+    reply = await feed.final_reply(run_id)
     event, data = reply.terminal, reply.terminal.data
     if event.type == EventType.RUN_FAILED and is_controlled_reply(data):
         data = controlled_reply(data)  # upstream answers it as an ordinary reply

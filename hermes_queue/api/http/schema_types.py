@@ -1,9 +1,9 @@
 """Shapes that request fields accept, as pydantic models, for the JSON Schema of those fields.
 
-They describe what the checks in ``validation.py`` and ``content.py`` accept (message content
+They describe what the checks in ``fields.py`` and ``content.py`` accept (message content
 in its three dialects, messages, ``model_options``); those checks stay the validation, because
-they carry upstream's exact error codes, messages and ``param`` paths. ``request_models.py``
-attaches each shape to the field it describes (``json_schema_input_type``).
+they carry upstream's exact error codes, messages and ``param`` paths. Each endpoint's body
+model attaches a shape to the field it describes (``json_schema_input_type``).
 """
 
 from __future__ import annotations

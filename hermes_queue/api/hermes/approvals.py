@@ -12,9 +12,9 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.resource_models import ApprovalBody
+from hermes_queue.api.hermes.run_bodies import ApprovalBody
+from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.state import STATE
-from hermes_queue.api.validation import json_object
 
 MAX_ID_LENGTH = 128
 
@@ -23,10 +23,11 @@ async def answer_approval(request: web.Request) -> web.Response:
     run_id = request.match_info["run_id"]
     if len(run_id) > MAX_ID_LENGTH:
         raise run_not_found(run_id[:MAX_ID_LENGTH])
-    fields = ApprovalBody.parse(await json_object(request))
+    state = request.app[STATE]
+    fields = ApprovalBody.parse(await json_object(request, state.settings.body_timeout_seconds))
     choice, request_id = fields.choice, fields.request_id
     resolve_all = fields.all or fields.resolve_all
-    outcome = await request.app[STATE].runs.approvals.answer(
+    outcome = await state.runs.approvals.answer(
         run_id, choice, resolve_all=resolve_all, request_id=request_id
     )
     if outcome.verdict == "missing":

@@ -8,13 +8,14 @@ from aiohttp import web
 
 from hermes_queue.api.errors import run_not_found
 from hermes_queue.api.hermes.render import render_runs
+from hermes_queue.api.hermes.run_bodies import RunBody
+from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import STREAM_CLOSED, open_stream, resume_cursor
-from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
-from hermes_queue.api.request_models import RunBody
-from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.state import STATE
-from hermes_queue.api.turns import NewTurn, RunSession
-from hermes_queue.api.validation import json_object, session_key_header
+from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.turns.runtime_selection import select_for_body
+from hermes_queue.api.turns.starter import NewTurn, RunSession
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.repository import RunRepository
@@ -40,8 +41,9 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
 async def start_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
     # Checked first, as upstream: 403 without an API key, 400 malformed; echoed on the 202.
-    session_key = session_key_header(request, state.settings)
-    body = await json_object(request, "Invalid JSON")  # upstream's wording on this endpoint
+    session_key = session_key_header(request, state.settings.api_key)
+    # Upstream's wording for a body that is not JSON, on this endpoint.
+    body = await json_object(request, state.settings.body_timeout_seconds, "Invalid JSON")
     turn = parse_run_body(body, state.routing)
     key_header = {"X-Hermes-Session-Key": session_key} if session_key else {}
     async with await state.idempotency.begin(request.headers, "runs", body) as idem:

@@ -2,7 +2,7 @@
 
 All three read ``queue_state.snapshot`` (cheap at any queue size), so Prometheus, the JSON view
 and the dashboard's live stream can never disagree about what the queue holds. (Backpressure,
-which reads the same structures, is ``api/backpressure.py``.)
+which reads the same structures, is ``api/turns/backpressure.py``.)
 """
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Annotated, Any
 
 from aiohttp import web
+from pydantic import Field
 from redis.exceptions import RedisError
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.fields import RequestModel, as_is, checked
 from hermes_queue.api.http.sse import open_stream
 from hermes_queue.api.state import STATE
 from hermes_queue.metrics import CONTENT_TYPE
@@ -43,6 +46,13 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 MAX_OFFSET = 10**9
+
+
+# The page of in-flight runs, for the document (:func:`_page` checks it, with its own codes;
+# a docstring here would become the schema's description).
+class QueuePageQuery(RequestModel):
+    limit: Annotated[Any, checked(as_is, Annotated[int, Field(ge=1, le=MAX_PAGE)] | None)] = None
+    offset: Annotated[Any, checked(as_is, Annotated[int, Field(ge=0)] | None)] = None
 
 
 def _page(request: web.Request) -> tuple[int, int]:

@@ -4,7 +4,7 @@ Upstream keeps stored responses and conversation names in one host's SQLite file
 live in the shared session store, so chaining, ``GET`` and resume work on any replica.
 
 Storing: with ``store`` (the default) a ``queued`` row is written before the run is enqueued,
-and the final object when the run ends (``api/response_records.py``).
+and the final object when the run ends (``openai/response_records.py``).
 
 A failed non-stream response answers 500 (the JSON envelope with the response id), because
 docs/upstream-api.md does not record upstream's status for it; the stored object says ``failed``.
@@ -22,14 +22,16 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream
-from hermes_queue.api.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.openai.bodies import ResponseBody
+from hermes_queue.api.openai.response_records import StoredResponses
 from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
-from hermes_queue.api.request_models import ResponseBody
-from hermes_queue.api.runtime_selection import select_for_body
 from hermes_queue.api.state import STATE, ApiState
-from hermes_queue.api.turns import NewTurn, RunSession, turn_headers
-from hermes_queue.api.validation import json_object, session_key_header
+from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
+from hermes_queue.api.turns.runtime_selection import select_for_body
+from hermes_queue.api.turns.starter import NewTurn, RunSession, turn_headers
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 from hermes_queue.store import ResponseRow
@@ -53,7 +55,7 @@ def not_found(response_id: str, code: str | None = None) -> ApiError:
 
 
 async def _plan(state: ApiState, fields: ResponseBody) -> Plan:
-    responses, store = state.responses, state.store
+    responses, store = StoredResponses.of(state), state.store
     messages, system = fields.input
     instructions = fields.instructions
     previous_id, conversation = fields.previous_response_id, fields.conversation
@@ -113,8 +115,9 @@ async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    session_key = session_key_header(request, state.settings)
-    body = await json_object(request)
+    responses = StoredResponses.of(state)
+    session_key = session_key_header(request, state.settings.api_key)
+    body = await json_object(request, state.settings.body_timeout_seconds)
     turn = await parse_response_body(state, body)
     stream = coerce_bool(body.get("stream"), False)
     if stream and turn.request.response is not None:  # its stored object is the stream's
@@ -125,7 +128,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     replayed: dict[str, str] = {}
     async with await state.idempotency.begin(request.headers, "responses", body) as idem:
         if idem.replay_of is None:
-            queued = state.responses.queued(turn.request)
+            queued = responses.queued(turn.request)
             run_id = (
                 await state.turns.enqueue_turn(turn, beside=queued, created=idem.record)
             ).run_id
@@ -137,14 +140,14 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         raise replay_gone(run_id)
     headers = {**turn_headers(record.session_id, run_id, session_key), **replayed}
     info = ResponseMeta.from_request(run_id, record.request)
-    watcher = state.responses.watch(run_id) if info.store else None
+    watcher = responses.watch(run_id) if info.store else None
     if info.background:
         return web.json_response(info.envelope("queued"), headers=headers)
     if stream:
         response = await open_stream(request, headers)
         await state.feed.pump(request, response, run_id, None, stream_renderer(info))
         return response
-    final = await (asyncio.shield(watcher) if watcher else state.responses.settle(run_id))
+    final = await (asyncio.shield(watcher) if watcher else responses.settle(run_id))
     if final["status"] == "failed":
         error = final["error"] or {}
         raise ApiError(
@@ -184,7 +187,7 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     streaming = coerce_bool(request.query.get("stream"), False)
     after = _starting_after(request) if streaming else -1
     state = request.app[STATE]
-    row = await state.responses.load(response_id)
+    row = await StoredResponses.of(state).load(response_id)
     if row is None:
         raise not_found(response_id)
     if not streaming:

@@ -1,7 +1,9 @@
-"""``/api/sessions``: session rows and transcripts in the SQL store (upstream-api.md §2, §6)."""
+"""``/api/sessions``: session rows and transcripts in the SQL store (upstream-api.md §2, §6),
+and the session's turns in flight, from Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Any
@@ -9,16 +11,17 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.request_queries import MessageListQuery, SessionListQuery
-from hermes_queue.api.resource_models import (
+from hermes_queue.api.hermes.session_bodies import (
     ForkBody,
+    MessageListQuery,
     ModelLockBody,
     SessionCreateBody,
+    SessionListQuery,
     SessionPatchBody,
 )
-from hermes_queue.api.runtime_selection import creation_lock, lock_selection, persist_lock
+from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.state import STATE
-from hermes_queue.api.validation import json_object
+from hermes_queue.api.turns.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.routing import runtime_metadata
 from hermes_queue.store import (
     UNSET,
@@ -85,12 +88,13 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 
 async def create_session(request: web.Request) -> web.Response:
-    body = await json_object(request) if request.can_read_body else {}
+    state = request.app[STATE]
+    timeout = state.settings.body_timeout_seconds
+    body = await json_object(request, timeout) if request.can_read_body else {}
     fields = SessionCreateBody.parse(body)
     session_id = fields.id or new_session_id()
     title, system_prompt, model = fields.title, fields.system_prompt, fields.model
     source = fields.source or DEFAULT_SESSION_SOURCE
-    state = request.app[STATE]
     model_config, locked_model = creation_lock(state.routing, body)
     try:
         row = await state.store.create_session(
@@ -114,9 +118,10 @@ async def get_session(request: web.Request) -> web.Response:
 
 
 async def update_session(request: web.Request) -> web.Response:
-    store = request.app[STATE].store
+    state = request.app[STATE]
+    store = state.store
     row = await load_session(store, request.match_info["session_id"])
-    body = await json_object(request)
+    body = await json_object(request, state.settings.body_timeout_seconds)
     unknown = sorted(set(body) - PATCHABLE_FIELDS)
     if unknown:
         raise ApiError(
@@ -179,10 +184,32 @@ async def list_messages(request: web.Request) -> web.Response:
     )
 
 
+async def list_session_runs(request: web.Request) -> web.Response:
+    """The session's active turn, then the turns queued behind it (``enqueue``), in order, as
+    ``hermes.run`` objects: what a new turn would wait behind, and which run ids to follow or
+    stop. Read from Redis on the session's live tip, where its turns run; a run that ends
+    between the two reads is listed with the status it ended in."""
+    state = request.app[STATE]
+    row = await load_session(state.store, request.match_info["session_id"])
+    resolved = await state.store.resolve_tip(row.id)
+    active, waiting = await state.runs.session_runs(resolved)
+    run_ids = [active, *waiting] if active else waiting
+    records = await asyncio.gather(*(state.runs.get(run_id) for run_id in run_ids))
+    return web.json_response(
+        {
+            "object": "list",
+            "session_id": resolved,
+            "data": [record.to_status() for record in records if record is not None],
+        }
+    )
+
+
 async def fork_session(request: web.Request) -> web.Response:
-    store = request.app[STATE].store
+    state = request.app[STATE]
+    store = state.store
     source = await load_session(store, request.match_info["session_id"])
-    body = await json_object(request) if request.can_read_body else {}
+    timeout = state.settings.body_timeout_seconds
+    body = await json_object(request, timeout) if request.can_read_body else {}
     fields = ForkBody.parse(body)
     new_id, title = fields.id or new_session_id(), fields.title
     try:
@@ -198,7 +225,7 @@ async def set_model_lock(request: web.Request) -> web.Response:
     """Persist a confirmed model lock (upstream-api.md §2, §6.3 rule 2)."""
     state = request.app[STATE]
     row = await load_session(state.store, request.match_info["session_id"])
-    body = await json_object(request)
+    body = await json_object(request, state.settings.body_timeout_seconds)
     ModelLockBody.parse(body)  # the runtime fields themselves are routing's to check
     selection = lock_selection(state.routing, body)
     await persist_lock(state.store, row, selection)

@@ -12,14 +12,16 @@ from typing import Any, cast
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError, run_not_found
-from hermes_queue.api.hermes.render import SessionStream, controlled_reply, is_controlled_reply
+from hermes_queue.api.hermes.render import SessionStream
+from hermes_queue.api.hermes.session_bodies import SessionChatBody
+from hermes_queue.api.hermes.sessions import load_session
+from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream, resume_cursor
-from hermes_queue.api.request_models import SessionChatBody
-from hermes_queue.api.runtime_selection import select_for_session
-from hermes_queue.api.sessions import load_session
+from hermes_queue.api.replies import controlled_reply, is_controlled_reply
 from hermes_queue.api.state import STATE, ApiState
-from hermes_queue.api.turns import Enqueued, NewTurn, StoredSession, Strategy, turn_headers
-from hermes_queue.api.validation import json_object, session_key_header
+from hermes_queue.api.turns.runtime_selection import select_for_session
+from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, Strategy, turn_headers
 from hermes_queue.events import EventType
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.turn_request import TurnRequest
@@ -42,9 +44,11 @@ def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfi
 
 async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, dict[str, str]]:
     """Validate, admit and enqueue one turn; returns it and the response headers."""
-    session_key = session_key_header(request, state.settings)
+    session_key = session_key_header(request, state.settings.api_key)
     row = await load_session(state.store, request.match_info["session_id"])
-    turn = parse_chat_body(await json_object(request), row, state.routing)
+    turn = parse_chat_body(
+        await json_object(request, state.settings.body_timeout_seconds), row, state.routing
+    )
     started = await state.turns.enqueue_turn(turn)
     return started, turn_headers(started.session_id, started.run_id, session_key)
 
@@ -52,14 +56,9 @@ async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, d
 async def chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
     started, headers = await start_turn(request, state)
-    shown: str | None = None  # the reply as shown (assistant.completed: MEDIA tags inlined)
-    async with state.hub.subscribe(started.run_id, None) as subscription:
-        async for event in subscription:
-            if event.type == EventType.ASSISTANT_COMPLETED:
-                shown = str(event.data.get("content", ""))
-            if event.terminal:
-                return _completion(event.type, event.data, shown, started.session_id, headers)
-    raise ApiError(500, "internal_error", "The run ended without a terminal event")
+    reply = await state.feed.final_reply(started.run_id)
+    event = reply.terminal
+    return _completion(event.type, event.data, reply.shown, started.session_id, headers)
 
 
 def _completion(

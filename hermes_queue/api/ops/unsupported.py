@@ -13,14 +13,13 @@ endpoint list and feature flags from the router, so every 501 handler here is ma
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from hermes_queue.api.errors import ApiError
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from hermes_queue.api.endpoint import Answer, Endpoint, Handler
+from hermes_queue.api.errors import ApiError, ErrorEnvelope
 
 DOC = "docs/compatibility.md"
 # Set on every 501 handler; discovery reads it (never a feature, never an endpoint).
@@ -79,20 +78,26 @@ def not_implemented_handler(endpoint: Unsupported) -> Handler:
     return handler
 
 
-def placeholders(served: Iterable[web.RouteDef]) -> list[web.RouteDef]:
-    """The 501 routes for every endpoint above that ``served`` does not route.
+def placeholders(served: Iterable[Endpoint | web.RouteDef]) -> list[Endpoint]:
+    """The 501 rows for every endpoint above that ``served`` does not route, documented as not
+    provided.
 
     A method and path the route table already serves is skipped, so implementing one of these
     endpoints for real never collides with its placeholder (aiohttp refuses a second route for
     the same method and path).
     """
     taken = {(route.method, route.path) for route in served}
-    routes = []
-    for endpoint in UNSUPPORTED:
-        if (endpoint.method, endpoint.path) in taken:
-            continue
-        handler = not_implemented_handler(endpoint)
-        # The method named only: a HEAD stays 405, as on any route registered for GET alone.
-        extra = {"allow_head": False} if endpoint.method == "GET" else {}
-        routes.append(web.route(endpoint.method, endpoint.path, handler, **extra))
-    return routes
+    return [
+        Endpoint(
+            endpoint.method,
+            endpoint.path,
+            not_implemented_handler(endpoint),
+            "Not provided by this server (upstream has it)",
+            "not provided",
+            {501: Answer("Not implemented", ErrorEnvelope)},
+            # The method named only: a HEAD stays 405, as on any route registered for GET alone.
+            head=False,
+        )
+        for endpoint in UNSUPPORTED
+        if (endpoint.method, endpoint.path) not in taken
+    ]

@@ -3,10 +3,10 @@
 With ``store`` (the default) a ``queued`` row is written before the run is enqueued
 (:class:`QueuedResponse`), and the final object when the run ends, by
 :meth:`StoredResponses.settle`, which replays the run's canonical events through
-:class:`ResponseFold`. The creating process settles in a watcher task that outlives the client's
-connection; should that process die first, the next ``GET`` (or a chained request) on any
-replica finds the run terminal and settles it itself. Re-settling is harmless (an upsert of the
-same object), so no coordination is needed.
+:class:`ResponseFold`. The creating process settles in a watcher task that outlives the
+client's connection (one of the process's ``BackgroundTasks``); should that process die first,
+the next ``GET`` (or a chained request) on any replica finds the run terminal and settles it
+itself. Re-settling is harmless (an upsert of the same object), so no coordination is needed.
 """
 
 from __future__ import annotations
@@ -17,22 +17,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.feed import RunFeed, RunUnfinished
 from hermes_queue.api.openai.responses_render import (
     FINAL_RESPONSE_STATUSES,
     ResponseFold,
     ResponseMeta,
     response_id_for,
 )
+from hermes_queue.api.state import ApiState, BackgroundTasks
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import ResponseRow
 from hermes_queue.store.protocol import SessionStore
-from hermes_queue.streams.hub import StreamHub
 
 
 @dataclass(frozen=True)
 class QueuedResponse:
-    """The ``queued`` row of a stored response, kept beside its run (``turns.SideRecord``):
+    """The ``queued`` row of a stored response, kept beside its run (``turns.starter.SideRecord``):
     written before the run exists, so a reader that finds the run finds the response too."""
 
     store: SessionStore
@@ -62,11 +63,24 @@ class QueuedResponse:
 
 
 class StoredResponses:
-    def __init__(self, runs: RunRepository, hub: StreamHub, store: SessionStore) -> None:
+    """Stored responses as a request sees them: each read or settled from the store and the
+    run, through the process's services (nothing is kept here)."""
+
+    def __init__(
+        self,
+        runs: RunRepository,
+        feed: RunFeed,
+        store: SessionStore,
+        background: BackgroundTasks,
+    ) -> None:
         self._runs = runs
-        self._hub = hub
+        self._feed = feed
         self._store = store
-        self._watchers: set[asyncio.Task[dict[str, Any]]] = set()
+        self._background = background
+
+    @classmethod
+    def of(cls, state: ApiState) -> StoredResponses:
+        return cls(state.runs, state.feed, state.store, state.background)
 
     def queued(self, turn: TurnRequest) -> QueuedResponse | None:
         """The row to write before the turn's run, or None when it is not stored."""
@@ -81,11 +95,10 @@ class StoredResponses:
             raise ApiError(500, "internal_error", f"Run {run_id} of this response has expired")
         meta = ResponseMeta.from_request(run_id, record.request)
         fold = ResponseFold(meta, streamed=meta.stream)
-        async with self._hub.subscribe(run_id, None) as subscription:
-            async for event in subscription:
-                fold.feed(event)
-                if event.terminal:
-                    break
+        try:
+            await self._feed.final_reply(run_id, fold.feed)
+        except RunUnfinished:
+            pass  # the process is stopping: answer how far the run got, store nothing
         final = fold.snapshot()
         if meta.store and final["status"] in FINAL_RESPONSE_STATUSES:
             turn = record.request
@@ -112,10 +125,7 @@ class StoredResponses:
 
     def watch(self, run_id: str) -> asyncio.Task[dict[str, Any]]:
         """Settle the run in the background, whether or not its client stays."""
-        task = asyncio.create_task(self.settle(run_id))
-        self._watchers.add(task)
-        task.add_done_callback(self._watchers.discard)
-        return task
+        return self._background.start(self.settle(run_id))
 
     async def load(self, response_id: str) -> ResponseRow | None:
         """The stored response, settled first if its run has ended (from any replica)."""
@@ -132,13 +142,3 @@ class StoredResponses:
             live = {**row.response, "status": "in_progress"}
             return dataclasses.replace(row, status="in_progress", response=live)
         return row
-
-    async def aclose(self) -> None:
-        """Watchers end with the process; a run they did not settle is settled by a later GET."""
-        tasks = list(self._watchers)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            # Bounded: a subscription may be mid-read when cancelled; once the hub closes right
-            # after this, every subscription ends anyway, and an unsettled run is no loss.
-            await asyncio.wait(tasks, timeout=1.0)

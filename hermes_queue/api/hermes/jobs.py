@@ -20,9 +20,9 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.api.json_body import BodyError, decode
+from hermes_queue.api.http.bodies import read_body
+from hermes_queue.api.http.json_body import BodyError, decode
 from hermes_queue.api.state import STATE
-from hermes_queue.api.validation import read_body
 from hermes_queue.schedules.definitions import (
     JobInputError,
     job_json,
@@ -85,8 +85,9 @@ def _job_id(request: web.Request) -> str:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
+    timeout = request.app[STATE].settings.body_timeout_seconds
     try:
-        body = decode(await read_body(request))
+        body = decode(await read_body(request, timeout))
     except BodyError as exc:
         raise JobInputError("Invalid JSON body" if exc.syntax else exc.message) from None
     if not isinstance(body, dict):

@@ -1,0 +1,81 @@
+"""The operations and discovery route rows: health, capabilities, models and readiness, the
+workers' catalog, metrics and the queue, the dashboard. Each row is the route and what
+``/openapi.json`` says of it (``api/endpoint.py``)."""
+
+from __future__ import annotations
+
+from hermes_queue.api.endpoint import Answer, Endpoint, ok, stream
+from hermes_queue.api.ops import answers as out
+from hermes_queue.api.ops import dashboard, discovery, operations, skills
+
+LIVENESS = ok(out.Health)
+QUEUE_PAGE = operations.QueuePageQuery
+
+# Discovery (upstream-api.md §5) and what the workers' backend offers.
+DISCOVERY = [
+    Endpoint("GET", "/health", discovery.health, "Liveness", "discovery", LIVENESS, public=True),
+    Endpoint("GET", "/v1/health", discovery.health, "Liveness", "discovery", LIVENESS, public=True),
+    Endpoint(
+        "GET",
+        "/v1/capabilities",
+        discovery.capabilities,
+        "Capabilities",
+        "discovery",
+        ok(out.Capabilities),
+    ),
+    Endpoint("GET", "/v1/models", discovery.models, "Models", "discovery", ok(out.ObjectList)),
+    Endpoint(
+        "GET",
+        "/health/detailed",
+        discovery.health_detailed,
+        "Readiness",
+        "discovery",
+        ok(out.HealthDetailed),
+    ),
+    Endpoint("GET", "/v1/skills", skills.skills, "Skills", "discovery", ok(out.ObjectList)),
+    Endpoint("GET", "/v1/toolsets", skills.toolsets, "Toolsets", "discovery", ok(out.ObjectList)),
+]
+
+# Operations: metrics, the queue, the operator's dashboard.
+OPERATIONS = [
+    Endpoint(
+        "GET",
+        "/metrics",
+        operations.metrics,
+        "Prometheus metrics",
+        "operations",
+        {200: Answer("Prometheus text", None, "text/plain")},
+    ),
+    Endpoint(
+        "GET",
+        "/v1/queue",
+        operations.queue,
+        "Queue snapshot",
+        "operations",
+        ok(out.Queue),
+        query=QUEUE_PAGE,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/queue/stream",
+        operations.queue_stream,
+        "Queue snapshots",
+        "operations",
+        {200: stream(out.QueueSnapshot, "event: queue frames")},
+        query=QUEUE_PAGE,
+    ),
+    *[
+        Endpoint(
+            "GET",
+            path,
+            dashboard.serve_asset,
+            "The dashboard",
+            "operations",
+            {200: Answer("A page or asset", None, "text/html")},
+            public=True,
+        )
+        for path in dashboard.ASSETS
+    ],
+]
+
+ENDPOINTS = [*DISCOVERY, *OPERATIONS]
