@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import harness
 
 from hermes_queue.config import Settings
-from tests.hosts import Spread, spread
-from tests.load import Load, RunTrace, record_problems
-from tests.netns import Host
+from tests.support.hosts import Spread, spread
+from tests.support.load import Load, RunTrace, record_problems
+from tests.support.netns import Host
 
 FAULTS = ("worker", "api", "redis", "partition")
 SETTLE_S = 4.0  # load keeps running this long after a fault has been repaired

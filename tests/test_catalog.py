@@ -25,7 +25,7 @@ from hermes_queue.catalog import (
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.workers import worker as worker_module
-from tests.api.conftest import running_worker
+from tests.support.inprocess import running_worker
 
 CATALOG = BackendCatalog(
     skills=[{"name": "arxiv", "description": "Search papers", "category": "research"}],

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.runs.repository import RunRepository
-from tests.api.conftest import running_api, running_worker
+from tests.support.inprocess import running_api, running_worker
 
 
 async def start(api: TestClient, text: str = "hello there [approve]") -> str:

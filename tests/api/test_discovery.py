@@ -23,7 +23,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.providers import ProviderSettings, RouteSettings
 from hermes_queue.redis_server import free_port
 from hermes_queue.store.migrations import LATEST_VERSION
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 UPSTREAM_NAMES = {
     "chat_completions",

@@ -9,7 +9,7 @@ from aiohttp.test_utils import TestClient
 
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 
 async def create(api: TestClient, status: int = 200, **body: Any) -> dict[str, Any]:
@@ -239,7 +239,7 @@ async def test_background_is_settled_by_another_replica(settings: Settings) -> N
     """The creating API is gone before the run runs: a GET elsewhere settles the response."""
     async with running_api(settings) as first:
         body = await create(first, input="orphan", background=True)
-    from tests.api.conftest import running_worker
+    from tests.support.inprocess import running_worker
 
     async with running_worker(settings), running_api(settings) as second:
         for _ in range(100):

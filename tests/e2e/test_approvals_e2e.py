@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 
 from hermes_queue.client import iter_sse
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 
 async def _status(session: aiohttp.ClientSession, url: str, run_id: str, *wanted: str) -> Any:

@@ -21,8 +21,8 @@ from hermes_queue.config import Settings
 from hermes_queue.providers import ProviderSettings
 from tests.conftest import require_hermes
 from tests.e2e.test_model_lock_e2e import keys_holding
-from tests.fakes.fake_llm import FakeLLM
-from tests.processes import Cluster
+from tests.support.fake_llm import FakeLLM
+from tests.support.processes import Cluster
 
 ALPHA_KEY = "sk-hermes-alpha-0123456789abcdef"
 BETA_KEY = "sk-hermes-beta-0123456789abcdef"

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from hermes_queue.config import Settings
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 
 def _run_records(cluster: Cluster) -> int:

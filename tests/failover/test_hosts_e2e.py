@@ -1,6 +1,7 @@
 """Separate hosts: Redis, PostgreSQL (a proxy to the suite's), each API replica and each worker
-in a network namespace of its own, joined by a bridge (``tests/netns.py``, ``tests/hosts.py``),
-so nothing can lean on 127.0.0.1 or a shared file. The test talks to them from a client host.
+in a network namespace of its own, joined by a bridge (``tests/support/netns.py``,
+``tests/support/hosts.py``), so nothing can lean on 127.0.0.1 or a shared file. The test
+talks to them from a client host.
 
 Needs root and iproute2, which CI has; the namespaces are created and removed by each test.
 """
@@ -18,9 +19,9 @@ import pytest
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from tests.conftest import store_variant
-from tests.hosts import API_PORT, Spread, spread
-from tests.load import Load, RunTrace, record_problems
-from tests.processes import Proc
+from tests.support.hosts import API_PORT, Spread, spread
+from tests.support.load import Load, RunTrace, record_problems
+from tests.support.processes import Proc
 
 SLOW = " ".join(f"w{i}" for i in range(40)) + " [slow:0.1]"  # ~4 s of deltas
 
@@ -92,7 +93,7 @@ async def test_runs_sessions_and_resume_across_hosts(settings: Settings) -> None
         local = d.cluster.settings.replace(
             host=host.address, port=API_PORT + 1, store_url="sqlite:///:memory:", store_schema=""
         )
-        proc = d.cluster._spawn("api-sqlite", ["api"], local, host.launcher)
+        proc = d.cluster.spawn("api-sqlite", ["api"], local, host.launcher)
         await proc.wait_for_log("store_url is a SQLite file but Redis is on another host")
 
 

@@ -26,8 +26,8 @@ from hermes_queue.keys import Keys
 from hermes_queue.redis_client import connect, connect_sync, connect_url
 from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.streams.hub import StreamHub
-from tests.redis_group import SentinelGroup
 from tests.streams.test_hub import take, write_run
+from tests.support.redis_group import SentinelGroup
 
 T = TypeVar("T")
 RECOVERY_SECONDS = 20.0

@@ -11,7 +11,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository, new_run_id
-from tests.api.conftest import running_worker
+from tests.support.inprocess import running_worker
 
 
 async def create(repo: RunRepository) -> str:
