@@ -54,9 +54,17 @@ from typing import IO, Any
 from aiohttp import web
 
 from tests.support import llm_replies as replies
-from tests.support.llm_replies import FIXED_MARKER, LENGTH_TOKENS, Reply, text_of
+from tests.support.llm_replies import FIXED_MARKER, FIXED_WORDS, LENGTH_TOKENS, Reply, text_of
 
-__all__ = ["FIXED_MARKER", "LENGTH_TOKENS", "FakeLLM", "RecordedRequest", "text_of"]
+__all__ = [
+    "BENCH_MODEL",
+    "FIXED_MARKER",
+    "FIXED_WORDS",
+    "LENGTH_TOKENS",
+    "FakeLLM",
+    "RecordedRequest",
+    "text_of",
+]
 
 BENCH_MODEL = "bench-model"
 
