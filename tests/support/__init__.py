@@ -7,7 +7,8 @@ to put on ``sys.path``; importing it starts nothing.
 - ``inprocess``: the API and a worker in the test's own event loop (``running_api``,
   ``running_worker``);
 - ``fake_llm``: the deterministic OpenAI-compatible model (markers for tests, a fixed reply for
-  benchmarks); ``fake_llm_process`` runs it as a process of its own;
+  benchmarks; what it answers: ``llm_replies``); ``fake_llm_process`` runs it as a process of
+  its own;
 - ``upstream``: upstream Hermes' own API server (``hermes gateway run``) in a private home;
 - ``netns``, ``netns_proxy``, ``hosts``: simulated hosts and a deployment spread over them;
 - ``redis_group``: a Redis primary, replicas and Sentinels; ``load``: a steady load of runs
