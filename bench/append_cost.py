@@ -14,7 +14,7 @@ CPU of this process per call (``time.process_time``; Redis' own CPU is not in it
 ``--count`` calls, ``--rounds`` rounds. Needs a Redis: the bundled ``redis-server`` is started
 unless ``HERMES_QUEUE_BENCH_REDIS_URL`` names one (a namespace of its own is used and removed).
 
-    python bench/append_cost.py [--count 3000] [--rounds 3]
+    python -m bench.append_cost [--count 3000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
-import harness
 import redis.asyncio as aioredis
 import uvloop
 
+from bench.lib import deploy, report
 from hermes_queue.config import Settings
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.repository import RunRepository, new_run_id
@@ -97,25 +97,25 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=3000, help="calls per layer and round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with harness.bench_redis_url() as url:
+    with deploy.bench_redis_url() as url:
         results = uvloop.run(measure(url, args.count, args.rounds))
     rows = [
         [name, round(statistics.median(values), 1), " ".join(f"{v:.1f}" for v in values)]
         for name, values in results.items()
     ]
-    harness.print_table(
+    report.print_table(
         f"CPU µs per call on the caller's side ({args.count} calls × {args.rounds} rounds, "
         "tight loop: nothing wakes from idle)",
         ["layer", "median", "rounds"],
         rows,
     )
-    harness.emit_json(
+    report.emit_json(
         "append_cost",
         {
             "count": args.count,
             "rounds": args.rounds,
             "us_per_call": {name: values for name, values in results.items()},
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

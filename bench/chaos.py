@@ -1,11 +1,11 @@
 """Chaos figures: faults under a steady load, on separate (simulated) hosts, through Sentinel.
 
 Redis (a primary, a replica and three Sentinels), two API replicas and two workers each run in a
-network namespace of their own (``tests/hosts.py``; needs root and iproute2), every process
+network namespace of their own (``tests/support/hosts.py``; needs root and iproute2), every process
 configured with a ``redis+sentinel://`` URL. For each of ``--rounds`` rounds, each fault in turn
-hits a deployment under load (``tests/load.py``: clients posting a run every ``--interval`` s,
-each read over SSE from either replica, half of the readers dropping and resuming on the other
-with ``Last-Event-ID``):
+hits a deployment under load (``tests/support/load.py``: clients posting a run every
+``--interval`` s, each read over SSE from either replica, half of the readers dropping and
+resuming on the other with ``Last-Event-ID``):
 
 * ``worker``: SIGKILL the worker running most runs (a new one starts on its host afterwards);
 * ``api``: SIGKILL an API replica (its readers resume on the other; restarted afterwards);
@@ -22,31 +22,24 @@ caught in flight (p50/max) and the recovery time: fault → the first event of a
 the fault (one that completed; p50/max over rounds). For ``redis`` it also notes when the replica
 was promoted and when the killed node was back as a replica.
 
-    sudo python bench/chaos.py [--rounds 2] [--min-replicas 1] [--faults worker,api,redis,partition]
+    sudo python -m bench.chaos [--rounds 2] [--min-replicas 1] [--faults worker,api,redis,partition]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-# The fault plumbing is the test suite's (simulated hosts, Sentinel group, load with checks), and
-# this checkout's hermes_queue goes with it.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import harness
-
+from bench.lib import deploy, report
 from hermes_queue.config import Settings
-from tests.hosts import Spread, spread
-from tests.load import Load, RunTrace, record_problems
-from tests.netns import Host
+from tests.support.hosts import Spread, spread
+from tests.support.load import Load, RunTrace, record_problems
+from tests.support.netns import Host
 
 FAULTS = ("worker", "api", "redis", "partition")
 SETTLE_S = 4.0  # load keeps running this long after a fault has been repaired
@@ -184,8 +177,8 @@ def table(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
                 sum(r["duplicated_ids"] for r in rounds),
                 sum(r["unannounced"] for r in rounds),
                 sum(r["restarted_or_gap"] for r in rounds),
-                f"{harness.percentile(terminal_s, 50):.1f}/{max(terminal_s, default=0):.1f}",
-                f"{harness.percentile(recovery, 50):.1f}/{max(recovery, default=0):.1f}",
+                f"{report.percentile(terminal_s, 50):.1f}/{max(terminal_s, default=0):.1f}",
+                f"{report.percentile(recovery, 50):.1f}/{max(recovery, default=0):.1f}",
                 ", ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "-",
                 _milestones(rounds),
             ]
@@ -202,7 +195,7 @@ def _milestones(rounds: list[dict[str, Any]]) -> str:
 async def main(args: argparse.Namespace) -> None:
     settings = Settings(
         namespace=f"chaos-{uuid.uuid4().hex[:8]}",
-        api_key=harness.API_KEY,
+        api_key=deploy.API_KEY,
         lease_seconds=args.lease,
         heartbeat_seconds=args.lease / 6,
         reaper_interval_seconds=0.25,
@@ -234,21 +227,21 @@ async def main(args: argparse.Namespace) -> None:
         "refused",
         "promoted/replica back s",
     ]
-    harness.print_table(
+    report.print_table(
         f"chaos: lease {args.lease} s, {args.replicas} replica(s), "
         f"redis_min_replicas {args.min_replicas}, "
         f"{args.clients} clients x 1 run / {args.interval} s",
         header,
         table(results),
     )
-    harness.emit_json(
+    report.emit_json(
         "chaos",
         {
             "lease_seconds": args.lease,
             "redis_min_replicas": args.min_replicas,
             "replicas": args.replicas,
             "results": results,
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

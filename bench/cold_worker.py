@@ -1,45 +1,40 @@
 """The first turn on a fresh worker against a warm turn: time to first token (TTFT).
 
-Per round: a fresh ``hermes`` worker process is started beside the API (the harness waits until
+Per round: a fresh ``hermes`` worker process is started beside the API (``Deployment`` waits until
 it listens for wake-ups, which a worker does only once its warm-up is over), then one client
-runs session chat stream turns one at a time (``floor.stream_turn``: a new session each, fake
+runs session chat stream turns one at a time (``traffic.stream_turn``: a new session each, fake
 LLM at ``--token-delay``): the first is the cold turn, the next ``--warm-turns`` the warm ones.
 The worker is then stopped. Target (docs/targets.md): the cold turn's TTFT ≤ 2 × the warm p50.
 Also printed: how long the worker took from spawn to listening (its start-up and warm-up).
 
-    python bench/cold_worker.py [--rounds 5] [--warm-turns 10] [--token-delay 0.01]
+    python -m bench.cold_worker [--rounds 5] [--warm-turns 10] [--token-delay 0.01]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
 from typing import Any
 
-import cpu_per_run
-import fake_llm
-import floor
-import harness
+from bench.lib import deploy, report, traffic
+from bench.lib.sides import queue_deployment, start_fake_llm
 
 
-async def one_round(dep: harness.Deployment, base: str, warm_turns: int) -> dict[str, Any]:
-    sessions = await floor.create_sessions(base, warm_turns + 1)
+async def one_round(dep: deploy.Deployment, base: str, warm_turns: int) -> dict[str, Any]:
+    sessions = await traffic.create_sessions(base, warm_turns + 1)
     spawned = time.perf_counter()
     [proc] = await dep.start_workers(1)
     started_s = time.perf_counter() - spawned - 0.3  # start_workers settles 0.3 s
     ttfts = []
     try:
-        async with harness.client_session(limit=4, timeout=120) as session:
+        async with traffic.client_session(limit=4, timeout=120) as session:
             for session_id in sessions:
-                ttft, _total = await floor.stream_turn(session, base, session_id, 1)
+                ttft, _total = await traffic.stream_turn(session, base, session_id, 1)
                 ttfts.append(ttft * 1000)
     finally:
-        proc.terminate()
-        proc.wait(30)
-        dep.procs.remove(proc)
+        dep.stop_workers([proc])
     warm = statistics.median(ttfts[1:])
     return {
         "cold_ttft_ms": round(ttfts[0], 1),
@@ -55,15 +50,10 @@ async def main() -> None:
     parser.add_argument("--warm-turns", type=int, default=10)
     parser.add_argument("--token-delay", type=float, default=0.01)
     args = parser.parse_args()
-    os.environ[cpu_per_run.LLM_KEY_VAR] = fake_llm.API_KEY
-    llm = fake_llm.FakeLLMProcess(token_delay=args.token_delay)
+    llm = start_fake_llm(args.token_delay)
     results = []
     try:
-        home = cpu_per_run.write_hermes_home(
-            "hq-bench-cold-home-", cpu_per_run.hermes_config(llm.base_url, None)
-        )
-        overrides = cpu_per_run.queue_overrides("hermes", llm.base_url, home, 16)
-        with harness.Deployment("cold", overrides=overrides) as dep:
+        with queue_deployment("cold", llm.base_url, 16) as dep:
             base = await dep.start_api()
             for index in range(args.rounds):
                 r = await one_round(dep, base, args.warm_turns)
@@ -76,13 +66,13 @@ async def main() -> None:
         key: round(statistics.median(r[key] for r in results), 2)
         for key in ("cold_ttft_ms", "warm_ttft_p50_ms", "ratio", "worker_ready_s")
     }
-    harness.print_table(
+    report.print_table(
         f"first turn on a fresh hermes worker vs warm turns (medians of {args.rounds} rounds; "
         "target ratio ≤ 2)",
         list(summary),
         [list(summary.values())],
     )
-    harness.emit_json("cold_worker", {"summary": summary, "rounds": results})
+    report.emit_json("cold_worker", {"summary": summary, "rounds": results})
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ queue behind them. After a warm-up (3 probe runs) the baseline memory is read. T
 
 - **Load.** ``k`` background runs are posted (``[slow:D]`` echo runs: one delta every
   ``--bg-delay`` s, long enough to outlast the level), each followed by one SSE client, from a
-  separate process (``inflight.py``) so the probe client's event loop is its own. The level waits
-  (bounded) until the leases set holds k runs: all k are running, none queued. At the default
+  separate process (``lib/inflight.py``) so the probe client's event loop is its own. The level
+  waits (bounded) until the leases set holds k runs: all k are running, none queued. At the default
   1 s per token, k runs stream k deltas/s: the 1,000-run level is also a 1,000 events/s level.
 - **Probes.** ``--probes`` runs of 20 words (21 deltas at the worker's ``--delay`` per token) are
   posted one at a time, each read to ``: stream closed`` by this process, a random 20–80 ms pause
@@ -18,33 +18,36 @@ queue behind them. After a warm-up (3 probe runs) the baseline memory is read. T
   growth over the baseline per in-flight run; the processes' CPU (% of one core) over the
   probe window. The leases set is read again to check that all k runs were still in flight.
 
-    python bench/cost_growth.py [--quick] [--levels 1,10,100,1000] [--probes 40]
+    python -m bench.cost_growth [--quick] [--levels 1,10,100,1000] [--probes 40]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import random
 import time
 from typing import Any, cast
 
-import harness
 import psutil
-from inflight import InflightLoad
+
+from bench.lib import deploy, report, traffic
+from bench.lib.inflight import InflightLoad
+from tests.support.polling import NeverHeld, eventually
 
 PROBE_WORDS = 20
 PROBE_SLOTS = 8
 
 
-async def probe_runs(dep: harness.Deployment, base: str, count: int) -> dict[str, list[float]]:
+async def probe_runs(dep: deploy.Deployment, base: str, count: int) -> dict[str, list[float]]:
     """``count`` sequential probe runs: pickup, event latency per delta, POST → first delta (s)."""
     pickup: list[float] = []
     latency: list[float] = []
     first_delta: list[float] = []
-    text = harness.words(PROBE_WORDS)
-    async with harness.client_session(limit=4, timeout=60) as session:
+    text = traffic.words(PROBE_WORDS)
+    async with traffic.client_session(limit=4, timeout=60) as session:
         for _ in range(count):
             firsts: list[float] = []
 
@@ -55,8 +58,8 @@ async def probe_runs(dep: harness.Deployment, base: str, count: int) -> dict[str
                         firsts.append(now)
 
             sent = time.time()
-            run_id = await harness.post_run(session, base, text)
-            _events, closed = await harness.read_events(session, base, run_id, on_event)
+            run_id = await traffic.post_run(session, base, text)
+            _events, closed = await traffic.read_events(session, base, run_id, on_event)
             if not closed:
                 raise RuntimeError(f"probe run {run_id} did not close cleanly")
             fields = ["created_at", "started_at"]
@@ -67,17 +70,15 @@ async def probe_runs(dep: harness.Deployment, base: str, count: int) -> dict[str
     return {"pickup": pickup, "event": latency, "first_delta": first_delta}
 
 
-def leases(dep: harness.Deployment) -> int:
+def leases(dep: deploy.Deployment) -> int:
     """Runs holding a lease (claimed and not finished): the runs in flight."""
     return int(cast(int, dep.redis.zcard(dep.keys.leases)))
 
 
-def memory(
-    dep: harness.Deployment, api: psutil.Process, worker: psutil.Process
-) -> dict[str, float]:
+def memory(dep: deploy.Deployment, api: psutil.Process, worker: psutil.Process) -> dict[str, float]:
     return {
-        "api_rss_mib": harness.rss_mib(api),
-        "worker_rss_mib": harness.rss_mib(worker),
+        "api_rss_mib": report.rss_mib(api),
+        "worker_rss_mib": report.rss_mib(worker),
         "redis_used_mib": dep.redis_used_memory_mib(),
     }
 
@@ -88,7 +89,7 @@ async def one_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
         "drain_seconds": 1.0,  # tear-down: do not wait for k long runs
         "drain_grace_seconds": 0.0,
     }
-    with harness.Deployment("growth", overrides) as dep:
+    with deploy.Deployment("growth", overrides) as dep:
         base = await dep.start_api()
         [worker_popen] = await dep.start_workers(1, echo_token_delay=args.delay)
         api, worker = dep.api_procs[0], psutil.Process(worker_popen.pid)
@@ -100,21 +101,22 @@ async def one_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
         baseline = memory(dep, api, worker)
 
         words = math.ceil(args.hold / args.bg_delay) + 1
-        load = InflightLoad(base, k, f"[slow:{args.bg_delay:g}] " + harness.words(words))
+        load = InflightLoad(base, k, f"[slow:{args.bg_delay:g}] " + traffic.words(words))
         try:
             ramp_started = time.monotonic()
             ready = await load.start(limit_s=120 + k * 0.1)
-            await harness.wait_until(lambda: leases(dep) >= k, 60 + k * 0.05)
+            with contextlib.suppress(NeverHeld):  # in_flight says how far the ramp got
+                await eventually(lambda: leases(dep) >= k, within=60 + k * 0.05, every=0.1)
             in_flight = leases(dep)
             ramp_s = time.monotonic() - ramp_started
             await asyncio.sleep(args.settle)
 
-            cpu_before = {name: harness.cpu_s(p) for name, p in roles.items()}
+            cpu_before = {name: report.cpu_s(p) for name, p in roles.items()}
             t0 = time.monotonic()
             probes = await asyncio.wait_for(probe_runs(dep, base, args.probes), 120 + args.probes)
             window = time.monotonic() - t0
             cpu = {
-                name: round((harness.cpu_s(p) - cpu_before[name]) * 100 / window, 1)
+                name: round((report.cpu_s(p) - cpu_before[name]) * 100 / window, 1)
                 for name, p in roles.items()
             }
             in_flight_end = leases(dep)
@@ -128,9 +130,9 @@ async def one_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
         "in_flight_end": in_flight_end,  # background runs still running after the probes
         "ramp_s": round(ramp_s, 2),
         "background": {**ready, **background},
-        "pickup_ms": harness.summary_ms(probes["pickup"]),
-        "event_latency_ms": harness.summary_ms(probes["event"]),
-        "post_to_first_delta_ms": harness.summary_ms(probes["first_delta"]),
+        "pickup_ms": report.summary_ms(probes["pickup"]),
+        "event_latency_ms": report.summary_ms(probes["event"]),
+        "post_to_first_delta_ms": report.summary_ms(probes["first_delta"]),
         "baseline": baseline,
         "loaded": loaded,
         "growth_kib_per_run": {
@@ -154,7 +156,7 @@ async def main() -> None:
     levels = [int(k) for k in args.levels.split(",")]
     if args.quick:
         levels, args.probes = [1, 10, 100], 15
-    harness.raise_nofile(max(levels) * 4 + 1024)
+    traffic.raise_nofile(max(levels) * 4 + 1024)
     results = []
     for k in levels:
         r = await one_level(k, args)
@@ -166,7 +168,7 @@ async def main() -> None:
             f"Redis {r['loaded']['redis_used_mib']} MiB",
             flush=True,
         )
-    harness.print_table(
+    report.print_table(
         f"cost growth: probes ({args.probes} × {PROBE_WORDS + 1} deltas at "
         f"{args.delay * 1000:g} ms/token) while k runs are in flight "
         f"(1 delta / {args.bg_delay:g} s each, one SSE client each)",
@@ -200,14 +202,14 @@ async def main() -> None:
             for r in results
         ],
     )
-    harness.emit_json(
+    report.emit_json(
         "cost_growth",
         {
             "probes": args.probes,
             "delay": args.delay,
             "bg_delay": args.bg_delay,
             "levels": results,
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

@@ -6,13 +6,14 @@ keeps a session's agent warm between turns. The target (docs/targets.md) is ≤ 
 per run. This script measures it on identical HTTP traffic.
 
 How:
-- a deterministic fake OpenAI-compatible LLM (``fake_llm.py``) runs in its own process; every
-  reply is 20 tokens ending in ``BENCH-REPLY-OK-u<n>``, n = user messages it was sent;
+- the deterministic fake OpenAI-compatible LLM (``tests/support/fake_llm.py``, benchmark form)
+  runs in its own process; every reply is 20 tokens ending in ``BENCH-REPLY-OK-u<n>``, n = user
+  messages it was sent;
 - **upstream**: ``python -m hermes_cli.main gateway run`` (= ``hermes gateway run``) with a
   private ``HERMES_HOME`` whose ``config.yaml`` points the model at the fake (``provider:
   custom``, ``base_url``, a dummy ``api_key``, ``context_length``) and enables only the
   ``api_server`` platform on a free loopback port;
-- **hermes-queue**: ``bench/harness.py``'s Deployment (private Redis, ``python -m hermes_queue
+- **hermes-queue**: ``bench/lib/deploy.py``'s Deployment (private Redis, ``python -m hermes_queue
   api`` + one ``worker``) with the ``hermes`` backend (``--backend openai``: the plain
   OpenAI-compatible backend, the machinery's own cost; ``auto`` falls back to it where no
   ``hermes`` backend is registered), a provider table naming the fake, and its own
@@ -32,7 +33,7 @@ How:
   conversation's transcript (``GET /api/sessions/{id}/messages``) must hold T user and T
   assistant messages. Any failure is reported and makes the script exit non-zero.
 
-    python bench/cpu_per_run.py [--quick] [--rounds 3] [--conversations 20 --turns 5]
+    python -m bench.cpu_per_run [--quick] [--rounds 3] [--conversations 20 --turns 5]
         [--single 40] [--concurrency 4] [--backend auto|hermes|openai] [--stream]
 """
 
@@ -40,34 +41,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import fake_llm
-import harness
-import psutil
-import redis
 
-from hermes_queue.agents import known_backends
-from hermes_queue.providers import parse_providers
-from hermes_queue.redis_server import free_port
+from bench.lib import report, traffic
+from bench.lib.sides import (
+    SESSION_HEADER,
+    Side,
+    Started,
+    idle_cpu,
+    start_fake_llm,
+    start_sides,
+)
+from tests.support.fake_llm import FIXED_MARKER
+from tests.support.fake_llm_process import FakeLLMProcess
 
-LLM_KEY_VAR = "BENCH_FAKE_LLM_KEY"  # not HERMES_QUEUE_*: the harness passes it to workers as is
-CONTEXT_LENGTH = 131_072  # pinned, so Hermes never probes the fake for the model's window
 SETTLE_S = 0.5
-SESSION_HEADER = "X-Hermes-Session-Id"
 
 
 @dataclass(frozen=True)
@@ -81,243 +75,7 @@ class Workload:
         return self.conversations * self.turns
 
 
-# -- Hermes configuration shared by both sides -----------------------------------------------------
-def hermes_config(llm_base_url: str, api_server_port: int | None) -> dict[str, Any]:
-    """The ``config.yaml`` both sides' agents read: the fake as a custom endpoint, nothing else
-    turned on that config can turn off (no other platform, no kanban dispatcher; external memory
-    providers, cron providers and MCP servers are off by default)."""
-    config: dict[str, Any] = {
-        "model": {
-            "default": fake_llm.MODEL,
-            "provider": "custom",
-            "base_url": llm_base_url,
-            "api_key": fake_llm.API_KEY,
-            "context_length": CONTEXT_LENGTH,
-        },
-        "kanban": {"dispatch_in_gateway": False},
-    }
-    if api_server_port is not None:
-        config["platforms"] = {
-            "api_server": {
-                "enabled": True,
-                "extra": {"host": "127.0.0.1", "port": api_server_port, "key": harness.API_KEY},
-            }
-        }
-    return config
-
-
-def write_hermes_home(prefix: str, config: dict[str, Any]) -> Path:
-    home = Path(tempfile.mkdtemp(prefix=prefix))
-    # JSON is YAML: no YAML writer needed.
-    (home / "config.yaml").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    return home
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without Hermes' or hermes-queue's own variables, plus ``extra``."""
-    prefixes = ("HERMES_", "API_SERVER_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-    env.update(extra, PYTHONUNBUFFERED="1")
-    return env
-
-
-# -- CPU accounting --------------------------------------------------------------------------------
-def tree_cpu(proc: psutil.Process) -> float:
-    """User + system CPU seconds of ``proc``, its reaped children and its live descendants."""
-    try:
-        times = proc.cpu_times()
-        total = float(times.user + times.system + times.children_user + times.children_system)
-        children = proc.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0.0
-    for child in children:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            t = child.cpu_times()
-            total += t.user + t.system
-    return total
-
-
-@dataclass
-class Side:
-    """A server under test: its base URL and how to read each role's CPU seconds."""
-
-    name: str
-    base: str
-    roles: dict[str, Callable[[], float]]
-    describe: dict[str, Any] = field(default_factory=dict)
-
-    def cpu(self) -> dict[str, float]:
-        return {role: read() for role, read in self.roles.items()}
-
-
-def redis_info_cpu(client: redis.Redis) -> Callable[[], float]:
-    def read() -> float:
-        info: dict[str, Any] = client.info("cpu")  # type: ignore[assignment]  # sync client
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-    return read
-
-
-# -- upstream --------------------------------------------------------------------------------------
-class Upstream:
-    """hermes-agent's gateway with only the api_server platform, in a private HERMES_HOME."""
-
-    def __init__(self, llm_base_url: str, extra_config: dict[str, Any] | None = None) -> None:
-        self.port = free_port()
-        config = {**hermes_config(llm_base_url, self.port), **(extra_config or {})}
-        self.home = write_hermes_home("hq-bench-upstream-", config)
-        self.command = [sys.executable, "-m", "hermes_cli.main", "gateway", "run"]
-        self.log = self.home / "gateway-stdout.log"
-        self._log_file = self.log.open("wb")
-        self.proc = subprocess.Popen(
-            self.command,
-            env=clean_env(HERMES_HOME=str(self.home)),
-            cwd=self.home,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    async def wait_healthy(self, limit_s: float = 90.0) -> None:
-        deadline = time.monotonic() + limit_s
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"upstream gateway exited; log in {self.log}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(self.base + "/health") as response:
-                        if response.status == 200:
-                            return
-                await asyncio.sleep(0.2)
-        raise RuntimeError(f"upstream gateway never became healthy; log in {self.log}")
-
-    def side(self) -> Side:
-        proc = psutil.Process(self.proc.pid)
-        return Side(
-            "upstream",
-            self.base,
-            {"gateway": lambda: tree_cpu(proc)},
-            {"command": " ".join(self.command[1:]), "hermes_home": str(self.home)},
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log_file.close()
-
-
-# -- hermes-queue ----------------------------------------------------------------------------------
-def pick_backend(requested: str) -> str:
-    if requested != "auto":
-        return requested
-    if "hermes" in known_backends():
-        return "hermes"
-    print("hermes backend not available yet: measuring the openai backend", flush=True)
-    return "openai"
-
-
-def queue_overrides(
-    backend: str,
-    llm_base_url: str,
-    hermes_home: Path,
-    worker_concurrency: int,
-    agent_cache_size: int | None = None,
-) -> dict[str, Any]:
-    """Settings of our deployment; the same as this TOML (see docs/deploy.md)::
-
-    agent_backend = "hermes"            # or "openai"
-    default_provider = "fake"
-    default_model = "bench-model"
-    hermes_home = "<tmp>/hq-bench-queue-home-…"
-    hermes_toolsets = []                # upstream's api_server default
-    [providers.fake]
-    base_url = "http://127.0.0.1:<port>/v1"
-    api_key_env = "BENCH_FAKE_LLM_KEY"
-    """
-    overrides: dict[str, Any] = {
-        "agent_backend": backend,
-        "providers": parse_providers(
-            {"fake": {"base_url": llm_base_url, "api_key_env": LLM_KEY_VAR}}
-        ),
-        "default_provider": "fake",
-        "default_model": fake_llm.MODEL,
-        "hermes_home": str(hermes_home),
-        "hermes_toolsets": (),
-        "worker_concurrency": worker_concurrency,
-        "metrics_port": 0,
-    }
-    if agent_cache_size is not None:
-        overrides["hermes_agent_cache_size"] = agent_cache_size
-    return overrides
-
-
-async def start_queue(dep: harness.Deployment, workers: int) -> Side:
-    base = await dep.start_api()
-    started = await dep.start_workers(workers)
-    api = dep.api_procs[0]
-    worker_procs = [psutil.Process(w.pid) for w in started]
-    roles: dict[str, Callable[[], float]] = {
-        "api": lambda: tree_cpu(api),
-        "worker": lambda: sum(tree_cpu(p) for p in worker_procs),
-    }
-    if dep.redis_server is not None:
-        redis_proc = psutil.Process(dep.redis_server.process.pid)
-        roles["redis"] = lambda: tree_cpu(redis_proc)
-    else:  # a shared Redis: INFO cpu counts every client's work, not only ours
-        roles["redis"] = redis_info_cpu(dep.redis)
-    return Side(
-        "hermes-queue",
-        base,
-        roles,
-        {
-            "backend": dep.settings.agent_backend,
-            "workers": workers,
-            "worker_concurrency": dep.settings.worker_concurrency,
-            "hermes_agent_cache_size": dep.settings.hermes_agent_cache_size,
-            "redis": "private" if dep.redis_server is not None else "shared (INFO cpu)",
-        },
-    )
-
-
 # -- the client ------------------------------------------------------------------------------------
-@dataclass
-class StreamReply:
-    """What a streaming chat completion delivered."""
-
-    text: str
-    first_content_at: float | None  # time.monotonic() when the first non-empty content arrived
-    done: bool  # ``data: [DONE]`` was received
-
-
-async def read_stream_reply(response: aiohttp.ClientResponse) -> StreamReply:
-    text: list[str] = []
-    first: float | None = None
-    async for raw in response.content:
-        line = raw.strip()
-        if not line.startswith(b"data: "):
-            continue
-        data = line[6:]
-        if data == b"[DONE]":
-            return StreamReply("".join(text), first, True)
-        chunk = json.loads(data)
-        for choice in chunk.get("choices") or []:
-            content = (choice.get("delta") or {}).get("content")
-            if isinstance(content, str):
-                if first is None and content:
-                    first = time.monotonic()
-                text.append(content)
-    return StreamReply("".join(text), first, False)
-
-
-async def read_stream(response: aiohttp.ClientResponse) -> str:
-    return (await read_stream_reply(response)).text
-
-
 async def one_turn(
     session: aiohttp.ClientSession, base: str, session_id: str, index: int, stream: bool
 ) -> str | None:
@@ -332,12 +90,12 @@ async def one_turn(
         if r.status != 200:
             return f"HTTP {r.status}: {(await r.text())[:200]}"
         if stream:
-            content = await read_stream(r)
+            content = (await traffic.read_stream_reply(r)).text
         else:
             data = await r.json()
             content = str(((data.get("choices") or [{}])[0].get("message") or {}).get("content"))
         echoed = r.headers.get(SESSION_HEADER)
-    expected = f"{fake_llm.MARKER}{index}"
+    expected = f"{FIXED_MARKER}{index}"
     if not content.rstrip().endswith(expected):
         return f"turn {index}: reply {content[-60:]!r} does not end with {expected!r}"
     if echoed != session_id:
@@ -372,21 +130,21 @@ async def run_workload(
                 ok += 1
 
     started = time.monotonic()
-    async with harness.client_session(limit=concurrency + 4, timeout=limit_s) as session:
+    async with traffic.client_session(limit=concurrency + 4, timeout=limit_s) as session:
         await asyncio.gather(*(client(session) for _ in range(concurrency)))
     return {
         "ids": ids,
         "ok": ok,
         "failures": failures,
         "elapsed_s": time.monotonic() - started,
-        "latency_ms": harness.summary_ms(latencies),
+        "latency_ms": report.summary_ms(latencies),
     }
 
 
 async def check_transcripts(side: Side, ids: list[str], turns: int) -> list[str]:
     """Each conversation's stored transcript holds exactly ``turns`` user and assistant turns."""
     problems: list[str] = []
-    async with harness.client_session(limit=8, timeout=60) as session:
+    async with traffic.client_session(limit=8, timeout=60) as session:
         for session_id in ids:
             url = f"{side.base}/api/sessions/{session_id}/messages?limit=500"
             async with session.get(url) as r:
@@ -400,7 +158,7 @@ async def check_transcripts(side: Side, ids: list[str], turns: int) -> list[str]
     return problems
 
 
-async def llm_chat_calls(llm: fake_llm.FakeLLMProcess) -> dict[str, int]:
+async def llm_chat_calls(llm: FakeLLMProcess) -> dict[str, int]:
     """Chat requests so far, in total and per tool set offered (``tools=N:<hash>``)."""
     stats = await llm.stats()
     return {k: v for k, v in stats.items() if k == "/v1/chat/completions" or k.startswith("tools=")}
@@ -410,7 +168,7 @@ async def measure(
     side: Side,
     workload: Workload,
     args: argparse.Namespace,
-    llm: fake_llm.FakeLLMProcess,
+    llm: FakeLLMProcess,
     tag: str,
 ) -> dict[str, Any]:
     calls = await llm_chat_calls(llm)
@@ -438,14 +196,6 @@ async def measure(
         "llm_calls_per_turn": round(calls.get("/v1/chat/completions", 0) / max(ok, 1), 3),
         "tool_sets": sorted(k.removeprefix("tools=") for k in calls if k.startswith("tools=")),
     }
-
-
-async def idle_cpu(side: Side, seconds: float = 3.0) -> dict[str, float]:
-    """CPU ms per second of a side doing nothing (background loops), for context."""
-    before = side.cpu()
-    await asyncio.sleep(seconds)
-    after = side.cpu()
-    return {role: round((after[role] - before[role]) * 1000 / seconds, 2) for role in before}
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -478,10 +228,6 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def med(values: list[float]) -> float:
-    return round(statistics.median(values), 2) if values else float("nan")
-
-
 def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     keyed: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -495,15 +241,15 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "rounds": len(rs),
             "turns_ok": sum(r["ok"] for r in rs),
             "failures": sum(r["failures"] for r in rs),
-            "wall_s": med([r["wall_s"] for r in rs]),
-            "turns_per_s": med([r["turns_per_s"] for r in rs]),
-            "latency_p50_ms": med([r["latency_ms"]["p50"] for r in rs]),
-            "cpu_ms_per_turn": med([r["cpu_ms_per_turn"] for r in rs]),
+            "wall_s": report.median([r["wall_s"] for r in rs]),
+            "turns_per_s": report.median([r["turns_per_s"] for r in rs]),
+            "latency_p50_ms": report.median([r["latency_ms"]["p50"] for r in rs]),
+            "cpu_ms_per_turn": report.median([r["cpu_ms_per_turn"] for r in rs]),
             "by_process": " · ".join(
-                f"{role} {med([r['cpu_ms_per_turn_by_process'][role] for r in rs])}"
+                f"{role} {report.median([r['cpu_ms_per_turn_by_process'][role] for r in rs])}"
                 for role in rs[0]["cpu_ms_per_turn_by_process"]
             ),
-            "llm_calls_per_turn": med([r["llm_calls_per_turn"] for r in rs]),
+            "llm_calls_per_turn": report.median([r["llm_calls_per_turn"] for r in rs]),
             "tools_offered": " ".join(sorted({t for r in rs for t in r["tool_sets"]})),
         }
         if side == "upstream":
@@ -522,28 +268,20 @@ async def main() -> None:
         Workload("multi-turn", args.conversations, args.turns),
         Workload("single-turn", args.single, 1),
     ]
-    os.environ[LLM_KEY_VAR] = fake_llm.API_KEY  # the workers inherit it
-    llm = fake_llm.FakeLLMProcess(token_delay=args.token_delay)
-    upstream: Upstream | None = None
-    dep: harness.Deployment | None = None
-    sides: list[Side] = []
+    llm = start_fake_llm(args.token_delay)
+    started = Started()
     results: list[dict[str, Any]] = []
     idle: dict[str, dict[str, float]] = {}
     try:
-        if "upstream" in sides_wanted:
-            upstream = Upstream(llm.base_url)
-            await upstream.wait_healthy()
-            sides.append(upstream.side())
-        if "queue" in sides_wanted:
-            backend = pick_backend(args.backend)
-            home = write_hermes_home("hq-bench-queue-home-", hermes_config(llm.base_url, None))
-            dep = harness.Deployment(
-                "cpu",
-                overrides=queue_overrides(
-                    backend, llm.base_url, home, args.worker_concurrency, args.agent_cache_size
-                ),
-            )
-            sides.append(await start_queue(dep, args.workers))
+        sides = await start_sides(
+            sides_wanted,
+            llm.base_url,
+            started,
+            backend=args.backend,
+            worker_counts=[args.workers],
+            worker_concurrency=args.worker_concurrency,
+            agent_cache_size=args.agent_cache_size,
+        )
         for side in sides:
             warm = Workload("warm-up", args.warmup, 2)
             r = await run_workload(side, warm, args.concurrency, args.stream, "warm", args.timeout)
@@ -567,16 +305,13 @@ async def main() -> None:
                     for problem in r["failure_samples"]:
                         print(f"    failure: {problem}", flush=True)
         described = {side.name: side.describe for side in sides}
-        redis_version = dep.redis_version() if dep is not None else ""
+        redis_version = started.deployments[0].redis_version() if started.deployments else ""
     finally:
-        if dep is not None:
-            dep.stop()
-        if upstream is not None:
-            upstream.stop()
+        started.stop()
         llm.stop()
 
     summary = summarize(results)
-    harness.print_table(
+    report.print_table(
         f"server CPU per agent turn (medians of {args.rounds} round(s), concurrency "
         f"{args.concurrency}, {'streaming' if args.stream else 'non-streaming'})",
         list(summary[0].keys()),
@@ -585,10 +320,10 @@ async def main() -> None:
     offered = {row["tools_offered"] for row in summary}
     if len(offered) > 1:
         print(f"\nNOTE: the sides offered the model different tool sets: {sorted(offered)}")
-    harness.emit_json(
+    report.emit_json(
         "cpu_per_run",
         {
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
             "redis_version": redis_version,
             "sides": described,
             "idle_cpu_ms_per_s": idle,

@@ -7,7 +7,7 @@ Latency per delta = client receive time − the payload's ``timestamp`` (the wor
 just before its append script; same host, same clock). Includes the worker → Redis round trip,
 the hub's XREAD, rendering and the loopback HTTP hop to a client in another process.
 
-    python bench/event_latency.py [--quick] [--rates 100,1000] [--rounds 3]
+    python -m bench.event_latency [--quick] [--rates 100,1000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import statistics
 import time
 from typing import Any
 
-import harness
+from bench.lib import deploy, report, traffic
 
 
 async def measure(base: str, clients: int, words: int, duration: float) -> dict[str, Any]:
-    text = harness.words(words)
+    text = traffic.words(words)
     latencies: list[float] = []
     failures = 0
     stop_at = time.monotonic() + duration
@@ -37,13 +37,13 @@ async def measure(base: str, clients: int, words: int, duration: float) -> dict[
         await asyncio.sleep(offset)  # spread run starts so tokens are not in lockstep
         while time.monotonic() < stop_at:
             try:
-                run_id = await harness.post_run(session, base, text)
-                _events, closed = await harness.read_events(session, base, run_id, on_event)
+                run_id = await traffic.post_run(session, base, text)
+                _events, closed = await traffic.read_events(session, base, run_id, on_event)
                 failures += not closed
             except Exception:
                 failures += 1
 
-    async with harness.client_session(limit=clients + 16) as session:
+    async with traffic.client_session(limit=clients + 16) as session:
         tasks = [asyncio.create_task(client(session, i / clients)) for i in range(clients)]
         await asyncio.sleep(2.0)
         measuring = True
@@ -57,7 +57,7 @@ async def measure(base: str, clients: int, words: int, duration: float) -> dict[
     return {
         "clients": clients,
         "events_per_s": round(rate, 1),
-        "latency_ms": harness.summary_ms(latencies),
+        "latency_ms": report.summary_ms(latencies),
         "failures": failures,
     }
 
@@ -75,7 +75,7 @@ async def main() -> None:
         args.duration, args.rounds = 6.0, 1
     rates = [int(r) for r in args.rates.split(",")]
     results = []
-    with harness.Deployment("event-latency") as dep:
+    with deploy.Deployment("event-latency") as dep:
         base = await dep.start_api()
         await dep.start_workers(1, echo_token_delay=args.delay, worker_concurrency=256)
         await measure(base, 2, 10, 1.5)  # warm-up
@@ -108,20 +108,20 @@ async def main() -> None:
         }
         summary.append(row)
         rows.append(list(row.values()))
-    harness.print_table(
+    report.print_table(
         f"event latency worker append → SSE client ({args.delay * 1000:g} ms/token, "
         f"medians over rounds; target p50 ≤ 2 ms, p99 ≤ 10 ms at 1,000 ev/s)",
         list(summary[0].keys()),
         rows,
     )
-    harness.emit_json(
+    report.emit_json(
         "event_latency",
         {
             "delay": args.delay,
             "summary": summary,
             "rounds": results,
             "redis": redis_version,
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

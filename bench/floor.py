@@ -1,15 +1,16 @@
 """The floor and the overhead over it: the bare Hermes agent turn against the same turn through
 hermes-queue (API + worker + Redis), on the same traffic, interleaved.
 
-- **floor**: ``floor_agent.py`` in a child process: the worker's ``HermesBackend`` builds the
-  agent and runs each turn exactly as a worker does, in threads, with no HTTP, Redis or store;
-  a conversation keeps its agent and its history in memory;
-- **stack**: ``harness.Deployment`` (private Redis, one API, ``--workers`` workers with
+- **floor**: ``bench/lib/floor_agent.py`` in a child process: the worker's ``HermesBackend``
+  builds the agent and runs each turn exactly as a worker does, in threads, with no HTTP, Redis
+  or store; a conversation keeps its agent and its history in memory;
+- **stack**: ``bench.lib.deploy.Deployment`` (private Redis, one API, ``--workers`` workers with
   ``agent_backend = "hermes"`` and a slot per client), driven over session chat streams: each
   conversation is a session (created before the window), each turn ``POST
   /api/sessions/{id}/chat/stream`` read to its ``done`` frame;
-- both sides: the same fake LLM (``fake_llm.py``, its own process, not counted; 20 tokens,
-  ``--token-delay`` s before each), the same ``config.yaml`` (``cpu_per_run.hermes_config``),
+- both sides: the same fake LLM (``tests/support/fake_llm.py`` in its benchmark form, its own
+  process, not counted; 20 tokens, ``--token-delay`` s before each), the same ``config.yaml``
+  (``bench.lib.sides.hermes_home``),
   Hermes' default toolsets for the api_server platform; C conversations × T turns at
   concurrency K (K = each of ``--levels``; C = max(K, ``--min-conversations``));
 - CPU per turn: the floor's ``time.process_time`` over its window; the stack's API + workers +
@@ -21,7 +22,7 @@ hermes-queue (API + worker + Redis), on the same traffic, interleaved.
 - rounds alternate the sides level by level; figures are medians over rounds, ratios per round.
 - ``--coalesce-ms N`` runs the stack with ``stream_coalesce_ms = N`` (deltas merged over N ms).
 
-    python bench/floor.py [--quick] [--rounds 3] [--levels 1,32] [--turns 3] [--workers 1]
+    python -m bench.floor [--quick] [--rounds 3] [--levels 1,32] [--turns 3] [--workers 1]
         [--token-delay 0.01] [--sides floor,stack] [--coalesce-ms 0]
 """
 
@@ -30,47 +31,50 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import cpu_per_run
-import fake_llm
-import harness
+
+from bench.lib import deploy, report, traffic
+from bench.lib.sides import (
+    LLM_KEY,
+    Side,
+    hermes_home,
+    idle_cpu,
+    queue_deployment,
+    start_fake_llm,
+    start_queue,
+)
+from tests.support.fake_llm import BENCH_MODEL
+from tests.support.fake_llm_process import FakeLLMProcess
+from tests.support.processes import child_env
+from tests.support.upstream import HERMES_PREFIXES
 
 SETTLE_S = 0.5
-PROMPT = "Turn {index}: please answer briefly."
+FLOOR_AGENT = "bench.lib.floor_agent"
 
 
 class FloorProcess:
-    """``floor_agent.py`` as a child: one JSON command per line in, one JSON result out."""
+    """``bench/lib/floor_agent.py`` as a child: one JSON command per line in, one JSON result
+    out."""
 
-    def __init__(self, llm: fake_llm.FakeLLMProcess) -> None:
-        self.home = cpu_per_run.write_hermes_home(
-            "hq-bench-floor-home-", cpu_per_run.hermes_config(llm.base_url, None)
-        )
+    def __init__(self, llm: FakeLLMProcess) -> None:
+        self.home = hermes_home(llm.base_url, "hq-bench-floor-home-")
         spec = {
             "hermes_home": str(self.home),
             "base_url": llm.base_url,
-            "api_key": fake_llm.API_KEY,
-            "model": fake_llm.MODEL,
+            "api_key": LLM_KEY,
+            "model": BENCH_MODEL,
         }
-        script = str(Path(__file__).resolve().with_name("floor_agent.py"))
-        env = cpu_per_run.clean_env()
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (os.environ.get("PYTHONPATH", ""), str(Path(__file__).parent)) if p
-        )
         self.proc = subprocess.Popen(
-            [sys.executable, script, json.dumps(spec)],
+            [sys.executable, "-m", FLOOR_AGENT, json.dumps(spec)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=self.home,
-            env=env,
+            env=child_env(strip=HERMES_PREFIXES),
         )
         if not self._read().get("ready"):
             raise RuntimeError("floor process did not start")
@@ -101,53 +105,8 @@ class FloorProcess:
                 self.proc.wait(5)
 
 
-# -- the stack's client: session chat streams ---------------------------------------------------
-async def create_sessions(base: str, count: int) -> list[str]:
-    async with harness.client_session(limit=8, timeout=60) as session:
-        ids = []
-        for _ in range(count):
-            async with session.post(base + "/api/sessions", json={}) as r:
-                if r.status != 201:
-                    raise RuntimeError(f"POST /api/sessions answered {r.status}")
-                ids.append(str((await r.json())["session"]["id"]))
-        return ids
-
-
-async def stream_turn(
-    session: aiohttp.ClientSession, base: str, session_id: str, index: int
-) -> tuple[float, float]:
-    """One turn: (TTFT, total) in seconds; raises on anything but the full reply and done."""
-    url = f"{base}/api/sessions/{session_id}/chat/stream"
-    sent = time.perf_counter()
-    first: float | None = None
-    text: list[str] = []
-    event = ""
-    async with session.post(url, json={"message": PROMPT.format(index=index)}) as r:
-        if r.status != 200:
-            raise RuntimeError(f"HTTP {r.status}: {(await r.text())[:200]}")
-        async for raw in r.content:
-            line = raw.rstrip(b"\n")
-            if line.startswith(b"event: "):
-                event = line[7:].decode()
-                if event == "done":
-                    break
-            elif line.startswith(b"data: ") and event == "assistant.delta":
-                if first is None:
-                    first = time.perf_counter()
-                text.append(str(json.loads(line[6:]).get("delta") or ""))
-        else:
-            raise RuntimeError("stream ended without done")
-    reply = "".join(text)
-    if not reply.rstrip().endswith(f"{fake_llm.MARKER}{index}"):
-        raise RuntimeError(f"turn {index}: reply {reply[-60:]!r}")
-    ended = time.perf_counter()
-    return (first or ended) - sent, ended - sent
-
-
-async def stack_run(
-    side: cpu_per_run.Side, conversations: int, turns: int, concurrency: int
-) -> dict[str, Any]:
-    ids = await create_sessions(side.base, conversations)
+async def stack_run(side: Side, conversations: int, turns: int, concurrency: int) -> dict[str, Any]:
+    ids = await traffic.create_sessions(side.base, conversations)
     pending = list(ids)
     samples: list[tuple[float, float]] = []
     failures: list[str] = []
@@ -157,13 +116,13 @@ async def stack_run(
             session_id = pending.pop()
             for index in range(1, turns + 1):
                 try:
-                    samples.append(await stream_turn(session, side.base, session_id, index))
+                    samples.append(await traffic.stream_turn(session, side.base, session_id, index))
                 except Exception as exc:
                     failures.append(repr(exc)[:200])
                     break
 
     before, wall = side.cpu(), time.perf_counter()
-    async with harness.client_session(limit=concurrency + 4, timeout=300) as session:
+    async with traffic.client_session(limit=concurrency + 4, timeout=300) as session:
         await asyncio.gather(*(client(session) for _ in range(concurrency)))
     wall = time.perf_counter() - wall
     await asyncio.sleep(SETTLE_S)  # work finished just after the reply counts too
@@ -189,18 +148,14 @@ def figures(side: str, level: int, raw: dict[str, Any]) -> dict[str, Any]:
         "failure_samples": raw["failures"][:3],
         "turns_per_s": round(raw["ok"] / raw["wall_s"], 2),
         "cpu_ms_per_turn": round(raw["cpu_s"] * 1000 / ok, 2),
-        "ttft_ms": harness.summary_ms(raw["ttft_s"]),
-        "total_ms": harness.summary_ms(raw["total_s"]),
+        "ttft_ms": report.summary_ms(raw["ttft_s"]),
+        "total_ms": report.summary_ms(raw["total_s"]),
     }
     if "cpu_s_by_process" in raw:
         row["cpu_ms_by_process"] = {
             k: round(v * 1000 / ok, 2) for k, v in raw["cpu_s_by_process"].items()
         }
     return row
-
-
-def med(values: list[float]) -> float:
-    return round(statistics.median(values), 2) if values else float("nan")
 
 
 def summarize(results: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any]]:
@@ -210,20 +165,22 @@ def summarize(results: list[dict[str, Any]], levels: list[int]) -> list[dict[str
         stack = [r for r in results if r["side"] == "stack" and r["concurrency"] == level]
         row: dict[str, Any] = {"concurrency": level, "rounds": max(len(floor), len(stack))}
         for name, rs in (("floor", floor), ("stack", stack)):
-            row[f"{name}_cpu_ms"] = med([r["cpu_ms_per_turn"] for r in rs])
-            row[f"{name}_ttft_p50_ms"] = med([r["ttft_ms"]["p50"] for r in rs])
-            row[f"{name}_turns_s"] = med([r["turns_per_s"] for r in rs])
+            row[f"{name}_cpu_ms"] = report.median([r["cpu_ms_per_turn"] for r in rs])
+            row[f"{name}_ttft_p50_ms"] = report.median([r["ttft_ms"]["p50"] for r in rs])
+            row[f"{name}_turns_s"] = report.median([r["turns_per_s"] for r in rs])
         if stack:
             row["stack_by_process"] = " · ".join(
-                f"{k} {med([r['cpu_ms_by_process'][k] for r in stack])}"
+                f"{k} {report.median([r['cpu_ms_by_process'][k] for r in stack])}"
                 for k in stack[0]["cpu_ms_by_process"]
             )
         pairs = list(zip(floor, stack, strict=False))
-        row["overhead_x"] = med([s["cpu_ms_per_turn"] / f["cpu_ms_per_turn"] for f, s in pairs])
+        row["overhead_x"] = report.median(
+            [s["cpu_ms_per_turn"] / f["cpu_ms_per_turn"] for f, s in pairs]
+        )
         row["overhead_rounds"] = [
             round(s["cpu_ms_per_turn"] / f["cpu_ms_per_turn"], 2) for f, s in pairs
         ]
-        row["ttft_minus_floor_ms"] = med(
+        row["ttft_minus_floor_ms"] = report.median(
             [s["ttft_ms"]["p50"] - f["ttft_ms"]["p50"] for f, s in pairs]
         )
         row["failures"] = sum(r["failures"] for r in floor + stack)
@@ -254,29 +211,22 @@ def parse_args() -> argparse.Namespace:
 
 async def main() -> None:
     args = parse_args()
-    os.environ[cpu_per_run.LLM_KEY_VAR] = fake_llm.API_KEY  # the workers inherit it
-    llm = fake_llm.FakeLLMProcess(token_delay=args.token_delay)
+    llm = start_fake_llm(args.token_delay)
     floor: FloorProcess | None = None
-    dep: harness.Deployment | None = None
-    stack: cpu_per_run.Side | None = None
+    dep: deploy.Deployment | None = None
+    stack: Side | None = None
     results: list[dict[str, Any]] = []
     try:
         if "floor" in args.side_list:
             floor = FloorProcess(llm)
             await floor.run(2, 2, 2)  # warm-up: imports done, clients and caches built
         if "stack" in args.side_list:
-            home = cpu_per_run.write_hermes_home(
-                "hq-bench-queue-home-", cpu_per_run.hermes_config(llm.base_url, None)
-            )
-            overrides = cpu_per_run.queue_overrides(
-                "hermes", llm.base_url, home, max(args.level_list)
-            )
-            if args.coalesce_ms:  # only when set: a pinned older commit lacks the setting
-                overrides["stream_coalesce_ms"] = args.coalesce_ms
-            dep = harness.Deployment("floor", overrides=overrides)
-            stack = await cpu_per_run.start_queue(dep, args.workers)
+            # stream_coalesce_ms only when set: a pinned older commit lacks the setting.
+            coalesce = {"stream_coalesce_ms": args.coalesce_ms} if args.coalesce_ms else {}
+            dep = queue_deployment("floor", llm.base_url, max(args.level_list), **coalesce)
+            stack = await start_queue(dep, args.workers)
             await stack_run(stack, 2, 2, 2)  # warm-up, as the floor's
-            print(f"stack idle CPU ms/s: {await cpu_per_run.idle_cpu(stack)}", flush=True)
+            print(f"stack idle CPU ms/s: {await idle_cpu(stack)}", flush=True)
         for index in range(args.rounds):
             for level in args.level_list:
                 conversations = max(level, args.min_conversations)
@@ -304,17 +254,17 @@ async def main() -> None:
             floor.stop()
         llm.stop()
     summary = summarize(results, args.level_list)
-    harness.print_table(
+    report.print_table(
         f"overhead over the bare agent (session chat streams, {args.turns} turns per "
         f"conversation, fake LLM {args.token_delay * 1000:g} ms/token, {args.workers} worker(s); "
         f"medians of {args.rounds} round(s); target overhead ≤ 1.25, TTFT ≤ floor + 10 ms)",
         [k for k in summary[0] if k != "overhead_rounds"],
         [[v for k, v in row.items() if k != "overhead_rounds"] for row in summary],
     )
-    harness.emit_json(
+    report.emit_json(
         "floor",
         {
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
             "params": {
                 k: getattr(args, k)
                 for k in (

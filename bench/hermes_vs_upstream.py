@@ -6,8 +6,9 @@ upstream + 5 ms; throughput with 128 concurrent clients ≥ 1.5 × upstream with
 processes, in the same run.
 
 How:
-- the servers are started exactly as ``cpu_per_run.py`` starts them (imported from there): the
-  fake LLM (``fake_llm.py``, its own process, ``--token-delay`` s before each of its 20 tokens),
+- the servers are started exactly as ``cpu_per_run.py`` starts them (``bench/lib/sides.py``):
+  the fake LLM (``tests/support/fake_llm.py`` in its benchmark form, its own process,
+  ``--token-delay`` s before each of its 20 tokens),
   upstream's ``python -m hermes_cli.main gateway run`` in a private ``HERMES_HOME`` whose
   ``config.yaml`` points at the fake, and hermes-queue deployments (private Redis, one API, N
   workers, ``agent_backend = "hermes"``, the same ``config.yaml`` in their ``hermes_home``).
@@ -37,7 +38,7 @@ How:
   timeline of finished turns per 5 s in the JSON;
 - figures per side: medians of the rounds; ratios are per round (same round) and of the medians.
 
-    python bench/hermes_vs_upstream.py [--quick] [--rounds 3] [--workers 1,2] [--clients 128]
+    python -m bench.hermes_vs_upstream [--quick] [--rounds 3] [--workers 1,2] [--clients 128]
         [--window-turns 256] [--ttft-turns 60] [--token-delay 0.01] [--sides upstream,queue]
 """
 
@@ -48,7 +49,6 @@ import asyncio
 import contextlib
 import os
 import resource
-import statistics
 import sys
 import time
 import uuid
@@ -57,12 +57,20 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import cpu_per_run
-import fake_llm
-import harness
 import psutil
 
-EXPECTED_REPLY = "".join([*fake_llm.TOKENS, f"{fake_llm.MARKER}1"])  # one user message
+from bench.lib import report, traffic
+from bench.lib.sides import (
+    SESSION_HEADER,
+    Side,
+    Started,
+    idle_cpu,
+    start_fake_llm,
+    start_sides,
+)
+from tests.support.fake_llm import FIXED_MARKER, FIXED_WORDS
+
+EXPECTED_REPLY = "".join([*FIXED_WORDS, f"{FIXED_MARKER}1"])  # one user message
 PROMPT = "Please answer briefly."
 TTFT_TARGET_MS = 5.0  # hermes backend ≤ upstream + 5 ms
 THROUGHPUT_TARGET = 1.5  # hermes backend, 2 workers ≥ 1.5 × upstream
@@ -79,7 +87,7 @@ class Turn:
 
 async def stream_turn(session: aiohttp.ClientSession, base: str, tag: str) -> Turn:
     body = {"messages": [{"role": "user", "content": PROMPT}], "stream": True}
-    headers = {cpu_per_run.SESSION_HEADER: f"{tag}-{uuid.uuid4().hex[:12]}"}
+    headers = {SESSION_HEADER: f"{tag}-{uuid.uuid4().hex[:12]}"}
     first: float | None = None
     problem: str | None = None
     sent = time.monotonic()
@@ -88,7 +96,7 @@ async def stream_turn(session: aiohttp.ClientSession, base: str, tag: str) -> Tu
             if r.status != 200:
                 problem = f"HTTP {r.status}: {(await r.text())[:200]}"
             else:
-                reply = await cpu_per_run.read_stream_reply(r)
+                reply = await traffic.read_stream_reply(r)
                 first = reply.first_content_at
                 if reply.text != EXPECTED_REPLY:
                     problem = f"reply {reply.text[-60:]!r} is not the fake's {EXPECTED_REPLY!r}"
@@ -116,11 +124,11 @@ def machine_cpu() -> float:
 
 
 # -- the two phases --------------------------------------------------------------------------------
-async def ttft_phase(side: cpu_per_run.Side, args: argparse.Namespace, tag: str) -> dict[str, Any]:
+async def ttft_phase(side: Side, args: argparse.Namespace, tag: str) -> dict[str, Any]:
     """One client, sequential turns: time to first token and total time."""
     warm: list[Turn] = []
     turns: list[Turn] = []
-    async with harness.client_session(limit=4, timeout=args.turn_timeout) as session:
+    async with traffic.client_session(limit=4, timeout=args.turn_timeout) as session:
         for _ in range(args.ttft_warmup):
             warm.append(await stream_turn(session, side.base, tag + "-warm"))
         for _ in range(args.ttft_turns):
@@ -131,14 +139,14 @@ async def ttft_phase(side: cpu_per_run.Side, args: argparse.Namespace, tag: str)
         "turns": len(turns),
         "ok": len(good),
         "failures": [t.problem for t in warm + turns if t.problem is not None],
-        "ttft_ms": harness.summary_ms(samples),
+        "ttft_ms": report.summary_ms(samples),
         "samples_ms": [round(v * 1000, 1) for v in samples],
-        "total_ms": harness.summary_ms([t.end - t.sent for t in good]),
+        "total_ms": report.summary_ms([t.end - t.sent for t in good]),
     }
 
 
 async def throughput_phase(
-    side: cpu_per_run.Side, args: argparse.Namespace, llm: psutil.Process, tag: str
+    side: Side, args: argparse.Namespace, llm: psutil.Process, tag: str
 ) -> dict[str, Any]:
     """``args.clients`` closed-loop clients. The window runs from the ``ramp_turns``-th finished
     turn to the ``ramp_turns + window_turns``-th: whole generations of a closed loop, so a side
@@ -160,17 +168,17 @@ async def throughput_phase(
             await asyncio.wait_for(reached[index].wait(), limit)
         return reached[index].is_set()
 
-    session = harness.client_session(limit=args.clients + 4, timeout=args.turn_timeout)
+    session = traffic.client_session(limit=args.clients + 4, timeout=args.turn_timeout)
     started = time.monotonic()
     tasks = [asyncio.ensure_future(client(session)) for _ in range(args.clients)]
     try:
         ramp_reached = await reach(0, args.ramp_limit)
         c0 = time.monotonic()
-        cpu0, client0, llm0 = side.cpu(), client_cpu(), cpu_per_run.tree_cpu(llm)
+        cpu0, client0, llm0 = side.cpu(), client_cpu(), report.tree_cpu(llm)
         machine0 = machine_cpu()
         window_reached = await reach(1, args.window_limit)
         c1 = time.monotonic()
-        cpu1, client1, llm1 = side.cpu(), client_cpu(), cpu_per_run.tree_cpu(llm)
+        cpu1, client1, llm1 = side.cpu(), client_cpu(), report.tree_cpu(llm)
         machine1 = machine_cpu()
         stop = True
         _, stuck = await asyncio.wait(tasks, timeout=args.turn_timeout + 10)
@@ -212,8 +220,8 @@ async def throughput_phase(
         "ok_in_window": len(ok),
         "failures": failures,
         "runs_per_s": round(len(ok) / (t1 - t0), 2) if t1 > t0 else 0.0,
-        "ttft_ms": harness.summary_ms([t.first - t.sent for t in ok if t.first is not None]),
-        "total_ms": harness.summary_ms([t.end - t.sent for t in ok]),
+        "ttft_ms": report.summary_ms([t.first - t.sent for t in ok if t.first is not None]),
+        "total_ms": report.summary_ms([t.end - t.sent for t in ok]),
         "server_cpu_ms_per_turn": round(sum(cpu.values()) * 1000 / in_cpu_window, 1),
         "server_cpu_by_process": {k: round(v * 1000 / in_cpu_window, 1) for k, v in cpu.items()},
         "server_cpu_cores": round(sum(cpu.values()) / (c1 - c0), 2),
@@ -227,42 +235,10 @@ async def throughput_phase(
     }
 
 
-# -- sides -----------------------------------------------------------------------------------------
-async def start_sides(
-    args: argparse.Namespace,
-    llm: fake_llm.FakeLLMProcess,
-    upstreams: list[cpu_per_run.Upstream],
-    deployments: list[harness.Deployment],
-) -> list[cpu_per_run.Side]:
-    sides: list[cpu_per_run.Side] = []
-    if "upstream" in args.side_set:
-        uncapped = {"gateway": {"api_server": {"max_concurrent_runs": 0}}}
-        upstream = cpu_per_run.Upstream(llm.base_url, extra_config=uncapped)
-        upstreams.append(upstream)
-        await upstream.wait_healthy()
-        sides.append(upstream.side())
-        sides[-1].describe["max_concurrent_runs"] = 0
-    if "queue" in args.side_set:
-        backend = cpu_per_run.pick_backend(args.backend)
-        for workers in args.worker_counts:
-            home = cpu_per_run.write_hermes_home(
-                "hq-bench-queue-home-", cpu_per_run.hermes_config(llm.base_url, None)
-            )
-            overrides = cpu_per_run.queue_overrides(
-                backend, llm.base_url, home, args.worker_concurrency
-            )
-            dep = harness.Deployment(f"ttft{workers}", overrides=overrides)
-            deployments.append(dep)
-            side = await cpu_per_run.start_queue(dep, workers)
-            side.name = f"queue-{workers}w"
-            sides.append(side)
-    return sides
-
-
-async def warm_up(side: cpu_per_run.Side, args: argparse.Namespace) -> None:
+async def warm_up(side: Side, args: argparse.Namespace) -> None:
     """A concurrent burst (so every worker builds its first agent and imports what it needs),
     then a few sequential turns."""
-    async with harness.client_session(limit=args.warmup_burst + 4, timeout=args.turn_timeout) as s:
+    async with traffic.client_session(limit=args.warmup_burst + 4, timeout=args.turn_timeout) as s:
         burst = await asyncio.gather(
             *(stream_turn(s, side.base, "warm") for _ in range(args.warmup_burst))
         )
@@ -314,31 +290,30 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def med(values: list[float]) -> float:
-    values = [v for v in values if v == v]  # no NaN
-    return round(statistics.median(values), 2) if values else float("nan")
-
-
 def summarize(results: list[dict[str, Any]], sides: list[str]) -> dict[str, Any]:
     by_side: dict[str, dict[str, Any]] = {}
     for name in sides:
         rs = [r for r in results if r["side"] == name]
         by_side[name] = {
             "rounds": len(rs),
-            "ttft_p50_ms": med([r["ttft"]["ttft_ms"]["p50"] for r in rs]),
-            "ttft_p99_ms": med([r["ttft"]["ttft_ms"]["p99"] for r in rs]),
-            "ttft_pooled_ms": harness.summary_ms(
+            "ttft_p50_ms": report.median([r["ttft"]["ttft_ms"]["p50"] for r in rs]),
+            "ttft_p99_ms": report.median([r["ttft"]["ttft_ms"]["p99"] for r in rs]),
+            "ttft_pooled_ms": report.summary_ms(
                 [v / 1000 for r in rs for v in r["ttft"]["samples_ms"]]
             ),
-            "total_p50_ms": med([r["ttft"]["total_ms"]["p50"] for r in rs]),
-            "runs_per_s": med([r["load"]["runs_per_s"] for r in rs]),
-            "load_ttft_p50_ms": med([r["load"]["ttft_ms"]["p50"] for r in rs]),
-            "load_total_p50_ms": med([r["load"]["total_ms"]["p50"] for r in rs]),
-            "server_cpu_ms_per_turn": med([r["load"]["server_cpu_ms_per_turn"] for r in rs]),
-            "server_cpu_cores": med([r["load"]["server_cpu_cores"] for r in rs]),
-            "client_cpu_ms_per_turn": med([r["load"]["client_cpu_ms_per_turn"] for r in rs]),
-            "machine_cpu_cores": med([r["load"]["machine_cpu_cores"] for r in rs]),
-            "llm_cpu_ms_per_turn": med([r["load"]["llm_cpu_ms_per_turn"] for r in rs]),
+            "total_p50_ms": report.median([r["ttft"]["total_ms"]["p50"] for r in rs]),
+            "runs_per_s": report.median([r["load"]["runs_per_s"] for r in rs]),
+            "load_ttft_p50_ms": report.median([r["load"]["ttft_ms"]["p50"] for r in rs]),
+            "load_total_p50_ms": report.median([r["load"]["total_ms"]["p50"] for r in rs]),
+            "server_cpu_ms_per_turn": report.median(
+                [r["load"]["server_cpu_ms_per_turn"] for r in rs]
+            ),
+            "server_cpu_cores": report.median([r["load"]["server_cpu_cores"] for r in rs]),
+            "client_cpu_ms_per_turn": report.median(
+                [r["load"]["client_cpu_ms_per_turn"] for r in rs]
+            ),
+            "machine_cpu_cores": report.median([r["load"]["machine_cpu_cores"] for r in rs]),
+            "llm_cpu_ms_per_turn": report.median([r["load"]["llm_cpu_ms_per_turn"] for r in rs]),
             "failures": sum(len(r["ttft"]["failures"]) + len(r["load"]["failures"]) for r in rs),
         }
     return by_side
@@ -384,19 +359,30 @@ def ratios(results: list[dict[str, Any]], by_side: dict[str, Any]) -> dict[str, 
 
 async def main() -> None:
     args = parse_args()
-    harness.raise_nofile(4 * args.clients + 256)
-    os.environ[cpu_per_run.LLM_KEY_VAR] = fake_llm.API_KEY  # the workers inherit it
-    llm = fake_llm.FakeLLMProcess(token_delay=args.token_delay)
+    traffic.raise_nofile(4 * args.clients + 256)
+    llm = start_fake_llm(args.token_delay)
     llm_proc = psutil.Process(llm.proc.pid)
-    upstreams: list[cpu_per_run.Upstream] = []
-    deployments: list[harness.Deployment] = []
+    started = Started()
     results: list[dict[str, Any]] = []
     idle: dict[str, dict[str, float]] = {}
     try:
-        sides = await start_sides(args, llm, upstreams, deployments)
+        sides = await start_sides(
+            args.side_set,
+            llm.base_url,
+            started,
+            backend=args.backend,
+            worker_counts=args.worker_counts,
+            worker_concurrency=args.worker_concurrency,
+            # Uncapped, as docs/targets.md's upstream figures: a cap of 10 answers 429s.
+            upstream_config={"gateway": {"api_server": {"max_concurrent_runs": 0}}},
+            queue_name="queue-{workers}w",
+        )
+        for side in sides:
+            if side.name == "upstream":
+                side.describe["max_concurrent_runs"] = 0
         for side in sides:
             await warm_up(side, args)
-            idle[side.name] = await cpu_per_run.idle_cpu(side)
+            idle[side.name] = await idle_cpu(side)
             print(f"{side.name}: warmed up; idle CPU ms/s {idle[side.name]}", flush=True)
         for index in range(args.rounds):
             rnd: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
@@ -432,12 +418,9 @@ async def main() -> None:
             for name, r in rnd.items():
                 results.append({"side": name, "round": index + 1, **r})
         described = {side.name: side.describe for side in sides}
-        redis_version = deployments[0].redis_version() if deployments else ""
+        redis_version = started.deployments[0].redis_version() if started.deployments else ""
     finally:
-        for dep in deployments:
-            dep.stop()
-        for upstream in upstreams:
-            upstream.stop()
+        started.stop()
         llm.stop()
 
     by_side = summarize(results, list(described))
@@ -475,7 +458,7 @@ async def main() -> None:
         ]
         for name, row in by_side.items()
     ]
-    harness.print_table(
+    report.print_table(
         f"streaming chat completions, fake LLM {args.token_delay * 1000:g} ms/token, medians of "
         f"{args.rounds} round(s); TTFT 1 client × {args.ttft_turns} turns; throughput "
         f"{args.clients} clients, window of {args.window_turns} turns after {args.ramp_turns} "
@@ -497,10 +480,10 @@ async def main() -> None:
                 f"{p['ttft_p50_delta_ms']:+} ms / {p['throughput_ratio']}×" for p in c["per_round"]
             )
         )
-    harness.emit_json(
+    report.emit_json(
         "hermes_vs_upstream",
         {
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
             "load_average": os.getloadavg(),
             "redis_version": redis_version,
             "sides": described,

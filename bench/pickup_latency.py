@@ -9,7 +9,7 @@ finished and a short pause, so the worker is idle (waiting for a wake-up) each t
 Idle commands: with one worker and no API connected, the delta of Redis's INFO commandstats
 (calls per command, summed) over a window, minus the INFO calls of the measurement itself.
 
-    python bench/pickup_latency.py [--quick] [--runs 200] [--rounds 3]
+    python -m bench.pickup_latency [--quick] [--runs 200] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ import statistics
 import time
 from typing import Any
 
-import harness
 import redis.asyncio as aioredis
 
+from bench.lib import deploy, report, traffic
 
-def commandstats(dep: harness.Deployment) -> dict[str, int]:
+
+def commandstats(dep: deploy.Deployment) -> dict[str, int]:
     raw = dep.redis.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in raw.items()}
 
 
-async def idle_commands(dep: harness.Deployment, window: float) -> dict[str, Any]:
+async def idle_commands(dep: deploy.Deployment, window: float) -> dict[str, Any]:
     """Commands/s of the deployment's Redis while only one idle worker is connected."""
     await asyncio.sleep(1.0)  # past startup traffic
     before = commandstats(dep)
@@ -61,16 +62,16 @@ async def wait_terminal(redis: aioredis.Redis, key: str) -> None:
 
 
 async def one_round(
-    dep: harness.Deployment, base: str, runs: int
+    dep: deploy.Deployment, base: str, runs: int
 ) -> tuple[list[float], list[float], list[float]]:
     """(pickup s, POST→run.started s, POST round trip s) per run."""
     redis = aioredis.Redis.from_url(dep.settings.redis_url)
     pickup, to_started, post_rtt = [], [], []
-    text = harness.words(20)
-    async with harness.client_session(limit=4) as session:
+    text = traffic.words(20)
+    async with traffic.client_session(limit=4) as session:
         for _ in range(runs):
             sent = time.time()
-            run_id = await harness.post_run(session, base, text)
+            run_id = await traffic.post_run(session, base, text)
             post_rtt.append(time.time() - sent)
             await wait_terminal(redis, dep.keys.events(run_id))
             record = await redis.hmget(dep.keys.run(run_id), "created_at", "started_at")
@@ -94,7 +95,7 @@ async def main() -> None:
     if args.quick:
         args.runs, args.rounds, args.idle_window = 50, 1, 5.0
 
-    with harness.Deployment("pickup") as dep:
+    with deploy.Deployment("pickup") as dep:
         await dep.start_workers(1)
         idle = await idle_commands(dep, args.idle_window)
         base = await dep.start_api()
@@ -104,9 +105,9 @@ async def main() -> None:
             pickup, to_started, post_rtt = await one_round(dep, base, args.runs)
             rounds.append(
                 {
-                    "pickup_ms": harness.summary_ms(pickup),
-                    "post_to_run_started_ms": harness.summary_ms(to_started),
-                    "post_rtt_ms": harness.summary_ms(post_rtt),
+                    "pickup_ms": report.summary_ms(pickup),
+                    "post_to_run_started_ms": report.summary_ms(to_started),
+                    "post_rtt_ms": report.summary_ms(post_rtt),
                 }
             )
         redis_version = dep.redis_version()
@@ -116,7 +117,7 @@ async def main() -> None:
         for name in ("pickup_ms", "post_to_run_started_ms", "post_rtt_ms"):
             s = r[name]
             rows.append([index, name, s["n"], s["p50"], s["p95"], s["p99"], s["max"]])
-    harness.print_table(
+    report.print_table(
         f"pickup latency, idle system, sequential runs ({args.runs} per round)",
         ["round", "figure", "n", "p50", "p95", "p99", "max"],
         rows,
@@ -129,7 +130,7 @@ async def main() -> None:
         f"idle worker: {idle['commands']} Redis commands in {idle['window_s']} s = "
         f"{idle['per_s']}/s (target ≤ 20/s); breakdown {idle['breakdown']}"
     )
-    harness.emit_json(
+    report.emit_json(
         "pickup_latency",
         {
             "runs_per_round": args.runs,
@@ -137,7 +138,7 @@ async def main() -> None:
             "pickup_ms_median_of_rounds": median,
             "idle_worker": idle,
             "redis": redis_version,
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

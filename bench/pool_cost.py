@@ -8,7 +8,7 @@ this process per call (Redis' own is not in it) and wall time per call, medians 
 Needs a Redis: the bundled ``redis-server`` is started unless ``HERMES_QUEUE_BENCH_REDIS_URL``
 names one (``PING`` only: nothing is written).
 
-    python bench/pool_cost.py [--count 6000] [--callers 1,32,256] [--rounds 3]
+    python -m bench.pool_cost [--count 6000] [--callers 1,32,256] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import asyncio
 import statistics
 import time
 
-import harness
 import redis.asyncio as aioredis
 import uvloop
 
+from bench.lib import deploy, report
 from hermes_queue.redis_pool import BoundedPool
 
 POOLS: dict[str, type[aioredis.ConnectionPool]] = {
@@ -70,15 +70,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     levels = [int(level) for level in args.callers.split(",")]
-    with harness.bench_redis_url() as url:
+    with deploy.bench_redis_url() as url:
         rows = uvloop.run(measure(url, levels, args.count, args.rounds))
-    harness.print_table(
+    report.print_table(
         f"a pooled PING, 32 connections ({args.count} calls per pool and round, medians of "
         f"{args.rounds} rounds)",
         ["callers", "pool", "CPU µs per call", "wall µs per call"],
         rows,
     )
-    harness.emit_json(
+    report.emit_json(
         "pool_cost",
         {
             "count": args.count,
@@ -87,7 +87,7 @@ def main() -> None:
                 {"callers": c, "pool": p, "cpu_us": cpu, "wall_us": wall}
                 for c, p, cpu, wall in rows
             ],
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

@@ -7,7 +7,7 @@ command Redis executes. Commands are attributed to the API process, the worker p
 so this measures counts, not speed; throughput.py reports the same total
 (``total_commands_processed``) without it.
 
-    python bench/redis_cost.py [--runs 100] [--concurrency 8] [--words 20] [--delay 0]
+    python -m bench.redis_cost [--runs 100] [--concurrency 8] [--words 20] [--delay 0]
         [--coalesce-ms 0]
 
 A run's fixed cost (create, claim, finish, the SSE request's reads) is shared by its tokens,
@@ -22,10 +22,10 @@ import threading
 from collections import Counter
 from typing import Any
 
-import harness
 import psutil
 import redis
-import throughput
+
+from bench.lib import closed_loop, deploy, report
 
 
 def ports_of(pid: int, redis_port: int) -> set[int]:
@@ -37,17 +37,17 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--words", type=int, default=throughput.INPUT_WORDS)
+    parser.add_argument("--words", type=int, default=closed_loop.INPUT_WORDS)
     parser.add_argument("--delay", type=float, default=0.0, help="echo seconds per token")
     parser.add_argument("--coalesce-ms", type=float, default=0.0, help="stream_coalesce_ms")
     args = parser.parse_args()
     overrides: dict[str, Any] = {"echo_token_delay": args.delay}
     if args.coalesce_ms:  # only when set: a pinned older commit lacks the setting
         overrides["stream_coalesce_ms"] = args.coalesce_ms
-    with harness.Deployment("redis-cost", overrides=overrides) as dep:
+    with deploy.Deployment("redis-cost", overrides=overrides) as dep:
         base = await dep.start_api()
         [worker] = await dep.start_workers(1)
-        await throughput.level(base, 4, 20, 60)  # warm-up: pools at their working size
+        await closed_loop.level(base, 4, 20, 60)  # warm-up: pools at their working size
         redis_port = int(dep.settings.redis_url.rsplit(":", 1)[1].split("/")[0])
         roles = {"api": dep.api_procs[0].pid, "worker": worker.pid}
 
@@ -68,7 +68,7 @@ async def main() -> None:
         thread = threading.Thread(target=monitor, daemon=True)
         thread.start()
         ready.wait(10)
-        result = await throughput.level(base, args.concurrency, args.runs, 120, args.words)
+        result = await closed_loop.level(base, args.concurrency, args.runs, 120, args.words)
         ports = {role: ports_of(pid, redis_port) for role, pid in roles.items()}
         stop.set()
         dep.redis.ping()  # one more command, so the monitor loop sees the stop flag
@@ -101,7 +101,7 @@ async def main() -> None:
         for role in ("api", "worker", "other", "lua")
         if per_role[role]
     ]
-    harness.print_table(
+    report.print_table(
         f"Redis commands for {result['ok']} runs, {tokens} streamed tokens "
         f"(concurrency {args.concurrency}, MONITOR attached)",
         ["source", "commands", "per token", "top commands"],
@@ -111,7 +111,7 @@ async def main() -> None:
         f"\nsent by clients: {sent / tokens:.3f}/token; including commands inside scripts: "
         f"{(sent + per_role['lua']) / tokens:.3f}/token (target ≤ 1)"
     )
-    harness.emit_json(
+    report.emit_json(
         "redis_cost",
         {
             "runs": result["ok"],

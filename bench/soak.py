@@ -10,7 +10,7 @@ frames spell the echo reply exactly (21 tokens; deltas may arrive merged), then 
 and ``: stream closed``. At the end every run record in Redis is checked: all ``completed``, nothing
 queued, running or blocked, the queue empty.
 
-    python bench/soak.py [--runs 10000] [--concurrency 256] [--delay 0.005]
+    python -m bench.soak [--runs 10000] [--concurrency 256] [--delay 0.005]
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from collections import Counter
 from typing import Any
 
 import aiohttp
-import harness
+
+from bench.lib import deploy, report, traffic
 
 INPUT_WORDS = 20
-EXPECTED = "Echo: " + harness.words(INPUT_WORDS)
+EXPECTED = "Echo: " + traffic.words(INPUT_WORDS)
 
 
 async def read_frames(
@@ -70,7 +71,7 @@ def check(frames: list[tuple[str, dict[str, Any]]], closed: bool) -> str | None:
 
 
 async def soak(bases: list[str], runs: int, concurrency: int, limit_s: float) -> dict[str, Any]:
-    text = harness.words(INPUT_WORDS)
+    text = traffic.words(INPUT_WORDS)
     remaining = runs
     outcomes: Counter[str] = Counter()
     failures: list[str] = []
@@ -86,7 +87,7 @@ async def soak(bases: list[str], runs: int, concurrency: int, limit_s: float) ->
             index += 1
             drop = rng.randint(0, INPUT_WORDS + 1) if index % 2 else None
             try:
-                run_id = await harness.post_run(session, post_to, text)
+                run_id = await traffic.post_run(session, post_to, text)
                 run_ids.append(run_id)
                 url = f"/v1/runs/{run_id}/events"
                 frames, closed = await read_frames(session, read_from + url, None, drop)
@@ -104,7 +105,7 @@ async def soak(bases: list[str], runs: int, concurrency: int, limit_s: float) ->
             if problem:
                 failures.append(f"{run_id}: {problem}")
 
-    async with harness.client_session(limit=concurrency * 2 + 16) as session:
+    async with traffic.client_session(limit=concurrency * 2 + 16) as session:
         started = time.monotonic()
         tasks = [asyncio.create_task(client(session, i)) for i in range(concurrency)]
         _done, pending = await asyncio.wait(tasks, timeout=limit_s)
@@ -124,7 +125,7 @@ async def soak(bases: list[str], runs: int, concurrency: int, limit_s: float) ->
     }
 
 
-def final_states(dep: harness.Deployment, run_ids: list[str]) -> dict[str, Any]:
+def final_states(dep: deploy.Deployment, run_ids: list[str]) -> dict[str, Any]:
     """Status of every posted run's record, and what is left queued anywhere."""
     statuses: Counter[str] = Counter()
     pipe = dep.redis.pipeline(transaction=False)
@@ -148,8 +149,8 @@ async def main() -> None:
     parser.add_argument("--worker-concurrency", type=int, default=128)
     parser.add_argument("--timeout", type=float, default=600.0)
     args = parser.parse_args()
-    harness.raise_nofile(args.concurrency * 4 + 1024)
-    with harness.Deployment("soak", {"echo_token_delay": args.delay}) as dep:
+    traffic.raise_nofile(args.concurrency * 4 + 1024)
+    with deploy.Deployment("soak", {"echo_token_delay": args.delay}) as dep:
         bases = [await dep.start_api(), await dep.start_api()]
         await dep.start_workers(2, worker_concurrency=args.worker_concurrency)
         result = await soak(bases, args.runs, args.concurrency, args.timeout)
@@ -157,7 +158,7 @@ async def main() -> None:
         # Every posted run had its stream read to the end, so each is terminal by now.
         result["final"] = final_states(dep, run_ids)
     final = result["final"]
-    harness.print_table(
+    report.print_table(
         f"soak: {args.runs} runs at {args.concurrency} concurrency, 2 API replicas, 2 workers",
         ["runs/s", "ok", "bad", "errors", "resumed", "statuses", "queued", "leased", "blocked"],
         [
@@ -176,7 +177,7 @@ async def main() -> None:
     )
     for sample in result["failure_samples"]:
         print("  failure:", sample)
-    harness.emit_json("soak", {**result, "machine": harness.machine_facts()})
+    report.emit_json("soak", {**result, "machine": report.machine_facts()})
 
 
 if __name__ == "__main__":

@@ -9,14 +9,14 @@ figures do not inherit a previous level's heap):
   process's RSS and its TCP connections to Redis are sampled (idle figures, against a baseline
   taken after one warm-up run with no client connected). Then a worker starts and the runs
   stream (``--words`` + 1 deltas at ``--delay`` s per token, then ``run.completed``).
-- **raw aiohttp SSE** (``sse_raw.py``, its own process, no Redis): the same N clients spread
+- **raw aiohttp SSE** (``lib/sse_raw.py``, its own process, no Redis): the same N clients spread
   over the same number of runs, the same frames (the warm-up run's payloads: same sizes, same
   ``id:``/``data:`` framing, same count), the same pacing, played by one in-process ticker that
   fans each frame out to every subscriber of its run.
 
 Every client must receive every frame exactly once, in order (``id:`` strictly increasing),
 ending with the terminal frame and ``: stream closed``; clients count frames without decoding
-JSON (``sse_count.py``), identically for both servers. Meanwhile ``/health`` is polled every
+JSON (``lib/sse_count.py``), identically for both servers. Meanwhile ``/health`` is polled every
 100 ms from a separate process, and for hermes-queue the API's Redis connections are sampled.
 
 **Throughput** = data frames delivered to all clients ÷ the delivery window, the window running
@@ -33,7 +33,7 @@ separates them. Server CPU = the serving process only (API vs reference, psutil)
 stream phase; hermes-queue's worker and Redis CPU are reported next to it. Everything shares the
 machine, clients included, so the raw server (no worker, no Redis) has more of the two cores.
 
-    python bench/sse_fanout.py [--quick] [--clients 1000,5000] [--rounds 1]
+    python -m bench.sse_fanout [--quick] [--clients 1000,5000] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -47,11 +47,12 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import harness
 import psutil
-from sse_count import SseTally, tally_sse
-from sse_raw import RawSseServer
 
+from bench.lib import deploy, report, traffic
+from bench.lib.prober import Prober
+from bench.lib.raw_sse import RawSseServer
+from bench.lib.sse_count import SseTally, tally_sse
 from hermes_queue.redis_server import free_port
 
 
@@ -130,26 +131,24 @@ async def hermes_level(
     clients: int, runs: int, words: int, delay: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """hermes-queue's figures, and the warm-up run's payloads (the reference's frames)."""
-    with harness.Deployment("fanout", {"worker_concurrency": max(runs, 16)}) as dep:
+    with deploy.Deployment("fanout", {"worker_concurrency": max(runs, 16)}) as dep:
         base = await dep.start_api()
         api = dep.api_procs[0]
-        text = harness.words(words)
-        async with harness.client_session(limit=clients + 64) as session:
+        text = traffic.words(words)
+        async with traffic.client_session(limit=clients + 64) as session:
             # Warm-up (pool connections, script load, hub reader) with a temporary worker; the
             # same input and token delay as the measured runs (so no deltas merge: a worker
             # merges those that pile up behind an append), so its frames are the template.
             [warm] = await dep.start_workers(1, echo_token_delay=delay)
-            warm_id = await harness.post_run(session, base, text)
+            warm_id = await traffic.post_run(session, base, text)
             async with session.get(f"{base}/v1/runs/{warm_id}/events") as response:
                 template = parse_frames(await response.read())
-            warm.terminate()
-            warm.wait(30)
-            dep.procs.remove(warm)
+            dep.stop_workers([warm])
             await asyncio.sleep(1.0)
             base_rss = api.memory_info().rss
             base_conns = dep.redis_connections_of(api.pid)
 
-            run_ids = [await harness.post_run(session, base, text) for _ in range(runs)]
+            run_ids = [await traffic.post_run(session, base, text) for _ in range(runs)]
             urls = [f"{base}/v1/runs/{run_ids[i % runs]}/events" for i in range(clients)]
             followers = Clients(session, urls)
             connect_s = await followers.wait_connected()
@@ -159,17 +158,17 @@ async def hermes_level(
             idle_cpu = api.cpu_percent(interval=2.0)
 
             stream_conns = [idle_conns]
-            prober = harness.Prober({"health": base + "/health"})
+            prober = Prober({"health": base + "/health"})
             t0 = time.monotonic()
             redis_proc = [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else []
-            before = [harness.cpu_s(p) for p in [api, *redis_proc]]
+            before = [report.cpu_s(p) for p in [api, *redis_proc]]
             [worker] = await dep.start_workers(1, echo_token_delay=delay)
             tallies = await followers.finish(
                 300.0, lambda: stream_conns.append(dep.redis_connections_of(api.pid))
             )
             ended = time.monotonic()
-            after = [harness.cpu_s(p) for p in [api, *redis_proc]]
-            worker_cpu = harness.cpu_s(psutil.Process(worker.pid))
+            after = [report.cpu_s(p) for p in [api, *redis_proc]]
+            worker_cpu = report.cpu_s(psutil.Process(worker.pid))
             health = (await prober.stop())["health"]
             peak_rss = api.memory_info().rss
 
@@ -208,7 +207,7 @@ async def raw_level(
         base = await server.start(free_port())
         assert server.proc is not None
         proc = server.proc
-        async with harness.client_session(limit=clients + 64) as session:
+        async with traffic.client_session(limit=clients + 64) as session:
             await asyncio.sleep(1.0)
             base_rss = proc.memory_info().rss
             urls = [f"{base}/runs/{i % runs}/events" for i in range(clients)]
@@ -216,13 +215,13 @@ async def raw_level(
             connect_s = await followers.wait_connected()
             await asyncio.sleep(2.0)
             idle_rss = proc.memory_info().rss
-            prober = harness.Prober({"health": base + "/health"}, auth=False)
+            prober = Prober({"health": base + "/health"}, auth=False)
             t0 = time.monotonic()
-            before = harness.cpu_s(proc)
+            before = report.cpu_s(proc)
             await server.trigger()
             tallies = await followers.finish(300.0)
             ended = time.monotonic()
-            cpu = harness.cpu_s(proc) - before
+            cpu = report.cpu_s(proc) - before
             health = (await prober.stop())["health"]
     return {
         "clients": clients,
@@ -261,7 +260,7 @@ async def main() -> None:
     levels = [int(c) for c in args.clients.split(",")]
     if args.quick:
         levels, args.rounds = [1000], 1
-    harness.raise_nofile(max(levels) * 2 + 1024)
+    traffic.raise_nofile(max(levels) * 2 + 1024)
     results = []
     for clients in levels:
         for index in range(args.rounds):
@@ -286,7 +285,7 @@ async def main() -> None:
     # What a server that keeps up reaches: every client's frames within the nominal window.
     nominal_s = args.words * args.delay
     offered = {c: round(c * (args.words + 2) / nominal_s, 1) for c in levels}
-    harness.print_table(
+    report.print_table(
         f"SSE fan-out, one API process, {args.runs} runs × {args.words + 1} deltas "
         f"at {args.delay * 1000:g} ms/token",
         [
@@ -334,7 +333,7 @@ async def main() -> None:
                     r["ratio_ours_over_raw"]["frames_per_s"] if name == "raw aiohttp" else "",
                 ]
             )
-    harness.print_table(
+    report.print_table(
         "against raw aiohttp SSE, same run (throughput = frames delivered ÷ first frame → last "
         "close; target ours/raw ≥ 0.5)",
         [
@@ -367,7 +366,7 @@ async def main() -> None:
         for c in levels
         if (rs := [r for r in results if r["clients"] == c])
     ]
-    harness.emit_json(
+    report.emit_json(
         "sse_fanout",
         {
             "runs": args.runs,
@@ -375,7 +374,7 @@ async def main() -> None:
             "delay": args.delay,
             "levels": results,
             "summary": summary,
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

@@ -19,7 +19,7 @@ answers ``/health`` and new requests within 100 ms). By default (``auto``) only 
 clients or more are probed: the probe's ~20 requests/s are noise there (~2 % of the API's
 requests) but would nudge the small levels' runs/s; ``all`` probes every level, ``none`` none.
 
-    python bench/throughput.py [--quick] [--workers 1] [--rounds 3] [--delays 0,0.01]
+    python -m bench.throughput [--quick] [--workers 1] [--rounds 3] [--delays 0,0.01]
         [--levels 1,32] [--words 20]
 """
 
@@ -28,13 +28,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import time
 from typing import Any
 
-import harness
 import psutil
 
-INPUT_WORDS = 20
+from bench.lib import deploy, report, traffic
+from bench.lib.closed_loop import INPUT_WORDS, level
+from bench.lib.prober import Prober, ProbeResult
+
 PROBE_AUTO_MIN = 512  # --probe-health auto: probe levels of at least this many clients
 PROBE_COLUMNS = ("n", "p50", "p99", "max", "errors", "over_100ms")
 
@@ -47,80 +48,8 @@ def runs_for(concurrency: int, delay: float, quick: bool) -> int:
     return max(base, concurrency * (2 if quick else 3))
 
 
-async def level(
-    base: str, concurrency: int, runs: int, limit_s: float, input_words: int = INPUT_WORDS
-) -> dict[str, Any]:
-    """``runs`` echo runs of ``input_words`` words (``input_words`` + 1 tokens each)."""
-    text = harness.words(input_words)
-    expected_reply = "Echo: " + text
-    ttft: list[float] = []
-    total: list[float] = []
-    failures: list[str] = []
-    deltas = 0  # tokens streamed (the replies' tokens, however they were framed)
-    frames = 0  # message.delta frames received
-    remaining = runs
-
-    async def client(session: Any) -> None:
-        nonlocal remaining, deltas, frames
-        while remaining > 0:
-            remaining -= 1
-            first: list[float] = []
-
-            def on_event(payload: dict[str, Any], now: float, first: list[float] = first) -> None:
-                if not first and payload.get("event") == "message.delta":
-                    first.append(now)
-
-            sent = time.time()
-            try:
-                run_id = await harness.post_run(session, base, text)
-                events, closed = await harness.read_events(session, base, run_id, on_event)
-            except Exception as exc:
-                failures.append(repr(exc)[:200])
-                continue
-            done = time.time()
-            # Deltas that piled up behind an append in flight arrive merged into one frame: the
-            # reply's text is checked, and tokens are counted as the reply's, not as frames.
-            reply = "".join(
-                str(e.get("delta")) for e in events if e.get("event") == "message.delta"
-            )
-            frames += sum(1 for e in events if e.get("event") == "message.delta")
-            completed = any(e.get("event") == "run.completed" for e in events)
-            if not closed or not completed or reply != expected_reply:
-                failures.append(f"closed={closed} completed={completed} reply={reply[-40:]!r}")
-                continue
-            deltas += input_words + 1
-            ttft.append(first[0] - sent)
-            total.append(done - sent)
-
-    async with harness.client_session(limit=concurrency + 16) as session:
-        started = time.monotonic()
-        tasks = [asyncio.create_task(client(session)) for _ in range(concurrency)]
-        done, pending = await asyncio.wait(tasks, timeout=limit_s)
-        elapsed = time.monotonic() - started
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-    for task in done:
-        if task.exception() is not None:
-            failures.append(repr(task.exception())[:200])
-    ok = len(total)
-    return {
-        "runs": runs,
-        "ok": ok,
-        "failures": runs - ok,  # errors, bad streams, and runs never done in time
-        "failure_samples": failures[:3],
-        "timed_out": bool(pending),
-        "elapsed_s": round(elapsed, 3),
-        "runs_per_s": round(ok / elapsed, 1),
-        "ttft_ms": harness.summary_ms(ttft),
-        "total_ms": harness.summary_ms(total),
-        "deltas": deltas,
-        "delta_frames": frames,
-    }
-
-
-def merge(a: harness.ProbeResult, b: harness.ProbeResult) -> harness.ProbeResult:
-    return harness.ProbeResult(
+def merge(a: ProbeResult, b: ProbeResult) -> ProbeResult:
+    return ProbeResult(
         a.latencies + b.latencies, a.errors + b.errors, (a.error_samples + b.error_samples)[:3]
     )
 
@@ -168,16 +97,16 @@ async def main() -> None:
     if args.levels:
         levels = [int(x) for x in args.levels.split(",")]
     rounds = 1 if args.quick else args.rounds
-    harness.raise_nofile(max(levels) * 2 + 1024)
+    traffic.raise_nofile(max(levels) * 2 + 1024)
     results: list[dict[str, Any]] = []
-    probed: dict[tuple[float, int], dict[str, harness.ProbeResult]] = {}
+    probed: dict[tuple[float, int], dict[str, ProbeResult]] = {}
 
     def probe_level(concurrency: int) -> bool:
         return args.probe_health == "all" or (
             args.probe_health == "auto" and concurrency >= PROBE_AUTO_MIN
         )
 
-    with harness.Deployment("throughput") as dep:
+    with deploy.Deployment("throughput") as dep:
         base = await dep.start_api()
         api = dep.api_procs[0]
         for delay in (float(x) for x in args.delays.split(",")):
@@ -193,14 +122,14 @@ async def main() -> None:
                 "client": [psutil.Process()],
             }
             await level(base, 4, 20, args.timeout)  # warm-up
-            async with harness.client_session() as session:
-                finished_run = await harness.post_run(session, base, "probe target")
-                await harness.read_events(session, base, finished_run)
+            async with traffic.client_session() as session:
+                finished_run = await traffic.post_run(session, base, "probe target")
+                await traffic.read_events(session, base, finished_run)
             probe_urls = {"health": base + "/health", "get_run": f"{base}/v1/runs/{finished_run}"}
             for concurrency in levels:
                 runs = runs_for(concurrency, delay, args.quick)
                 for index in range(rounds):
-                    prober = harness.Prober(probe_urls) if probe_level(concurrency) else None
+                    prober = Prober(probe_urls) if probe_level(concurrency) else None
                     commands, cpu = dep.total_commands(), cpu_seconds(roles)
                     r = await level(base, concurrency, runs, args.timeout, args.words)
                     commands = dep.total_commands() - commands - 1
@@ -229,11 +158,7 @@ async def main() -> None:
                         f"failures {r['failures']}{probe_note(r)}",
                         flush=True,
                     )
-            for worker in workers:
-                worker.terminate()
-            for worker in workers:
-                worker.wait(30)
-            dep.procs = [p for p in dep.procs if p not in workers]
+            dep.stop_workers(workers)
         redis_version = dep.redis_version()
 
     rows = []
@@ -266,7 +191,7 @@ async def main() -> None:
         rows.append(list(row.values()))
         if (delay, concurrency) in probed:
             row["probe"] = {k: p.summary() for k, p in probed[(delay, concurrency)].items()}
-    harness.print_table(
+    report.print_table(
         f"throughput, {args.workers} worker(s) × {args.worker_concurrency} slots, "
         f"{args.words + 1} tokens per run (medians over rounds)",
         [k for k in summary[0] if k != "probe"],
@@ -274,7 +199,7 @@ async def main() -> None:
     )
     print("  * Redis total_commands_processed per token, including commands inside Lua scripts")
     if probed:
-        harness.print_table(
+        report.print_table(
             "API responsiveness while the level runs (separate process, new connection per "
             "request, 100 ms apart; all rounds pooled; target ≤ 100 ms)",
             ["delay", "clients", "request", "n", "p50 ms", "p99 ms", "max ms", "failed", ">100ms"],
@@ -285,7 +210,7 @@ async def main() -> None:
                 if (s := p.summary())
             ],
         )
-    harness.emit_json(
+    report.emit_json(
         "throughput",
         {
             "workers": args.workers,
@@ -294,7 +219,7 @@ async def main() -> None:
             "summary": summary,
             "rounds": results,
             "redis": redis_version,
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

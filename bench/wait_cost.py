@@ -8,7 +8,7 @@ Two levels, each with ``redis_min_replicas`` 0 and 1 in turn (alternating rounds
 * API: ``POST /v1/runs`` against an API process, sequential (latency p50/p99) and 32 concurrent
   clients (runs/s). No worker runs: the runs stay queued, which costs nothing here.
 
-    python bench/wait_cost.py [--runs 1000] [--rounds 2]
+    python -m bench.wait_cost [--runs 1000] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import time
 import uuid
 from typing import Any
 
-import harness
 import redis
 import redis.asyncio as aioredis
 
+from bench.lib import deploy, report, traffic
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import EmbeddedRedis
 from hermes_queue.runs.repository import RunRepository, new_run_id
@@ -72,18 +72,18 @@ async def script_level(url: str, replicas: int, runs: int) -> dict[str, Any]:
     finally:
         await repo.aclose()
         await client.aclose()
-    return {"sequential_ms": harness.summary_ms(sequential), "concurrent_per_s": round(rate)}
+    return {"sequential_ms": report.summary_ms(sequential), "concurrent_per_s": round(rate)}
 
 
 async def api_level(url: str, replicas: int, runs: int) -> dict[str, Any]:
-    os.environ[harness.BENCH_REDIS_VAR] = url
-    with harness.Deployment(f"wait{replicas}", {"redis_min_replicas": replicas}) as dep:
+    os.environ[deploy.BENCH_REDIS_VAR] = url
+    with deploy.Deployment(f"wait{replicas}", {"redis_min_replicas": replicas}) as dep:
         base = await dep.start_api()
-        async with harness.client_session(limit=CONCURRENCY * 2) as session:
+        async with traffic.client_session(limit=CONCURRENCY * 2) as session:
 
             async def post() -> float:
                 started = time.perf_counter()
-                await harness.post_run(session, base, "hi")
+                await traffic.post_run(session, base, "hi")
                 return time.perf_counter() - started
 
             for _ in range(50):
@@ -98,7 +98,7 @@ async def api_level(url: str, replicas: int, runs: int) -> dict[str, Any]:
             started = time.perf_counter()
             await asyncio.gather(*(bounded() for _ in range(runs)))
             rate = runs / (time.perf_counter() - started)
-    return {"sequential_ms": harness.summary_ms(sequential), "concurrent_per_s": round(rate)}
+    return {"sequential_ms": report.summary_ms(sequential), "concurrent_per_s": round(rate)}
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -120,13 +120,13 @@ async def main(args: argparse.Namespace) -> None:
         for outcome in outcomes:
             seq = outcome["sequential_ms"]
             rows.append([name, seq["p50"], seq["p99"], outcome["concurrent_per_s"]])
-    harness.print_table(
+    report.print_table(
         f"run creation with and without WAIT 1 ({args.runs} runs per figure; one replica on "
         "loopback)",
         ["level", "sequential p50 ms", "sequential p99 ms", f"{CONCURRENCY} in flight: runs/s"],
         rows,
     )
-    harness.emit_json("wait_cost", {"runs": args.runs, "results": results})
+    report.emit_json("wait_cost", {"runs": args.runs, "results": results})
 
 
 if __name__ == "__main__":

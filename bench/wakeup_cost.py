@@ -19,7 +19,7 @@ figure against is the one at that client's token spacing.
 
 Bounded: ``--count`` hand-offs per gap, loopback and socket pairs only.
 
-    python bench/wakeup_cost.py [--count 1000] [--gaps-ms 1,10]
+    python -m bench.wakeup_cost [--count 1000] [--gaps-ms 1,10]
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ import socket
 import threading
 import time
 
-import harness
 import psutil
 import uvloop
+
+from bench.lib import report
 
 
 async def loop_iteration(count: int) -> float:
@@ -104,13 +105,13 @@ def main() -> None:
         hop = uvloop.run(thread_to_loop(args.count, gap_ms / 1000))
         ping = process_ping(args.count, gap_ms / 1000)
         rows.append([gap_ms, round(hop * 1e6, 1), round(ping * 1e6, 1)])
-    harness.print_table(
+    report.print_table(
         f"CPU µs per hand-off, both sides ({args.count} per gap; a busy uvloop loop's "
         f"iteration: {iteration * 1e6:.2f} µs)",
         ["idle before (ms)", "thread → idle loop", "process → idle process (one way)"],
         rows,
     )
-    harness.emit_json(
+    report.emit_json(
         "wakeup_cost",
         {
             "count": args.count,
@@ -119,7 +120,7 @@ def main() -> None:
                 {"gap_ms": gap, "thread_to_loop_us": hop, "process_one_way_us": ping}
                 for gap, hop, ping in rows
             ],
-            "machine": harness.machine_facts(),
+            "machine": report.machine_facts(),
         },
     )
 

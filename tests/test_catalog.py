@@ -25,7 +25,8 @@ from hermes_queue.catalog import (
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.workers import worker as worker_module
-from tests.api.conftest import running_worker
+from tests.support.inprocess import running_worker
+from tests.support.polling import eventually
 
 CATALOG = BackendCatalog(
     skills=[{"name": "arxiv", "description": "Search papers", "category": "research"}],
@@ -88,13 +89,6 @@ class CatalogEcho(EchoBackend):
         return BackendCatalog(skills=list(self.skills), toolsets=CATALOG.toolsets)
 
 
-async def _until(predicate: Any, within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition never held"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_worker_publishes_its_backends_catalog(
     redis: Any, keys: Keys, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -105,7 +99,7 @@ async def test_a_worker_publishes_its_backends_catalog(
         return await read_catalog(redis, keys) is not None
 
     async with running_worker(settings):
-        await _until(published)
+        await eventually(published, within=5, every=0.02)
         assert await read_catalog(redis, keys) == CATALOG
         assert 0 < await redis.ttl(keys.catalog) <= TTL_SECONDS
 
@@ -130,7 +124,7 @@ async def test_refresh_survives_failures(
             return backend.calls >= 2
 
         with caplog.at_level(logging.ERROR, logger="hermes_queue.catalog"):
-            await _until(failed_twice)
+            await eventually(failed_twice, within=5, every=0.02)
         assert "could not list its catalog" in caplog.text
         assert await redis.exists(keys.catalog) == 0
 
@@ -141,7 +135,7 @@ async def test_refresh_survives_failures(
             catalog = await read_catalog(redis, keys)
             return catalog is not None and catalog.skills == []
 
-        await _until(refreshed)
+        await eventually(refreshed, within=5, every=0.02)
         assert not task.done()
     finally:
         task.cancel()
@@ -165,7 +159,7 @@ async def test_a_hung_catalog_call_is_bounded(
             async def retried() -> bool:
                 return backend.calls >= 2
 
-            await _until(retried)
+            await eventually(retried, within=5, every=0.02)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

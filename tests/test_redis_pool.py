@@ -16,7 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from hermes_queue.config import Settings
 from hermes_queue.redis_client import connect
 from hermes_queue.redis_pool import BoundedPool
-from tests.polling import eventually
+from tests.support.polling import eventually
 
 
 @pytest.fixture

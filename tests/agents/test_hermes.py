@@ -30,7 +30,7 @@ from hermes_queue.agents.base import (
 from hermes_queue.providers import CredentialsUnavailable
 from tests.agents.test_echo import RecordingSink
 from tests.conftest import require_hermes
-from tests.fakes import FakeLLM
+from tests.support.fake_llm import FakeLLM
 
 KEY = "sk-hermes-SECRET-0123456789abcdef"
 

@@ -9,7 +9,7 @@ import pytest
 from hermes_queue.agents.base import ProviderAuthError
 from tests.agents.test_hermes import KEY, make_backend, run
 from tests.conftest import require_hermes
-from tests.fakes import FakeLLM
+from tests.support.fake_llm import FakeLLM
 
 
 async def test_a_failed_call_is_logged_as_a_record_not_printed(

@@ -19,7 +19,7 @@ from hermes_queue.agents.steps import LOST_TOOL_RESULT
 from tests.agents.test_echo import RecordingSink
 from tests.agents.test_hermes import make_backend, request
 from tests.conftest import require_hermes
-from tests.fakes import FakeLLM
+from tests.support.fake_llm import FakeLLM
 
 CALLS = 3
 

@@ -21,7 +21,7 @@ from hermes_queue.agents.hermes.bridge import TurnBridge
 from hermes_queue.events import SUBAGENT_FIELDS
 from tests.agents.test_echo import RecordingSink
 from tests.agents.test_hermes import KEY, ApprovingSink, make_backend, request
-from tests.fakes import FakeLLM
+from tests.support.fake_llm import FakeLLM
 
 # Secret-shaped text (an OpenAI-style key) the log redactor masks wherever it appears.
 SECRET = "sk-live-0123456789abcdefXYZ"

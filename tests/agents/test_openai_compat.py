@@ -30,7 +30,7 @@ from hermes_queue.agents.openai_compat import (
     ProviderConfig,
 )
 from tests.agents.test_echo import RecordingSink
-from tests.fakes import FakeLLM
+from tests.support.fake_llm import FakeLLM
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 

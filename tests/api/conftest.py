@@ -1,41 +1,13 @@
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from hermes_queue.api.app import create_app
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker
-from hermes_queue.workers.worker import build_worker
-
-
-@contextlib.asynccontextmanager
-async def running_api(settings: Settings) -> AsyncIterator[TestClient]:
-    client = TestClient(TestServer(create_app(settings)))
-    await client.start_server()
-    client.session.headers["Authorization"] = f"Bearer {settings.api_key}"
-    try:
-        yield client
-    finally:
-        await client.close()
-
-
-@contextlib.asynccontextmanager
-async def running_worker(settings: Settings) -> AsyncIterator[WakeableWorker]:
-    """An in-process worker (same event loop), for tests that only need runs to run."""
-    built = build_worker(settings, handle_signals=False)
-    task = asyncio.create_task(built.main())
-    try:
-        await asyncio.wait_for(built.listening.wait(), 10)
-        yield built
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await built.close()
+from tests.support.inprocess import running_api, running_worker
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from hermes_queue.api.app import create_app
 from hermes_queue.api.server import api_runner
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
-from tests.api.conftest import running_worker
-from tests.polling import eventually
+from tests.support.inprocess import running_worker
+from tests.support.polling import eventually
 
 # One token, then a pause longer than the test may last: only superseding ends this turn.
 SILENT = "long one [slow:600]"

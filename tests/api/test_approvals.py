@@ -14,7 +14,8 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.runs.repository import RunRepository
-from tests.api.conftest import running_api, running_worker
+from tests.support.inprocess import running_api, running_worker
+from tests.support.polling import eventually
 
 
 async def start(api: TestClient, text: str = "hello there [approve]") -> str:
@@ -24,12 +25,10 @@ async def start(api: TestClient, text: str = "hello there [approve]") -> str:
 
 
 async def wait_status(api: TestClient, run_id: str, *statuses: str) -> dict[str, Any]:
-    for _ in range(400):
-        body = await (await api.get(f"/v1/runs/{run_id}")).json()
-        if body["status"] in statuses:
-            return dict(body)
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"run {run_id} never reached {statuses}: {body}")
+    async def status() -> dict[str, Any]:
+        return dict(await (await api.get(f"/v1/runs/{run_id}")).json())
+
+    return await eventually(status, lambda b: b["status"] in statuses, within=10, what=run_id)
 
 
 async def events(api: TestClient, run_id: str) -> list[dict[str, Any]]:

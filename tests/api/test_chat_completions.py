@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.api.openai.chat_completions import derived_session_id
 from hermes_queue.client import SSEFrame, iter_sse
 from hermes_queue.config import Settings
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 
 async def stream_frames(response: Any) -> list[SSEFrame]:

@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from hermes_queue.api.middlewares import CORS_ALLOW_HEADERS, CORS_ALLOW_METHODS
 from hermes_queue.config import Settings
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 ALLOWED = "https://app.example"
 BLOCKED = "https://evil.example"

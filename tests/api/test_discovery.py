@@ -23,7 +23,8 @@ from hermes_queue.keys import Keys
 from hermes_queue.providers import ProviderSettings, RouteSettings
 from hermes_queue.redis_server import free_port
 from hermes_queue.store.migrations import LATEST_VERSION
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
+from tests.support.polling import eventually
 
 UPSTREAM_NAMES = {
     "chat_completions",
@@ -217,11 +218,9 @@ async def test_models_list_the_route_aliases(settings: Settings) -> None:
 
 async def test_ready_with_a_live_worker(api: TestClient, worker: Any, settings: Settings) -> None:
     # The worker's first heartbeat comes from its lease-keeper thread: await it, bounded.
-    for _ in range(200):
-        body = await detailed(api)
-        if body["readiness"]["checks"]["workers"]["count"] >= 1:
-            break
-        await asyncio.sleep(0.05)
+    body = await eventually(
+        lambda: detailed(api), lambda b: b["readiness"]["checks"]["workers"]["count"] >= 1
+    )
     assert body["status"] == body["readiness"]["status"] == "ok"
     checks = body["readiness"]["checks"]
     assert checks["redis"]["status"] == "ok" and checks["redis"]["latency_ms"] >= 0

@@ -8,7 +8,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from hermes_queue.config import Settings
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 
 def error_of(body: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker
 from hermes_queue.keys import Keys
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 
 async def run_records(redis: aioredis.Redis, keys: Keys) -> int:

@@ -21,7 +21,7 @@ from openai.types.chat import ChatCompletionChunk
 from hermes_queue.api.app import create_app
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import free_port
-from tests.api.conftest import running_worker
+from tests.support.inprocess import running_worker
 
 
 @contextlib.asynccontextmanager

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
+from tests.support.polling import eventually
 
 
 async def create(api: TestClient, status: int = 200, **body: Any) -> dict[str, Any]:
@@ -17,6 +17,14 @@ async def create(api: TestClient, status: int = 200, **body: Any) -> dict[str, A
     payload = await response.json()
     assert response.status == status, payload
     return dict(payload)
+
+
+async def stored_response(api: TestClient, response_id: str) -> dict[str, Any]:
+    return dict(await (await api.get(f"/v1/responses/{response_id}")).json())
+
+
+def is_completed(response: dict[str, Any]) -> bool:
+    return bool(response["status"] == "completed")
 
 
 def text_of(response: dict[str, Any]) -> str:
@@ -184,11 +192,7 @@ async def test_stream_event_order_and_sequence_numbers(api: TestClient, worker: 
     assert fc["type"] == "function_call" and fc["status"] == "in_progress" and fc["name"] == "x"
     assert fco["output"] == [{"type": "input_text", "text": "ok"}]  # a stream's: a part list
     # Stored once the run ended, identical to the streamed envelope.
-    for _ in range(100):
-        stored = await (await api.get(f"/v1/responses/{completed['id']}")).json()
-        if stored["status"] == "completed":
-            break
-        await asyncio.sleep(0.05)
+    stored = await eventually(lambda: stored_response(api, completed["id"]), is_completed, within=5)
     assert stored == completed
 
 
@@ -225,12 +229,12 @@ async def test_resume_with_starting_after_on_a_second_api(
 async def test_background_is_queued_then_completed(api: TestClient, worker: Any) -> None:
     body = await create(api, input="later", background=True)
     assert body["status"] == "queued" and body["output"] == [] and body["background"] is True
-    for _ in range(100):
-        polled = await (await api.get(f"/v1/responses/{body['id']}")).json()
-        if polled["status"] == "completed":
-            break
-        assert polled["status"] in ("queued", "in_progress")
-        await asyncio.sleep(0.05)
+
+    def settled(polled: dict[str, Any]) -> bool:
+        assert polled["status"] in ("queued", "in_progress", "completed")
+        return is_completed(polled)
+
+    polled = await eventually(lambda: stored_response(api, body["id"]), settled, within=5)
     assert text_of(polled) == "Echo: later"
     assert (await create(api, 400, input="x", background=True, store=False))["error"]["code"]
 
@@ -239,14 +243,10 @@ async def test_background_is_settled_by_another_replica(settings: Settings) -> N
     """The creating API is gone before the run runs: a GET elsewhere settles the response."""
     async with running_api(settings) as first:
         body = await create(first, input="orphan", background=True)
-    from tests.api.conftest import running_worker
+    from tests.support.inprocess import running_worker
 
     async with running_worker(settings), running_api(settings) as second:
-        for _ in range(100):
-            polled = await (await second.get(f"/v1/responses/{body['id']}")).json()
-            if polled["status"] == "completed":
-                break
-            await asyncio.sleep(0.05)
+        polled = await eventually(lambda: stored_response(second, body["id"]), is_completed)
         assert text_of(polled) == "Echo: orphan"
 
 

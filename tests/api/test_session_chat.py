@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from hermes_queue.client import SSEFrame, iter_sse
 from hermes_queue.config import Settings
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 
 async def new_session(api: TestClient, session_id: str = "chat-1") -> str:

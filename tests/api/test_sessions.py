@@ -185,7 +185,7 @@ async def test_messages_follow_the_compression_tip(
 
 
 async def test_store_outage_is_503(settings: Settings) -> None:
-    from tests.api.conftest import running_api
+    from tests.support.inprocess import running_api
 
     broken = settings.replace(
         store_url="postgresql://nobody@127.0.0.1:1/none", migrate_on_start=False

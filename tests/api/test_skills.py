@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.catalog import MAX_AGE_SECONDS, publish_catalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 from tests.test_catalog import CATALOG
 
 

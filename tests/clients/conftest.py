@@ -16,8 +16,8 @@ from hermes_queue.providers import ProviderSettings
 from tests.clients.harness import ECHO, HERMES, Backend, Stack
 from tests.clients.venv import ClientsPythonError, clients_python
 from tests.conftest import require_hermes
-from tests.fakes.fake_llm import FakeLLM
-from tests.processes import Cluster
+from tests.support.fake_llm import FakeLLM
+from tests.support.processes import Cluster
 
 FAKE_KEY = "sk-strict-client-0123456789abcdef"
 FAKE_KEY_VAR = "HQ_TEST_STRICT_FAKE_KEY"

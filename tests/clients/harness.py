@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import redis.asyncio as aioredis
 
-from tests.fakes.fake_llm import FakeLLM
-from tests.polling import eventually
-from tests.processes import Cluster, Proc
+from tests.support.fake_llm import FakeLLM
+from tests.support.polling import eventually
+from tests.support.processes import Cluster, Proc
 
 DRIVER = Path(__file__).with_name("strict_driver.py")
 Line = dict[str, Any]

@@ -25,8 +25,8 @@ from tests.clients.harness import (
     is_response,
     new_session,
 )
-from tests.fakes.fake_llm import text_of
-from tests.polling import eventually
+from tests.support.fake_llm import text_of
+from tests.support.polling import eventually
 
 # A stack takes seconds to start, a worker's loss a lease (3 s) to notice.
 pytestmark = pytest.mark.timeout(150)

@@ -29,9 +29,9 @@ from hermes_queue.providers import ProviderSettings, RouteSettings
 from tests.conformance.exchange import Side
 from tests.conformance.pending import MARKER, Pending
 from tests.conftest import require_hermes, store_variant
-from tests.fakes.fake_llm import FakeLLM
-from tests.processes import Cluster
-from tests.upstream import UpstreamGateway, hermes_config, write_hermes_home
+from tests.support.fake_llm import FakeLLM
+from tests.support.processes import Cluster
+from tests.support.upstream import UpstreamGateway, hermes_config, write_hermes_home
 
 API_KEY = "conformance-key-0123456789abcdef"
 LLM_KEY = "sk-conformance-llm-0123456789abcdef"

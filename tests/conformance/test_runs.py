@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from tests.conformance.conftest import NOKEY_ALIAS, Sides
 from tests.conformance.exchange import Exchange, Side
 from tests.conformance.reconcile import MISSING_CREDENTIALS
 from tests.conformance.scripts import SCENARIOS, conform, message, messages_of
+from tests.support.polling import NeverHeld, eventually
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
@@ -86,11 +86,14 @@ async def test_stop_cancels_a_running_turn(sides: Sides) -> None:
 async def follow_status(side: Side, run_id: str, tag: str = "") -> Exchange:
     """Poll the run's status until it is terminal; record only that last answer."""
     label = f"GET /v1/runs/{{id}} {tag}".rstrip()
-    for _ in range(400):
-        status = await side.call("GET", f"/v1/runs/{run_id}", label=label, record=False)
-        if status.body.get("status") in TERMINAL:
-            break
-        await asyncio.sleep(0.05)
+    try:
+        status = await eventually(
+            lambda: side.call("GET", f"/v1/runs/{run_id}", label=label, record=False),
+            lambda answer: answer.body.get("status") in TERMINAL,
+            within=20,
+        )
+    except NeverHeld as never:  # the last answer is compared as it is
+        status = never.last
     side.exchanges.append(status)
     return status
 

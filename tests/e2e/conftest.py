@@ -6,7 +6,7 @@ import pytest
 
 from hermes_queue.client import HermesQueueClient
 from hermes_queue.config import Settings
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 
 @pytest.fixture

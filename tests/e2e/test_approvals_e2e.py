@@ -10,17 +10,16 @@ from typing import Any
 import aiohttp
 
 from hermes_queue.client import iter_sse
-from tests.processes import Cluster
+from tests.support.polling import eventually
+from tests.support.processes import Cluster
 
 
 async def _status(session: aiohttp.ClientSession, url: str, run_id: str, *wanted: str) -> Any:
-    for _ in range(400):
+    async def status() -> Any:
         async with session.get(f"{url}/v1/runs/{run_id}") as response:
-            body = await response.json()
-        if body["status"] in wanted:
-            return body
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{run_id} never reached {wanted}: {body}")
+            return await response.json()
+
+    return await eventually(status, lambda b: b["status"] in wanted, within=20, what=run_id)
 
 
 async def test_answer_through_a_second_replica_resumes_the_worker(cluster: Cluster) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from hermes_queue.client import HermesQueueClient
 from hermes_queue.redis_server import free_port
-from tests.processes import REPO_ROOT, Cluster, _env
+from tests.support.processes import REPO_ROOT, Cluster, child_env
 
 
 async def _read_until(process: asyncio.subprocess.Process, pattern: str) -> str:
@@ -71,7 +71,7 @@ async def test_tail_follows_a_run_to_its_end(cluster: Cluster, client_for: Any) 
         run_id,
         "--url",
         url,
-        env=_env(cluster.settings),
+        env=child_env(cluster.settings),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

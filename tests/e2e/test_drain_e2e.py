@@ -10,7 +10,7 @@ import time
 import aiohttp
 
 from hermes_queue.config import Settings
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 GRACE = 1.5
 

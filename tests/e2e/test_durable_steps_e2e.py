@@ -20,9 +20,9 @@ from hermes_queue.client import HermesQueueClient
 from hermes_queue.config import Settings
 from hermes_queue.providers import ProviderSettings
 from tests.conftest import require_hermes
-from tests.fakes.fake_llm import FakeLLM
-from tests.polling import eventually
-from tests.processes import Cluster, Proc
+from tests.support.fake_llm import FakeLLM
+from tests.support.polling import eventually
+from tests.support.processes import Cluster, Proc
 
 KEY = "sk-durable-0123456789abcdef"
 ECHO_TURN = "count [tool:alpha] [tool:beta] [tool:gamma] [slowtool:0.5]"

@@ -21,8 +21,9 @@ from hermes_queue.config import Settings
 from hermes_queue.providers import ProviderSettings
 from tests.conftest import require_hermes
 from tests.e2e.test_model_lock_e2e import keys_holding
-from tests.fakes.fake_llm import FakeLLM
-from tests.processes import Cluster
+from tests.support.fake_llm import FakeLLM
+from tests.support.polling import eventually
+from tests.support.processes import Cluster
 
 ALPHA_KEY = "sk-hermes-alpha-0123456789abcdef"
 BETA_KEY = "sk-hermes-beta-0123456789abcdef"
@@ -90,13 +91,11 @@ async def events(stack: Stack, run_id: str, within: float = 30) -> list[dict[str
 
 
 async def wait_status(stack: Stack, run_id: str, *wanted: str) -> dict[str, Any]:
-    for _ in range(600):
+    async def status() -> dict[str, Any]:
         async with stack.session.get(f"{stack.second}/v1/runs/{run_id}") as response:
-            body = await response.json()
-        if body["status"] in wanted:
-            return dict(body)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{run_id} never reached {wanted}: {body}")
+            return dict(await response.json())
+
+    return await eventually(status, lambda b: b["status"] in wanted, within=30, what=run_id)
 
 
 async def locked_chat(
@@ -184,12 +183,12 @@ async def test_an_approval_answered_through_another_replica_lets_the_command_run
 
 
 async def test_the_catalog_reaches_every_replica(stack: Stack) -> None:
-    for _ in range(200):
+
+    async def toolsets() -> dict[str, Any]:
         async with stack.session.get(f"{stack.second}/v1/toolsets") as response:
-            body = await response.json()
-        if body["data"]:
-            break
-        await asyncio.sleep(0.05)
+            return dict(await response.json())
+
+    body = await eventually(toolsets, lambda b: b["data"], within=10, what="a catalog")
     enabled = sorted(item["name"] for item in body["data"] if item["enabled"])
     assert body["platform"] == "api_server" and enabled == ["terminal", "todo"]
     async with stack.session.get(f"{stack.first}/v1/capabilities") as response:

@@ -3,13 +3,13 @@ first one started (the record is in Redis, not in a process)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
 
 from hermes_queue.config import Settings
-from tests.processes import Cluster
+from tests.support.polling import eventually
+from tests.support.processes import Cluster
 
 
 def _run_records(cluster: Cluster) -> int:
@@ -36,12 +36,13 @@ async def test_retry_on_a_second_api_replays_the_same_run(
         async with http.post(f"{second_url}/v1/runs", json={"input": "other"}) as response:
             assert response.status == 409
             assert (await response.json())["error"]["code"] == "idempotency_key_conflict"
+
         # The run completes once; a later replay reports its current status.
-        for _ in range(200):
+        async def status() -> str:
             async with http.get(f"{second_url}/v1/runs/{first['run_id']}") as response:
-                if (await response.json())["status"] == "completed":
-                    break
-            await asyncio.sleep(0.05)
+                return str((await response.json())["status"])
+
+        await eventually(status, "completed".__eq__, within=10, what="the run completed")
         async with http.post(f"{first_url}/v1/runs", json=body) as response:
             assert (await response.json())["status"] == "completed"
     assert _run_records(cluster) == 1

@@ -21,8 +21,8 @@ from hermes_queue.config import Settings
 from hermes_queue.redis_server import free_port
 from hermes_queue.schedules.firing import tick_run_id
 from tests.ops.conftest import scrape_port, value
-from tests.polling import eventually
-from tests.processes import Cluster
+from tests.support.polling import eventually
+from tests.support.processes import Cluster
 
 EVERY_2S = "* * * * * */2"
 TICK = 2.0

@@ -8,7 +8,7 @@ import aiohttp
 
 from hermes_queue.redis_server import free_port
 from tests.ops.conftest import parse, scrape_port, value
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 
 async def scrape_api(url: str, key: str) -> Any:

@@ -17,8 +17,8 @@ from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.providers import ProviderSettings, RouteSettings
 from tests.conftest import store_variant
-from tests.fakes.fake_llm import FakeLLM
-from tests.processes import Cluster, ProcessApi
+from tests.support.fake_llm import FakeLLM
+from tests.support.processes import Cluster, ProcessApi
 
 ALPHA_KEY = "sk-alpha-0123456789abcdef-secret"
 BETA_KEY = "sk-beta-0123456789abcdef-secret"

@@ -6,7 +6,7 @@ from typing import Any
 
 from hermes_queue.client import HermesQueueClient
 from hermes_queue.events import RunEvent
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 
 async def first_event(client: HermesQueueClient, run_id: str, name: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 
 from hermes_queue.client import iter_sse
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 
 async def read_events(response: aiohttp.ClientResponse, limit: int | None = None) -> list[Any]:

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 
 from hermes_queue.client import HermesQueueClient, iter_sse
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
 

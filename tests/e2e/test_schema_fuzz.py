@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from hermes_queue.providers import ProviderSettings
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 FUZZ_SECONDS = 90
 SEED = 20260112

@@ -6,7 +6,7 @@ import aiohttp
 
 from hermes_queue.client import SSEFrame, iter_sse
 from hermes_queue.config import Settings
-from tests.processes import Cluster
+from tests.support.processes import Cluster
 
 
 async def test_session_turn_resumes_on_another_replica_and_is_persisted(

@@ -17,9 +17,9 @@ import aiohttp
 import pytest
 
 from hermes_queue.config import Settings
-from tests.load import Load, record_problems
-from tests.processes import Cluster
-from tests.redis_group import SentinelGroup
+from tests.support.load import Load, record_problems
+from tests.support.processes import Cluster
+from tests.support.redis_group import SentinelGroup
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Separate hosts: Redis, PostgreSQL (a proxy to the suite's), each API replica and each worker
-in a network namespace of its own, joined by a bridge (``tests/netns.py``, ``tests/hosts.py``),
-so nothing can lean on 127.0.0.1 or a shared file. The test talks to them from a client host.
+in a network namespace of its own, joined by a bridge (``tests/support/netns.py``,
+``tests/support/hosts.py``), so nothing can lean on 127.0.0.1 or a shared file. The test
+talks to them from a client host.
 
 Needs root and iproute2, which CI has; the namespaces are created and removed by each test.
 """
@@ -11,7 +12,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +22,12 @@ from hermes_queue.agents.steps import LOST_TOOL_RESULT
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from tests.conftest import store_variant
-from tests.hosts import API_PORT, Spread, spread
-from tests.load import Load, RunTrace, record_problems
-from tests.processes import Proc
+from tests.support.hosts import API_PORT, Spread, spread
+from tests.support.load import Load, RunTrace, record_problems
+from tests.support.polling import eventually
+from tests.support.processes import Proc
 
 SLOW = " ".join(f"w{i}" for i in range(40)) + " [slow:0.1]"  # ~4 s of deltas
-
-
-async def until(predicate: Callable[[], Awaitable[bool]], within: float, what: str) -> float:
-    """Await ``predicate``; the seconds it took."""
-    started = time.monotonic()
-    while not await predicate():
-        if time.monotonic() - started > within:
-            raise AssertionError(f"{what}: not within {within}s")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
 
 
 @contextlib.asynccontextmanager
@@ -95,7 +87,7 @@ async def test_runs_sessions_and_resume_across_hosts(settings: Settings) -> None
         local = d.cluster.settings.replace(
             host=host.address, port=API_PORT + 1, store_url="sqlite:///:memory:", store_schema=""
         )
-        proc = d.cluster._spawn("api-sqlite", ["api"], local, host.launcher)
+        proc = d.cluster.spawn("api-sqlite", ["api"], local, host.launcher)
         await proc.wait_for_log("store_url is a SQLite file but Redis is on another host")
 
 
@@ -108,13 +100,15 @@ async def test_cut_off_worker_is_retried_elsewhere_and_fenced_on_return(
         load = Load(d.http, d.urls)
         trace = RunTrace(run_id, d.urls[0], time.monotonic())
         reader = asyncio.create_task(load.follow(trace, d.urls[1]))
-        await until(lambda: _has(trace, "message.delta"), 20, "first delta")
+        await eventually(lambda: _has(trace, "message.delta"), within=20, what="first delta")
         victim = await d.holder(run_id)
         assert victim is not None
         victim.cut()
         try:
-            await until(
-                lambda: _attempt_at_least(d, run_id, 2), settings.lease_seconds + 10, "retry"
+            await eventually(
+                lambda: _attempt_at_least(d, run_id, 2),
+                within=settings.lease_seconds + 10,
+                what="retry",
             )
             assert await d.holder(run_id) != victim
         finally:
@@ -122,8 +116,10 @@ async def test_cut_off_worker_is_retried_elsewhere_and_fenced_on_return(
         await asyncio.wait_for(reader, 60)
         # Back on the network, the old worker writes again and is fenced off.
         pattern = re.compile(rf"run {run_id} attempt 1 (lost its lease|: terminal write fenced)")
-        await until(
-            lambda: _logged(d.workers[victim], pattern), 30, "the old worker's fenced write"
+        await eventually(
+            lambda: _logged(d.workers[victim], pattern),
+            within=30,
+            what="the old worker's fenced write",
         )
         stream = await d.stream(run_id)
     restart = [e.type for e in stream].index("run.restarted")
@@ -143,7 +139,9 @@ async def test_dead_worker_host_runs_restart_within_the_lease(settings: Settings
         readers = [asyncio.create_task(load.follow(t, d.urls[1 - i % 2])) for i, t in
                    enumerate(traces)]  # fmt: skip
         for trace in traces:
-            await until(lambda t=trace: _has(t, "message.delta"), 20, "every run started")
+            await eventually(
+                lambda t=trace: _has(t, "message.delta"), within=20, what="every run started"
+            )
         holders = {r: await d.holder(r) for r in run_ids}
         victim = max(d.workers, key=lambda h: list(holders.values()).count(h))
         lost = [r for r, h in holders.items() if h == victim]
@@ -151,7 +149,9 @@ async def test_dead_worker_host_runs_restart_within_the_lease(settings: Settings
         assert d.workers[victim].process.pid in killed
         budget = settings.lease_seconds + 5
         for run_id in lost:
-            await until(lambda r=run_id: _moved_on(d, r), budget, f"{run_id} restarted or ended")
+            await eventually(
+                lambda r=run_id: _moved_on(d, r), within=budget, what=f"{run_id} restarted or ended"
+            )
         await asyncio.wait_for(asyncio.gather(*readers), 60)
         await load.settle_records()
     for trace in traces:
@@ -194,19 +194,23 @@ async def test_worker_cut_off_mid_tool_is_fenced_and_its_turn_resumed(
     tuned = settings.replace(max_attempts=3, echo_tool_log=str(log))
     async with running(tuned) as d:
         run_id = await d.create("cut [tool:alpha] [tool:beta] [slowtool:4]")
-        await until(lambda: _tool_started(log, run_id, "call_1"), 20, "alpha running")
+        await eventually(lambda: _tool_started(log, run_id, "call_1"), within=20, what="alpha")
         victim = await d.holder(run_id)
         assert victim is not None
         victim.cut()
         try:
-            await until(
-                lambda: _attempt_at_least(d, run_id, 2), settings.lease_seconds + 10, "resume"
+            await eventually(
+                lambda: _attempt_at_least(d, run_id, 2),
+                within=settings.lease_seconds + 10,
+                what="resume",
             )
         finally:
             victim.reconnect()
-        await until(lambda: _ended(d, run_id), 60, "the run's end")
+        await eventually(lambda: _ended(d, run_id), within=60, what="the run's end")
         pattern = re.compile(rf"run {run_id} attempt 1 (lost its lease|: terminal write fenced)")
-        await until(lambda: _logged(d.workers[victim], pattern), 30, "the old worker fenced")
+        await eventually(
+            lambda: _logged(d.workers[victim], pattern), within=30, what="the old worker fenced"
+        )
         stream = await d.stream(run_id)
     kinds = [e.type for e in stream]
     assert "run.resumed" in kinds and "run.restarted" not in kinds

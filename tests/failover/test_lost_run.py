@@ -13,7 +13,7 @@ from hermes_queue.api import feed
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import EmbeddedRedis
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from hermes_queue.config import ConfigError, Settings, load_settings
 from hermes_queue.replication import NotReplicated
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
-from tests.api.conftest import running_api
-from tests.redis_group import SentinelGroup
+from tests.support.inprocess import running_api
+from tests.support.redis_group import SentinelGroup
 
 
 @pytest.fixture

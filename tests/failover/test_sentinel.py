@@ -9,7 +9,6 @@ SIGKILLed, and used again after the promotion: none is rebuilt.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,8 +25,9 @@ from hermes_queue.keys import Keys
 from hermes_queue.redis_client import connect, connect_sync, connect_url
 from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.streams.hub import StreamHub
-from tests.redis_group import SentinelGroup
 from tests.streams.test_hub import take, write_run
+from tests.support.polling import eventually
+from tests.support.redis_group import SentinelGroup
 
 T = TypeVar("T")
 RECOVERY_SECONDS = 20.0
@@ -39,16 +39,16 @@ def group() -> Iterator[SentinelGroup]:
         yield started
 
 
-async def eventually(call: Callable[[], Awaitable[T]], within: float = RECOVERY_SECONDS) -> T:
+async def recovered(call: Callable[[], Awaitable[T]]) -> T:
     """``call()`` once it stops failing with a Redis error (the failover under way)."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            return await call()
-        except (redis.RedisError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
+    return await eventually(
+        call,
+        lambda _: True,
+        within=RECOVERY_SECONDS,
+        every=0.1,
+        retry_on=(redis.RedisError, OSError),
+        what="a call through the failover",
+    )
 
 
 async def test_every_client_reaches_the_new_primary_without_being_rebuilt(
@@ -69,10 +69,10 @@ async def test_every_client_reaches_the_new_primary_without_being_rebuilt(
         old = group.kill_primary()
         new = await group.wait_for_new_primary(old)
 
-        await eventually(lambda: pooled.set("pooled", "1"))
-        await eventually(lambda: appends.call("SET", "appends", "1"))
-        await eventually(lambda: asyncio.to_thread(threaded.set, "threaded", "1"))
-        await eventually(lambda: arq.set("arq", "1"))
+        await recovered(lambda: pooled.set("pooled", "1"))
+        await recovered(lambda: appends.call("SET", "appends", "1"))
+        await recovered(lambda: asyncio.to_thread(threaded.set, "threaded", "1"))
+        await recovered(lambda: arq.set("arq", "1"))
         with new.client() as direct:
             assert direct.mget("before", "pooled", "appends", "threaded", "arq") == [b"1"] * 5
 
@@ -87,7 +87,7 @@ async def test_every_client_reaches_the_new_primary_without_being_rebuilt(
             finally:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-        message = await eventually(hear_one)
+        message = await recovered(hear_one)
         assert message is not None and message["data"] == b"hello"
     finally:
         await appends.aclose()
@@ -110,7 +110,7 @@ async def test_stream_hub_follows_a_run_across_the_failover(
             assert [e.seq for e in await take(sub, 3)] == [1, 2, 3]
             old = group.kill_primary()
             await group.wait_for_new_primary(old)
-            await eventually(lambda: write_run(writer, keys, "r1", 2, start=4, end=True))
+            await recovered(lambda: write_run(writer, keys, "r1", 2, start=4, end=True))
             tail = await take(sub, 3, within=RECOVERY_SECONDS)
         assert [e.seq for e in tail] == [4, 5, 6]
         assert tail[-1].terminal
@@ -127,7 +127,7 @@ async def test_cli_check_and_status_read_through_sentinel(
     )
     old = group.kill_primary()
     await group.wait_for_new_primary(old)
-    redis_check = await eventually(lambda: _redis_ok(settings))
+    redis_check = await recovered(lambda: _redis_ok(settings))
     assert redis_check.ok and redis_check.detail.startswith("redis+sentinel://")
     async with redis_session(settings) as client:
         assert await client.ping()

@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.config import ConfigError, Settings
 from hermes_queue.keys import Keys
 from hermes_queue.queue_state import Depth, desired_workers, retry_after_seconds
-from tests.api.conftest import running_api
 from tests.ops.conftest import scrape_api, value
+from tests.support.inprocess import running_api
 
 
 async def run_records(redis: aioredis.Redis, keys: Keys) -> list[bytes]:

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 
 from hermes_queue.config import Settings
-from tests.api.conftest import running_api
+from tests.support.inprocess import running_api
 
 ASSETS = {
     "/dashboard": "text/html",

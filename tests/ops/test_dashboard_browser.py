@@ -25,7 +25,7 @@ from aiohttp import web
 
 from hermes_queue.api.app import create_app
 from hermes_queue.config import Settings
-from tests.api.conftest import running_worker
+from tests.support.inprocess import running_worker
 
 CHROMIUM_FLAGS = (
     "--headless",

@@ -12,9 +12,9 @@ from aiohttp.test_utils import TestClient
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from tests.api.conftest import running_api, running_worker
 from tests.ops.conftest import Samples, scrape_api, scrape_port, value
-from tests.polling import eventually
+from tests.support.inprocess import running_api, running_worker
+from tests.support.polling import eventually
 
 API_NAMES = {
     "hermes_queue_queue_depth",

@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from tests.api.conftest import running_api, running_worker
-from tests.polling import eventually
+from tests.support.inprocess import running_api, running_worker
+from tests.support.polling import eventually
 
 
 async def fake_in_flight(redis: aioredis.Redis, keys: Keys, count: int) -> list[str]:

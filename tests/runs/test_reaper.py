@@ -11,7 +11,8 @@ from hermes_queue.keys import Keys
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository, new_run_id
-from tests.api.conftest import running_worker
+from tests.support.inprocess import running_worker
+from tests.support.polling import eventually
 
 
 async def create(repo: RunRepository) -> str:
@@ -21,12 +22,8 @@ async def create(repo: RunRepository) -> str:
 
 
 async def wait_for_status(repo: RunRepository, run_id: str, status: str) -> None:
-    for _ in range(200):
-        record = await repo.get(run_id)
-        if record is not None and record.status == status:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {run_id} never reached {status}: {record}")
+    reached = lambda record: record is not None and record.status == status  # noqa: E731
+    await eventually(lambda: repo.get(run_id), reached, within=10, what=f"{run_id} at {status}")
 
 
 async def test_a_run_taken_by_a_worker_that_died_is_run_by_another(

@@ -25,8 +25,8 @@ from hermes_queue.schedules.firing import Firing, create_fire_run, tick_run_id
 from hermes_queue.schedules.scheduler import Scheduler
 from hermes_queue.store import SessionStore, open_store
 from hermes_queue.store.jobs import JobRow
-from tests.api.conftest import running_worker
-from tests.polling import eventually
+from tests.support.inprocess import running_worker
+from tests.support.polling import eventually
 
 T0 = 1_900_000_000.0  # the fake clock starts here (2030)
 PERIOD = 1800.0

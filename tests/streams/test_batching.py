@@ -21,6 +21,7 @@ from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import decode_entry, decode_flat, id_key, read_range
 from tests.streams.conftest import MakeHub
 from tests.streams.test_hub import write_run, xadd
+from tests.support.polling import eventually
 
 
 async def batches_until_end(sub: Subscription, max_items: int = 256) -> list[list[RunEvent]]:
@@ -36,11 +37,8 @@ async def batches_until_end(sub: Subscription, max_items: int = 256) -> list[lis
 
 
 async def wait_buffered(sub: Subscription, n: int) -> None:
-    async def poll() -> None:
-        while sub.buffered < n:  # noqa: ASYNC110 - observing the hub's buffer, no event
-            await asyncio.sleep(0.005)
-
-    await asyncio.wait_for(poll(), 5)
+    """Observing the hub's buffer: no event says it grew."""
+    await eventually(lambda: sub.buffered >= n, within=5, every=0.005, what=f"{n} buffered")
 
 
 async def test_get_many_drains_what_is_buffered_in_order_once(

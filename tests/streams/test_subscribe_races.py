@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 import redis.asyncio as aioredis
 
@@ -16,20 +16,13 @@ from hermes_queue.keys import Keys
 from hermes_queue.streams.reader import read_range
 from tests.streams.conftest import MakeHub
 from tests.streams.test_hub import GatedRedis, drain, take, write_run, xadd
+from tests.support.polling import eventually
 
 
 async def subscribers(redis: aioredis.Redis, channel: str) -> int:
+    """Redis's view of the hub's subscriptions, to poll: there is nothing to wait on."""
     [(_name, count)] = await redis.pubsub_numsub(channel)
     return int(count)
-
-
-async def until(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
-    """Redis's view of the hub's subscriptions, polled: there is nothing to wait on."""
-    for _ in range(int(within / 0.01)):
-        if await check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 async def test_a_burst_of_subscriptions_to_streams_being_written_misses_nothing(
@@ -82,7 +75,7 @@ async def test_a_stream_followed_again_while_its_channel_lingers_misses_nothing(
         async with hub.subscribe("r1") as a:
             assert [e.id for e in await take(a, 2)] == ids
             assert await a.get(timeout=0.01) is None  # live: the hub follows r1
-            await until(lambda: _is(subscribers(redis, channel), 1))
+            await eventually(lambda: _is(subscribers(redis, channel), 1), within=5, every=0.01)
         assert hub.stats()["reading"] == 0
         release = gated.gate = asyncio.Event()
         async with hub.subscribe("r1") as b:
@@ -109,8 +102,10 @@ async def test_a_channel_nobody_follows_is_unsubscribed_at_the_poll(
         for sub in (r0, r1, r2):
             assert await sub.get(timeout=0.01) is None  # live
         for channel in channels:
-            await until(lambda channel=channel: _is(subscribers(redis, channel), 1))
-    await until(lambda: _all_zero(redis, channels), within=3)
+            await eventually(
+                lambda channel=channel: _is(subscribers(redis, channel), 1), within=5, every=0.01
+            )
+    await eventually(lambda: _all_zero(redis, channels), within=3, every=0.01)
     async with hub.subscribe("r1") as again:  # subscribed anew
         assert await again.get(timeout=0.01) is None
         await xadd(redis, keys, "r1", 1)

@@ -19,6 +19,7 @@ from hermes_queue.runs.approvals import approval_message
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers.sink import LeaseLost, RunEventSink, Wakeup
+from tests.support.polling import eventually
 
 REQUEST = ApprovalRequest(command="rm -rf /tmp/x", description="delete", pattern_key="rm")
 
@@ -37,12 +38,8 @@ async def _events(redis: Any, settings: Settings, run_id: str) -> list[RunEvent]
 
 
 async def _wait_status(repo: RunRepository, run_id: str, status: str) -> None:
-    for _ in range(200):
-        record = await repo.get(run_id)
-        if record is not None and record.status == status:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"run never reached {status}")
+    reached = lambda record: record is not None and record.status == status  # noqa: E731
+    await eventually(lambda: repo.get(run_id), reached, within=4, what=f"run at {status}")
 
 
 async def test_answer_wakes_the_sink_and_the_run_resumes(redis: Any, settings: Settings) -> None:

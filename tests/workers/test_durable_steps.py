@@ -23,7 +23,7 @@ from hermes_queue.streams.reader import read_range
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.start import build_request
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
-from tests.polling import eventually
+from tests.support.polling import eventually
 
 TURN = "plan it [tool:alpha] [tool:beta] [slowtool:0.3]"
 

@@ -15,8 +15,8 @@ from hermes_queue.redis_server import EmbeddedRedis, free_port
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
-from tests.api.conftest import running_api, running_worker
-from tests.polling import eventually
+from tests.support.inprocess import running_api, running_worker
+from tests.support.polling import eventually
 
 
 async def test_turn_over_its_time_limit_fails_with_timeout(settings: Settings) -> None:

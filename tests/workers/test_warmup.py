@@ -19,6 +19,7 @@ from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers import worker as worker_module
 from hermes_queue.workers.warmup import probe
 from hermes_queue.workers.worker import build_worker
+from tests.support.polling import eventually
 
 
 class GatedWarmUp(EchoBackend):
@@ -56,11 +57,9 @@ async def status_of(repo: RunRepository, run_id: str) -> str:
 
 
 async def wait_for(repo: RunRepository, run_id: str, status: str) -> None:
-    for _ in range(500):
-        if await status_of(repo, run_id) == status:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"run {run_id} never reached {status}")
+    await eventually(
+        lambda: status_of(repo, run_id), status.__eq__, within=10, what=f"{run_id} at {status}"
+    )
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 outgoing connections leave from the namespace it was started in: how the several-hosts test
 puts the suite's PostgreSQL on a host of its own.
 
-    python -m tests.netns_proxy <netns> <listen-host>:<port> <target-host>:<port>
+    python -m tests.support.netns_proxy <netns> <listen-host>:<port> <target-host>:<port>
 
 Prints ``ready`` once it listens.
 """
@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 
-from tests.netns import _setns
+from tests.support.netns import _setns
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

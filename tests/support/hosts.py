@@ -1,4 +1,4 @@
-"""A hermes-queue deployment spread over simulated hosts (``tests/netns.py``): Redis (one
+"""A hermes-queue deployment spread over simulated hosts (``netns.py``): Redis (one
 server, or a primary, a replica and three Sentinels), PostgreSQL (a proxy to the suite's), each
 API replica and each worker in a network namespace of its own; the caller runs on a client host.
 
@@ -27,11 +27,12 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redis_client import connect_url
 from hermes_queue.redis_server import bundled_redis_server
-from tests.netns import Host, Network
-from tests.processes import REPO_ROOT, Cluster, Proc, _wait_http
-from tests.redis_group import Node, SentinelGroup
+from tests.support.netns import Host, Network
+from tests.support.processes import REPO_ROOT, Cluster, Proc, wait_http
+from tests.support.redis_group import Node, SentinelGroup
 
 API_PORT = 8642
+PROXY_MODULE = "tests.support.netns_proxy"
 REDIS_PORT = 6379
 
 
@@ -59,14 +60,14 @@ class Spread:
 
     async def start_api(self, host: Host) -> str:
         settings = self.cluster.settings.replace(host=host.address, port=API_PORT)
-        proc = self.cluster._spawn("api", ["api"], settings, host.launcher)
+        proc = self.cluster.spawn("api", ["api"], settings, host.launcher)
         url = f"http://{host.address}:{API_PORT}"
-        await _wait_http(url + "/health", proc)
+        await wait_http(url + "/health", proc.process, f"the API on {host.name}", log=proc.log)
         self.apis[host] = (url, proc)
         return url
 
     async def start_worker(self, host: Host) -> Proc:
-        proc = self.cluster._spawn("worker", ["worker"], self.cluster.settings, host.launcher)
+        proc = self.cluster.spawn("worker", ["worker"], self.cluster.settings, host.launcher)
         await proc.wait_for_log("ready (")
         self.workers[host] = proc
         return proc
@@ -97,7 +98,7 @@ class Spread:
 def _proxy(host: Host, target: str) -> subprocess.Popen[bytes]:
     """A TCP proxy listening on ``host`` to ``target`` (host:port) where we run now."""
     proxy = subprocess.Popen(
-        [sys.executable, "-m", "tests.netns_proxy", host.name, f"{host.address}:5432", target],
+        [sys.executable, "-m", PROXY_MODULE, host.name, f"{host.address}:5432", target],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
     )
@@ -176,7 +177,7 @@ async def _on_hosts(
         group.start()
         redis_url = group.url
     else:
-        node = _redis_node(redis_host, Path(cluster._logdir))
+        node = _redis_node(redis_host, Path(cluster.logdir))
         node.start()
         redis_url = f"redis://{redis_host.address}:{REDIS_PORT}/0"
     cluster.settings = cluster.settings.replace(redis_url=redis_url)

@@ -2,7 +2,7 @@
 one SSE client, from a process of its own so the benchmark's probe client has its event loop
 (and its receive timestamps) to itself.
 
-The child (``python bench/inflight.py SPEC``, SPEC a JSON object: ``base``, ``count``, ``text``,
+The child (``python -m bench.lib.inflight SPEC``, SPEC a JSON object: ``base``, ``count``, ``text``,
 ``follow``, ``posters``) posts ``count`` runs with ``posters`` concurrent POSTs, opens one
 ``GET /v1/runs/{id}/events`` per run when ``follow`` is set, prints one JSON line when every run
 is posted and every stream open (``ready``), then reads its stdin to EOF, closes everything and
@@ -12,13 +12,17 @@ prints a last JSON line (``done``: frames received, streams that ended early, er
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-import harness
+from bench.lib.traffic import client_session, post_run
+from tests.support.polling import NeverHeld, eventually
+from tests.support.processes import REPO_ROOT, child_env
+
+MODULE = "bench.lib.inflight"
 
 
 async def child(spec: dict[str, Any]) -> None:
@@ -43,7 +47,7 @@ async def child(spec: dict[str, Any]) -> None:
             errors.append(repr(exc)[:200])
 
     started = time.monotonic()
-    async with harness.client_session(limit=count + 64) as session:
+    async with client_session(limit=count + 64) as session:
         followers: list[asyncio.Task[None]] = []
         remaining = count
 
@@ -52,7 +56,7 @@ async def child(spec: dict[str, Any]) -> None:
             while remaining > 0:
                 remaining -= 1
                 try:
-                    run_id = await harness.post_run(session, base, text)
+                    run_id = await post_run(session, base, text)
                 except Exception as exc:
                     errors.append(repr(exc)[:200])
                     continue
@@ -63,7 +67,8 @@ async def child(spec: dict[str, Any]) -> None:
         await asyncio.gather(*(poster() for _ in range(int(spec["posters"]))))
         posted_s = time.monotonic() - started
         if spec["follow"]:
-            await harness.wait_until(lambda: opened + len(errors) >= count, 60, 0.05)
+            with contextlib.suppress(NeverHeld):  # ready reports how many opened
+                await eventually(lambda: opened + len(errors) >= count, within=60)
         ready = {"ready": True, "posted": len(run_ids), "opened": opened, "errors": len(errors)}
         print(json.dumps({**ready, "post_s": round(posted_s, 3)}), flush=True)
         frames_at_ready, ready_at = frames, time.monotonic()
@@ -96,10 +101,13 @@ class InflightLoad:
     async def start(self, limit_s: float) -> dict[str, Any]:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
-            str(Path(__file__)),
+            "-m",
+            MODULE,
             json.dumps(self.spec),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            cwd=REPO_ROOT,
+            env=child_env(),
         )
         return await self._line(limit_s)
 

@@ -1,7 +1,7 @@
 """The raw aiohttp SSE reference for ``sse_fanout.py``: what a plain aiohttp SSE endpoint costs
 with nothing behind it (no Redis, no worker, no middlewares).
 
-The server process (``python bench/sse_raw.py PORT SPEC``) serves ``GET /runs/{r}/events`` for
+The server process (``python -m bench.lib.sse_raw PORT SPEC``) serves ``GET /runs/{r}/events`` for
 ``runs`` fake runs. A client subscribes (one unbounded ``asyncio.Queue`` per client, like the
 hub's per-subscriber queue) and waits. ``POST /start`` starts one in-process ticker that plays
 every run's frames on the same schedule as the echo backend (one ``message.delta`` every
@@ -13,7 +13,8 @@ event once per process. A handler writes everything its queue holds in one write
 with ``: stream closed`` in the same write as the terminal frame, and sends ``: keepalive``
 after ``keepalive`` s of silence: the same batching and framing as ``hermes_queue/api/feed.py``
 and ``api/http/sse.py``.
-``GET /health`` answers a small JSON body.
+``GET /health`` answers a small JSON body. This module imports nothing but aiohttp, so the
+reference carries nothing else; ``raw_sse.py`` starts it.
 
 The spec file (JSON): ``{"runs": int, "delay": float, "keepalive": float, "frames": [payload,
 ...]}``; ``frames`` are one real run's decoded ``data:`` payloads, so frame sizes match.
@@ -23,16 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import psutil
 from aiohttp import web
 
 SSE_HEADERS = {
@@ -143,67 +140,6 @@ def serve(port: int, spec_path: str) -> None:
         print=None,
         shutdown_timeout=1.0,
     )
-
-
-# -- the benchmark's side -------------------------------------------------------------------------
-class RawSseServer:
-    """Starts the reference in its own process and stops it; ``base`` once :meth:`start` ran."""
-
-    def __init__(self, runs: int, delay: float, frames: list[dict[str, Any]]) -> None:
-        self.spec = {"runs": runs, "delay": delay, "keepalive": 10.0, "frames": frames}
-        self.base = ""
-        self.spec_path = ""
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.proc: psutil.Process | None = None
-
-    def _spawn(self, port: int) -> subprocess.Popen[bytes]:
-        spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="hq-raw-", delete=False)
-        with spec:
-            json.dump(self.spec, spec)
-        self.spec_path = spec.name
-        self.popen = subprocess.Popen([sys.executable, __file__, str(port), spec.name])
-        self.proc = psutil.Process(self.popen.pid)
-        self.base = f"http://127.0.0.1:{port}"
-        return self.popen
-
-    async def start(self, port: int) -> str:
-        popen = self._spawn(port)
-        deadline = time.monotonic() + 30
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                if popen.poll() is not None:
-                    raise RuntimeError("the raw SSE reference server exited")
-                try:
-                    async with session.get(self.base + "/health") as response:
-                        if response.status == 200:
-                            return self.base
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise RuntimeError("the raw SSE reference server never answered /health")
-
-    async def trigger(self) -> None:
-        async with aiohttp.ClientSession() as session:
-            async with session.post(self.base + "/start") as response:
-                if response.status != 200:
-                    raise RuntimeError(f"/start answered {response.status}")
-
-    def stop(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(5)
-        if self.spec_path:
-            Path(self.spec_path).unlink(missing_ok=True)
-
-    def __enter__(self) -> RawSseServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":

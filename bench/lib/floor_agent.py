@@ -1,7 +1,8 @@
 """The floor's process: the bare Hermes ``AIAgent`` turn, with no HTTP, no Redis and no store.
 
-``floor.py`` starts this as a child process (so it has a ``HERMES_HOME`` of its own and its CPU
-is counted alone) and sends it one JSON command per stdin line; each answer is one JSON line.
+``bench/floor.py`` starts this as a child process (so it has a ``HERMES_HOME`` of its own and
+its CPU is counted alone) and sends it one JSON command per stdin line; each answer is one JSON
+line.
 
 The agent is built exactly as the worker's ``hermes`` backend builds it: the same
 ``HermesBackend`` (its process preparation, ``_build`` with the same arguments, toolsets and
@@ -18,7 +19,7 @@ Commands (stdin, one JSON object per line):
   to the first streamed token (TTFT) and to the end.
 - ``{"quit": true}``.
 
-    python bench/floor_agent.py '<spec JSON>'   # spec: hermes_home, base_url, api_key, model
+    python -m bench.lib.floor_agent '<spec JSON>'   # spec: hermes_home, base_url, api_key, model
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from bench.lib.traffic import PROMPT
 from hermes_queue.agents.base import AgentRequest
 from hermes_queue.agents.hermes.backend import HermesBackend
 from hermes_queue.agents.hermes.conversation import converse
@@ -100,7 +102,7 @@ class Floor:
                     probe,  # type: ignore[arg-type]
                     f"run_{uuid.uuid4().hex}",
                     session_id,
-                    f"Turn {index}: please answer briefly.",
+                    PROMPT.format(index=index),
                     history,
                 )
             except Exception as exc:

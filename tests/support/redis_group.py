@@ -12,7 +12,6 @@ a restarted server in production).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 import redis
 
 from hermes_queue.redis_server import bundled_redis_server, free_port
+from tests.support.polling import eventually
 
 SERVICE = "hq"
 
@@ -178,17 +178,24 @@ class SentinelGroup:
 
     async def wait_for_new_primary(self, old: Node, within: float = 30.0) -> Node:
         """Await the promotion of a replica in place of ``old``, writable."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
+
+        def promoted() -> Node | None:
             address = self.primary_address()
-            if address is not None and address != (old.host, old.port):
-                node = self.primary()
-                with contextlib.suppress(redis.RedisError), node.client(timeout=1) as client:
-                    if client.info("replication")["role"] == "master":
-                        return node
-            await asyncio.sleep(0.1)
+            if address is None or address == (old.host, old.port):
+                return None
+            node = self.primary()
+            with contextlib.suppress(redis.RedisError), node.client(timeout=1) as client:
+                if client.info("replication")["role"] == "master":
+                    return node
+            return None
+
+        node = await eventually(promoted, within=within, every=0.1, what=self._promotion_failed)
+        assert node is not None
+        return node
+
+    def _promotion_failed(self) -> str:
         logs = "\n".join(w.log()[-1500:] for w in self.watchers)
-        raise AssertionError(f"no replica was promoted within {within}s:\n{logs}")
+        return f"a replica promoted; the Sentinels' logs:\n{logs}"
 
     async def restart(self, node: Node, within: float = 30.0) -> None:
         """Start a killed node again (with its first arguments, as a supervisor would) and await
@@ -197,11 +204,12 @@ class SentinelGroup:
         instance to report its role), so this takes that long. Connects from the caller's
         thread (its network namespace)."""
         node.start()
-        deadline = time.monotonic() + within
-        while self._replicas_online(self.primary()) < self.replicas:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{node.name} never came back as a replica")
-            await asyncio.sleep(0.1)
+        await eventually(
+            lambda: self._replicas_online(self.primary()) >= self.replicas,
+            within=within,
+            every=0.1,
+            what=f"{node.name} back as a replica",
+        )
 
     def _replicas_online(self, primary: Node) -> int:
         with contextlib.suppress(redis.RedisError), primary.client(timeout=1) as client:

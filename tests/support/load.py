@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from hermes_queue.client import TERMINAL, iter_sse
+from tests.support.polling import NeverHeld, eventually
 
 ERROR_EVENT = "stream.error"
 WARNINGS = frozenset({"stream.gap", "run.restarted"})
@@ -138,14 +139,12 @@ class Load:
     async def wait_for_completed(
         self, count: int, since: float = 0.0, within: float = 60.0
     ) -> None:
-        deadline = time.monotonic() + within
-        while self.completed_since(since) < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"only {self.completed_since(since)} of {count} runs completed in {within}s; "
-                    f"refused: {dict(self.refused)}"
-                )
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: self.completed_since(since),
+            lambda completed: completed >= count,
+            within=within,
+            what=lambda: f"{count} runs completed (refused: {dict(self.refused)})",
+        )
 
     async def _client(self, index: int) -> None:
         """Create a run every ``interval`` seconds whatever happens to the others (a steady
@@ -241,22 +240,27 @@ class Load:
         """Read every accepted run's record until it is terminal (or ``within`` passes)."""
         deadline = time.monotonic() + within
         for trace in self.accepted:
-            while True:
-                try:
-                    url = f"{trace.api}/v1/runs/{trace.run_id}"
-                    async with self.session.get(url) as response:
-                        body = await response.json(content_type=None)
-                        error = body.get("error", "") if isinstance(body, dict) else body
-                        trace.record_answer = f"{response.status} {error}"
-                        if response.status == 200:
-                            trace.record = body
-                except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                    trace.record_answer = repr(exc)
-                if trace.record.get("status") in ("completed", "failed", "cancelled"):
-                    break
-                if time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.1)
+            with contextlib.suppress(NeverHeld):  # record_problems() tells what is left
+                await eventually(
+                    lambda trace=trace: self._read_record(trace),
+                    lambda status: status in ("completed", "failed", "cancelled"),
+                    within=max(0.0, deadline - time.monotonic()),
+                    every=0.1,
+                )
+
+    async def _read_record(self, trace: RunTrace) -> object:
+        """``GET /v1/runs/{id}`` into ``trace``; the record's status so far."""
+        try:
+            url = f"{trace.api}/v1/runs/{trace.run_id}"
+            async with self.session.get(url) as response:
+                body = await response.json(content_type=None)
+                error = body.get("error", "") if isinstance(body, dict) else body
+                trace.record_answer = f"{response.status} {error}"
+                if response.status == 200:
+                    trace.record = body
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            trace.record_answer = repr(exc)
+        return trace.record.get("status")
 
 
 def record_problems(trace: RunTrace) -> list[str]:

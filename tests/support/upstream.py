@@ -10,19 +10,17 @@ key) by lifting that one start-up check before the gateway runs; nothing else is
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from hermes_queue.redis_server import free_port
+from tests.support.processes import child_env, terminate, wait_http
 
+# Hermes' and its API server's own variables: none reaches upstream (nor our hermes agents).
+HERMES_PREFIXES = ("HERMES_", "API_SERVER_")
 CONTEXT_LENGTH = 131_072  # pinned, so Hermes never probes the fake for the model's window
 
 # The keyless launcher: upstream's CLI, with the API server's key check lifted.
@@ -63,14 +61,6 @@ def write_hermes_home(home: Path, config: dict[str, Any]) -> Path:
     return home
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without Hermes' or hermes-queue's own variables, plus ``extra``."""
-    prefixes = ("HERMES_", "API_SERVER_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-    env.update(extra, PYTHONUNBUFFERED="1")
-    return env
-
-
 class UpstreamGateway:
     """One upstream API server on a free loopback port; ``await wait_ready()`` before use."""
 
@@ -93,41 +83,25 @@ class UpstreamGateway:
         config = hermes_config(llm_base_url, llm_key, model, {**platforms, **(extra_config or {})})
         self.home = write_hermes_home(home, config)
         launcher = ["-c", _KEYLESS] if not api_key else ["-m", "hermes_cli.main", "gateway", "run"]
+        self.command = [sys.executable, *launcher]
         self.log_path = self.home / "gateway-stdout.log"
-        self._log_file = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, *launcher],
-            env=clean_env(HERMES_HOME=str(self.home)),
-            cwd=self.home,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.command,
+                env=child_env(strip=HERMES_PREFIXES, checkout=False, HERMES_HOME=str(self.home)),
+                cwd=self.home,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.base_url = f"http://127.0.0.1:{self.port}"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     async def wait_ready(self, within: float = 90.0) -> None:
-        deadline = time.monotonic() + within
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"upstream gateway exited:\n{self.log()[-3000:]}")
-                try:
-                    async with session.get(self.base_url + "/health") as response:
-                        if response.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-        raise RuntimeError(f"upstream gateway never became healthy:\n{self.log()[-3000:]}")
+        await wait_http(
+            self.base_url + "/health", self.proc, "upstream's gateway", log=self.log, within=within
+        )
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log_file.close()
+        terminate(self.proc, 30)
