@@ -7,6 +7,8 @@ tight loop (so no wake-up from idle is in any figure; ``wakeup_cost.py`` measure
 - ``RunEventSink.delta`` + ``flush``: the path a token takes once on the worker's loop (the
   sink's backlog, its flusher task, the batch token, the retry wrapper) and everything below;
 - ``Attempt.append``: the fenced append script with one event (arguments, JSON, reply);
+- ``RunEventSink.step`` and ``Attempt.append_step``: a durable step (docs/reliability.md): one
+  event and a step record the size of a short tool result, in one fenced script call;
 - ``PING`` on the same pipelined connection: the round trip alone (pack, send, reply future);
 - redis-py's own ``PING`` through its pool, for scale.
 
@@ -29,12 +31,19 @@ import redis.asyncio as aioredis
 import uvloop
 
 from bench.lib import deploy, report
+from hermes_queue.agents.steps import tool_result
 from hermes_queue.config import Settings
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.workers.sink import RunEventSink
 
 Layer = Callable[[int], Awaitable[None]]
+# A tool call's result record, as the echo backend writes it (~250 bytes of JSON).
+STEP = tool_result(
+    "call_1",
+    "terminal",
+    {"role": "tool", "tool_call_id": "call_1", "tool_name": "terminal", "content": "ok " * 40},
+)
 
 
 async def cpu_per_call(layer: Layer, count: int) -> float:
@@ -55,6 +64,13 @@ def layers(attempt: Attempt, redis: aioredis.Redis) -> dict[str, Layer]:
     async def attempt_append(index: int) -> None:
         await attempt.append([("message.delta", {"delta": "token "})], f"bench.{index}")
 
+    async def sink_step(_: int) -> None:
+        await sink.tool_completed("terminal", "call_1", result="ok")
+        await sink.step(STEP)
+
+    async def attempt_step(index: int) -> None:
+        await attempt.append_step([("message.delta", {"delta": "token "})], STEP, f"step.{index}")
+
     async def pipelined_ping(_: int) -> None:
         await connection.call("PING")
 
@@ -64,6 +80,8 @@ def layers(attempt: Attempt, redis: aioredis.Redis) -> dict[str, Layer]:
     return {
         "RunEventSink.delta + flush": sink_delta,
         "Attempt.append (one event)": attempt_append,
+        "RunEventSink.step (one event + a step)": sink_step,
+        "Attempt.append_step (one event + a step)": attempt_step,
         "PING, same pipelined connection": pipelined_ping,
         "PING, redis-py pool": pool_ping,
     }

@@ -12,23 +12,34 @@ resuming on the other with ``Last-Event-ID``):
 * ``redis``: SIGKILL the Redis primary; Sentinel promotes the replica; the killed node comes
   back as a replica (as a supervisor would restart it);
 * ``partition``: cut the host of the worker running most runs off the network for
-  ``lease_seconds`` + 2 s, then reconnect it.
+  ``lease_seconds`` + 2 s, then reconnect it;
+* ``drain``: SIGTERM the worker running most runs (a new one starts on its host afterwards);
+  its turns are handed over at their next step boundary: the drain time is how long it took
+  to exit.
+
+Each run is a multi-step echo turn (three tool calls of 0.3 s, a reply of ~2.5 s of deltas), so
+durable steps are exercised: the tool log the workers share (``echo_tool_log``) tells which tool
+calls ran more than once and which model calls were made more than once.
 
 Per fault it prints: runs accepted (2xx) during the window, terminal (the reader got a terminal
 frame), lost (accepted, yet the record never became terminal), readers that saw an id twice,
 readers with an unannounced loss (text not the output and no ``stream.gap``/``run.restarted``),
-creations refused (by status), the time from the fault to the terminal frame of the runs it
-caught in flight (p50/max) and the recovery time: fault → the first event of a run created after
+creations refused (by status), re-executed tool calls (a call that started twice: target 0)
+and repeated model calls (one made twice: at most the one in flight per run a fault caught),
+the time from the fault to the terminal frame of the runs it caught in flight (p50/max) and the
+recovery time: fault → the first event of a run created after
 the fault (one that completed; p50/max over rounds). For ``redis`` it also notes when the replica
 was promoted and when the killed node was back as a replica.
 
-    sudo python -m bench.chaos [--rounds 2] [--min-replicas 1] [--faults worker,api,redis,partition]
+    sudo python -m bench.chaos [--rounds 2] [--min-replicas 1] [--faults worker,api,partition,drain]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -36,12 +47,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.lib import deploy, report
+from hermes_queue.agents.echo_tools import read_tool_log
 from hermes_queue.config import Settings
 from tests.support.hosts import Spread, spread
 from tests.support.load import Load, RunTrace, record_problems
 from tests.support.netns import Host
 
-FAULTS = ("worker", "api", "redis", "partition")
+FAULTS = ("worker", "api", "redis", "partition", "drain")
+# A multi-step echo turn: ~2.5 s of deltas around three tool calls of 0.3 s each.
+TURN = (
+    "chaos " + " ".join(f"w{i}" for i in range(16)) + " [tool:alpha] [tool:beta] [tool:gamma]"
+    " [slowtool:0.3] [slow:0.05]"
+)
 SETTLE_S = 4.0  # load keeps running this long after a fault has been repaired
 
 
@@ -106,11 +123,31 @@ async def partition(d: Spread, load: Load, notes: Notes) -> Callable[[], Awaitab
     return repair
 
 
-INJECT = {"worker": kill_worker, "api": kill_api, "redis": kill_primary, "partition": partition}
+async def drain_worker(d: Spread, load: Load, notes: Notes) -> Callable[[], Awaitable[None]]:
+    host = await busiest_worker(d, load)
+    proc = d.workers[host]
+    asked = time.monotonic()
+    proc.process.send_signal(signal.SIGTERM)
+    await asyncio.to_thread(proc.process.wait, 60)
+    notes["drain_s"] = round(time.monotonic() - asked, 2)
+
+    async def repair() -> None:
+        await d.start_worker(host)
+
+    return repair
+
+
+INJECT = {
+    "worker": kill_worker,
+    "api": kill_api,
+    "redis": kill_primary,
+    "partition": partition,
+    "drain": drain_worker,
+}
 
 
 async def one_fault(d: Spread, fault: str, clients: int, interval: float) -> dict[str, Any]:
-    load = Load(d.http, d.urls, clients=clients, interval=interval, max_runs=400)
+    load = Load(d.http, d.urls, text=TURN, clients=clients, interval=interval, max_runs=400)
     load.start()
     try:
         await load.wait_for_completed(2 * clients, within=60)
@@ -125,7 +162,26 @@ async def one_fault(d: Spread, fault: str, clients: int, interval: float) -> dic
     finally:
         await load.cancel()
     await load.settle_records(within=d.cluster.settings.lease_seconds * 4 + 20)
-    return {**summarise(load, fault_at, repaired_at), **notes}
+    repeats = repeated(d.cluster.settings.echo_tool_log, {t.run_id for t in load.accepted})
+    return {**summarise(load, fault_at, repaired_at), **repeats, **notes}
+
+
+def repeated(tool_log: str, runs: set[str]) -> dict[str, int]:
+    """Tool calls started more than once (read-only tools aside: none here) and model calls
+    made more than once, over ``runs``, from the workers' shared tool log."""
+    starts: Counter[tuple[str, str]] = Counter()
+    models: Counter[tuple[str, str]] = Counter()
+    for line in read_tool_log(tool_log):
+        if line["run_id"] not in runs:
+            continue
+        if line["phase"] == "start":
+            starts[(line["run_id"], line["call_id"])] += 1
+        elif line["phase"] == "model":
+            models[(line["run_id"], line["call_id"])] += 1
+    return {
+        "rerun_tools": sum(n - 1 for n in starts.values() if n > 1),
+        "repeated_model_calls": sum(n - 1 for n in models.values() if n > 1),
+    }
 
 
 def summarise(load: Load, fault_at: float, repaired_at: float) -> dict[str, Any]:
@@ -177,6 +233,8 @@ def table(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
                 sum(r["duplicated_ids"] for r in rounds),
                 sum(r["unannounced"] for r in rounds),
                 sum(r["restarted_or_gap"] for r in rounds),
+                sum(r["rerun_tools"] for r in rounds),
+                sum(r["repeated_model_calls"] for r in rounds),
                 f"{report.percentile(terminal_s, 50):.1f}/{max(terminal_s, default=0):.1f}",
                 f"{report.percentile(recovery, 50):.1f}/{max(recovery, default=0):.1f}",
                 ", ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "-",
@@ -187,8 +245,10 @@ def table(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
 
 
 def _milestones(rounds: list[dict[str, Any]]) -> str:
-    """The redis fault's promotion / replica-back times per round, seconds after the kill."""
+    """The redis fault's promotion / replica-back times per round, seconds after the kill;
+    the drain fault's time for the worker to exit."""
     marks = [f"{r['promoted_s']}/{r['replica_back_s']}" for r in rounds if "promoted_s" in r]
+    marks += [f"drain {r['drain_s']}" for r in rounds if "drain_s" in r]
     return " ".join(marks) or "-"
 
 
@@ -204,6 +264,8 @@ async def main(args: argparse.Namespace) -> None:
         metrics_port=0,
         redis_min_replicas=args.min_replicas,
         store_url="sqlite:///:memory:",  # runs only; no session store traffic
+        # The workers' shared tool log (the hosts share the filesystem, not the network).
+        echo_tool_log=tempfile.mkstemp(prefix="chaos-tools-", suffix=".jsonl")[1],
     ).validate()
     faults = [f for f in args.faults.split(",") if f]
     results: dict[str, list[dict[str, Any]]] = {fault: [] for fault in faults}
@@ -221,11 +283,13 @@ async def main(args: argparse.Namespace) -> None:
         "lost",
         "dup ids",
         "unannounced",
-        "restart/gap",
+        "restart/gap/resume",
+        "re-run tools",
+        "repeated model calls",
         "to terminal s p50/max",
         "recovery s p50/max",
         "refused",
-        "promoted/replica back s",
+        "promoted/replica back s, drain s",
     ]
     report.print_table(
         f"chaos: lease {args.lease} s, {args.replicas} replica(s), "

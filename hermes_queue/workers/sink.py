@@ -161,6 +161,8 @@ class RunEventSink:
             await self._hold_deltas(loop)
             backlog = coalesce_deltas(self._backlog)
             batch, self._backlog = backlog[:MAX_BATCH], backlog[MAX_BATCH:]
+            if not batch:  # a step took what was waiting (step())
+                break
             if self._coalesce_s > 0 and any(k == EventType.MESSAGE_DELTA for k, _ in batch):
                 self._last_delta_append = loop.time()
             try:
@@ -231,11 +233,14 @@ class RunEventSink:
         goes on after this step, hand the run back (``HandBack``)."""
         if self._failure is not None:
             raise self._failure
+        # The events not yet taken go with the step (one round trip, not two); a batch the
+        # flusher already took is written first, so the stream keeps emit order.
+        batch, self._backlog = coalesce_deltas(self._backlog), []
+        self._hurry.set()
         while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)  # what it took goes first, in order
+            await asyncio.shield(self._flusher)
         if self._failure is not None:
             raise self._failure
-        batch, self._backlog = coalesce_deltas(self._backlog), []
         token = f"{self._batch_prefix}.{next(self._batches)}"
         ids = await self._retrying("step", lambda: self.attempt.append_step(batch, record, token))
         if ids is None:

@@ -27,7 +27,7 @@ from hermes_queue.client import TERMINAL, iter_sse
 from tests.support.polling import NeverHeld, eventually
 
 ERROR_EVENT = "stream.error"
-WARNINGS = frozenset({"stream.gap", "run.restarted"})
+WARNINGS = frozenset({"stream.gap", "run.restarted", "run.resumed"})
 
 
 def _id_key(frame_id: str) -> tuple[int, int]:
@@ -69,6 +69,21 @@ class RunTrace:
         ids = [_id_key(frame_id) for frame_id, _ in self.frames if frame_id]
         return sum(1 for before, after in itertools.pairwise(ids) if after <= before)
 
+    def _standing_text(self) -> list[tuple[str, str]]:
+        """The reply text this reader was shown that still stands: a ``run.restarted``
+        supersedes all before it, a ``run.resumed`` what follows its ``valid_through``."""
+        text: list[tuple[str, str]] = []
+        for frame_id, payload in self.frames:
+            event = payload.get("event")
+            if event == "message.delta":
+                text.append((frame_id, str(payload.get("delta", ""))))
+            elif event == "run.restarted":
+                text = []
+            elif event == "run.resumed":
+                through = _id_key(str(payload.get("valid_through") or "0-0"))
+                text = [(fid, d) for fid, d in text if _id_key(fid) <= through]
+        return text
+
     def problems(self) -> list[str]:
         """What is wrong with this reader's view, as a user would notice it."""
         found = []
@@ -82,13 +97,7 @@ class RunTrace:
             and final["event"] == "run.completed"
             and "stream.gap" not in self.events
         ):
-            names = self.events
-            start = max((i for i, name in enumerate(names) if name == "run.restarted"), default=-1)
-            text = "".join(
-                str(payload.get("delta", ""))
-                for _, payload in self.frames[start + 1 :]
-                if payload.get("event") == "message.delta"
-            )
+            text = "".join(delta for _, delta in self._standing_text())
             if text != final.get("output"):
                 found.append(f"deltas {text!r} != output {final.get('output')!r}, unannounced")
         return found
