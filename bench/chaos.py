@@ -25,7 +25,8 @@ Per fault it prints: runs accepted (2xx) during the window, terminal (the reader
 frame), lost (accepted, yet the record never became terminal), readers that saw an id twice,
 readers with an unannounced loss (text not the output and no ``stream.gap``/``run.restarted``),
 creations refused (by status), re-executed tool calls (a call that started twice: target 0)
-and repeated model calls (one made twice: at most the one in flight per run a fault caught),
+and repeated model calls (one made twice), and the most steps repeated in any one run (durable
+steps promise at most the one in flight),
 the time from the fault to the terminal frame of the runs it caught in flight (p50/max) and the
 recovery time: fault → the first event of a run created after
 the fault (one that completed; p50/max over rounds). For ``redis`` it also notes when the replica
@@ -178,9 +179,14 @@ def repeated(tool_log: str, runs: set[str]) -> dict[str, int]:
             starts[(line["run_id"], line["call_id"])] += 1
         elif line["phase"] == "model":
             models[(line["run_id"], line["call_id"])] += 1
+    per_run: Counter[str] = Counter()
+    for (run_id, _), n in [*starts.items(), *models.items()]:
+        per_run[run_id] += n - 1
     return {
         "rerun_tools": sum(n - 1 for n in starts.values() if n > 1),
         "repeated_model_calls": sum(n - 1 for n in models.values() if n > 1),
+        # Steps run twice in one run: durable steps promise at most the one in flight.
+        "max_repeated_per_run": max(per_run.values(), default=0),
     }
 
 
@@ -235,6 +241,7 @@ def table(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
                 sum(r["restarted_or_gap"] for r in rounds),
                 sum(r["rerun_tools"] for r in rounds),
                 sum(r["repeated_model_calls"] for r in rounds),
+                max(r["max_repeated_per_run"] for r in rounds),
                 f"{report.percentile(terminal_s, 50):.1f}/{max(terminal_s, default=0):.1f}",
                 f"{report.percentile(recovery, 50):.1f}/{max(recovery, default=0):.1f}",
                 ", ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "-",
@@ -286,6 +293,7 @@ async def main(args: argparse.Namespace) -> None:
         "restart/gap/resume",
         "re-run tools",
         "repeated model calls",
+        "max repeated steps per run",
         "to terminal s p50/max",
         "recovery s p50/max",
         "refused",
