@@ -33,6 +33,10 @@ class FailReason(StrEnum):
     WORKER_LOST = "worker_lost"  # its workers kept dying (reap.lua, after max_attempts)
 
 
+# How long an accepted run may wait in the queue: its record lives this long beyond its
+# retention, so a run that waited this long still has a record when a worker takes it.
+QUEUE_WAIT_SECONDS = 86_400
+
 TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 ACTIVE_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.WAITING_FOR_APPROVAL})
 

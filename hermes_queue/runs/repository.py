@@ -19,13 +19,17 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import Settings
-from hermes_queue.jobqueue.jobs import QUEUE_WAIT_MS
 from hermes_queue.keys import Keys
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts
 from hermes_queue.runs.leases import Leases
-from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
+from hermes_queue.runs.model import (
+    QUEUE_WAIT_SECONDS,
+    TERMINAL_STATUSES,
+    RunRecord,
+    RunStatus,
+)
 from hermes_queue.runs.scripts import Outcomes, current_stats_key
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
@@ -95,7 +99,7 @@ class RunRepository:
     @property
     def _record_ttl(self) -> int:
         """A live record outlives the longest wait in the queue plus its retention."""
-        return self.settings.retention_seconds + QUEUE_WAIT_MS // 1000
+        return self.settings.retention_seconds + QUEUE_WAIT_SECONDS
 
     # -- API side --------------------------------------------------------------------------
     def _fields(
