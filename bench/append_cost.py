@@ -70,9 +70,11 @@ def layers(attempt: Attempt, redis: aioredis.Redis) -> dict[str, Layer]:
 
 
 async def measure(url: str, count: int, rounds: int) -> dict[str, list[float]]:
-    settings = Settings(redis_url=url, namespace=f"bench-append-{uuid.uuid4().hex[:8]}").validate()
+    settings = Settings.of(
+        redis_url=url, namespace=f"bench-append-{uuid.uuid4().hex[:8]}"
+    ).validate()
     redis = aioredis.Redis.from_url(url)
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     results: dict[str, list[float]] = {}
     try:
         for _ in range(rounds):
@@ -86,7 +88,7 @@ async def measure(url: str, count: int, rounds: int) -> dict[str, list[float]]:
             await attempt.cancel()  # ends the run and its lease
         await repo.aclose()
     finally:
-        async for key in redis.scan_iter(match=f"{settings.namespace}:*"):
+        async for key in redis.scan_iter(match=f"{settings.redis.namespace}:*"):
             await redis.delete(key)
         await redis.aclose()
     return results

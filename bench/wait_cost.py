@@ -46,10 +46,10 @@ def replicated_pair() -> tuple[EmbeddedRedis, EmbeddedRedis]:
 
 async def script_level(url: str, replicas: int, runs: int) -> dict[str, Any]:
     client = aioredis.Redis.from_url(url)
-    settings = Settings(
+    settings = Settings.of(
         redis_url=url, namespace=f"wait-{uuid.uuid4().hex[:8]}", redis_min_replicas=replicas
     )
-    repo = RunRepository(client, settings)
+    repo = RunRepository(client, settings.redis.keys, settings.runs)
 
     async def create() -> float:
         started = time.perf_counter()

@@ -43,9 +43,9 @@ def env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setting
     yield settings
 
     async def cleanup() -> None:
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = aioredis.Redis.from_url(settings.redis.url)
         try:
-            found = [k async for k in client.scan_iter(match=f"{settings.namespace}:*")]
+            found = [k async for k in client.scan_iter(match=f"{settings.redis.namespace}:*")]
             if found:
                 await client.delete(*found)
         finally:
@@ -58,9 +58,13 @@ def prepare(settings: Settings, setup: Setup[T]) -> T:
     """Run ``setup`` against Redis in a loop of its own (the CLI runs in another)."""
 
     async def go() -> T:
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = aioredis.Redis.from_url(settings.redis.url)
         try:
-            return await setup(client, RunRepository(client, settings), Keys(settings.namespace))
+            return await setup(
+                client,
+                RunRepository(client, settings.redis.keys, settings.runs),
+                Keys(settings.redis.namespace),
+            )
         finally:
             await client.aclose()
 
@@ -265,7 +269,7 @@ def test_worker_check_also_needs_a_warmed_up_worker(env: Settings) -> None:
     assert invoke("migrate").exit_code == 0
     cold = invoke("check", "--role", "worker")
     assert cold.exit_code == 1 and "FAIL  warm_up" in cold.output
-    state = WarmUpState(env.namespace)  # what a worker process in this container writes
+    state = WarmUpState(env.redis.namespace)  # what a worker process in this container writes
     state.set(WARMING)
     try:
         assert "still warming up" in invoke("check", "--role", "worker").output
@@ -355,7 +359,7 @@ def test_status_lists_jobs_soonest_next_fire_first(env: Settings) -> None:
     now = time.time()
 
     async def setup() -> None:
-        store = create_store(env.store_url)
+        store = create_store(env.store.url)
         try:
             await store.migrate()
             for name, schedule in (("hourly", "every 1h"), ("soon", "every 5m")):

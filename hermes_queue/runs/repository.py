@@ -18,7 +18,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from hermes_queue.config import Settings
+from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
@@ -66,12 +66,13 @@ class RunRepository:
     def __init__(
         self,
         redis: aioredis.Redis,
-        settings: Settings,
+        keys: Keys,
+        settings: RunSettings,
         on_finished: Outcomes | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.namespace)
+        self.keys = keys
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name))
@@ -80,7 +81,7 @@ class RunRepository:
         # Writes a client is told about wait for redis_min_replicas replicas (replication.py).
         self._acked = acknowledged(
             self._scripts,
-            settings.redis_min_replicas,
+            settings.min_replicas,
             strict=("create", "create_session_run", "stop"),
         )
         # The leases of running runs: renewed by lease keepers, settled by reapers.

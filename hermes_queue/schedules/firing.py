@@ -24,7 +24,7 @@ from datetime import tzinfo
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from hermes_queue.config import Settings
+from hermes_queue.config import ScheduleSettings, Settings
 from hermes_queue.routing import parse_requested, select_runtime
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.model import RunRecord, RunStatus
@@ -50,8 +50,8 @@ class FireObserver(Protocol):
     def job_ticks_missed(self, count: int) -> None: ...
 
 
-def job_timezone(settings: Settings) -> tzinfo:
-    return ZoneInfo(settings.jobs_timezone)
+def job_timezone(settings: ScheduleSettings) -> tzinfo:
+    return ZoneInfo(settings.timezone)
 
 
 def tick_run_id(namespace: str, job_id: str, tick: float) -> str:
@@ -87,7 +87,9 @@ async def create_fire_run(
         session = await store.get_session(job.session_id)
     model_config = session.model_config if session else None
     column = session.model if session else None
-    selection = select_runtime(parse_requested({}), model_config, column, routing_config(settings))
+    selection = select_runtime(
+        parse_requested({}), model_config, column, routing_config(settings.routing)
+    )
     admission = await repository.create_session_run(
         run_id=run_id,
         session_id=await store.resolve_tip(job.session_id),
@@ -98,7 +100,7 @@ async def create_fire_run(
             path_id=job.session_id,
         ).to_json(),
         route=selection.as_dict(),
-        model=selection.model or settings.model_name,
+        model=selection.model or settings.routing.model_name,
         extra={"persist": "1"},
     )
     return admission.verdict != "exists"
@@ -115,7 +117,7 @@ class Firing:
 
     @property
     def tz(self) -> tzinfo:
-        return job_timezone(self.settings)
+        return job_timezone(self.settings.schedules)
 
     async def fire_tick(self, job: JobRow, now: float) -> bool:
         """Fire the due tick ``job.next_run_at`` (at most once across the deployment); True
@@ -125,7 +127,7 @@ class Firing:
             return False
         schedule = Schedule.from_stored(job.schedule)
         next_tick, missed = next_after(schedule, tick, now, self.tz)
-        run_id = tick_run_id(self.settings.namespace, job.id, tick)
+        run_id = tick_run_id(self.settings.redis.namespace, job.id, tick)
         created = False
         # Recorded already: its run may have expired since, and must not be created again.
         if not await self.store.job_fire_recorded(run_id):

@@ -69,8 +69,8 @@ def start_scheduler(
     observer: FireObserver | None,
 ) -> list[asyncio.Task[None]]:
     """The worker's scheduler task (none when ``scheduler_interval_seconds`` is 0)."""
-    if store is None or settings.scheduler_interval_seconds <= 0:
+    if store is None or settings.schedules.interval_seconds <= 0:
         return []
     scheduler = Scheduler(Firing(settings, store, repository, observer))
-    task = schedule_forever(scheduler, settings.scheduler_interval_seconds)
+    task = schedule_forever(scheduler, settings.schedules.interval_seconds)
     return [asyncio.create_task(task, name="scheduler")]

@@ -70,7 +70,7 @@ async def test_a_workers_subagent_events_reach_the_runs_stream(
     api: TestClient, redis: Any, settings: Settings
 ) -> None:
     """The worker's sink appends them on its usual path; any replica's SSE renders them."""
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={})
     attempt = await repo.claim(run_id, "w")

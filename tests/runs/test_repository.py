@@ -16,7 +16,7 @@ from hermes_queue.runs.repository import RunRepository, new_run_id
 
 @pytest.fixture
 def repo(redis: Any, settings: Settings) -> RunRepository:
-    return RunRepository(redis, settings)
+    return RunRepository(redis, settings.redis.keys, settings.runs)
 
 
 async def create(repo: RunRepository, **kw: Any) -> str:
@@ -87,7 +87,7 @@ async def test_reaper_requeues_and_the_old_attempt_is_fenced(
 async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
     repo: RunRepository, redis: Any, keys: Keys, settings: Settings
 ) -> None:
-    repo = RunRepository(redis, settings.replace(max_attempts=1))
+    repo = RunRepository(redis, settings.redis.keys, settings.replace(max_attempts=1).runs)
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
     await expire_lease(redis, keys, run_id)
@@ -96,7 +96,7 @@ async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
     assert record is not None and record.status == "failed" and record.reason == "worker_lost"
     last = (await events(redis, keys, run_id))[-1]
     assert last.type == "run.failed" and last.data["reason"] == "worker_lost"
-    assert await redis.ttl(keys.run(run_id)) <= settings.retention_seconds
+    assert await redis.ttl(keys.run(run_id)) <= settings.runs.retention_seconds
 
 
 async def test_live_lease_is_left_alone(repo: RunRepository) -> None:
@@ -305,17 +305,17 @@ async def test_a_live_runs_events_outlast_retention_and_expire_after_it_ends(
     attempt = await claimed(repo, run_id)
     stream = keys.events(run_id)
     assert await attempt.append([("run.started", {})])
-    assert 0 < await redis.ttl(stream) <= settings.retention_seconds
+    assert 0 < await redis.ttl(stream) <= settings.runs.retention_seconds
     await redis.expire(stream, 5)  # the retention nearly over, the run still going
     assert await attempt.append([("message.delta", {"delta": "a"})])
     assert await redis.ttl(stream) <= 5
     renew = redis.register_script(repo.leases.renew_script)
     renew_keys, renew_args = repo.leases.renew_args(run_id, attempt.number)
     assert await renew(keys=renew_keys, args=renew_args) == 0
-    assert await redis.ttl(stream) > settings.retention_seconds - 5
+    assert await redis.ttl(stream) > settings.runs.retention_seconds - 5
     await redis.expire(stream, 5)
     assert await attempt.complete(output="a", usage={}, messages=[], runtime=None)
-    assert await redis.ttl(stream) > settings.retention_seconds - 5
+    assert await redis.ttl(stream) > settings.runs.retention_seconds - 5
     assert [e.type for e in await events(redis, keys, run_id)][-2:] == [
         "assistant.completed",
         "run.completed",

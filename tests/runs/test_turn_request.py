@@ -29,7 +29,7 @@ RESPONSE_TURN = TurnRequest(
 async def test_a_turn_comes_back_from_the_run_record_as_written(
     redis: Any, settings: Settings
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     for turn in (RESPONSE_TURN, TurnRequest("hi", instructions=None, path_id="s_addressed")):
         run_id = new_run_id()
         assert await repo.create(run_id=run_id, session_id="s", request=turn.to_json())

@@ -62,9 +62,9 @@ class Node:
 
 @contextlib.asynccontextmanager
 async def node(settings: Settings, clock: Clock) -> AsyncIterator[Node]:
-    redis = aioredis.Redis.from_url(settings.redis_url)
-    store = await open_store(settings)
-    repository = RunRepository(redis, settings)
+    redis = aioredis.Redis.from_url(settings.redis.url)
+    store = await open_store(settings.store, redis_url=settings.redis.url)
+    repository = RunRepository(redis, settings.redis.keys, settings.runs)
     metrics = WorkerMetrics()
     scheduler = Scheduler(Firing(settings, store, repository, metrics), clock=clock)
     try:
@@ -118,7 +118,9 @@ async def test_each_tick_fires_one_run_whoever_passes(
         assert len(recorded) == n
         row = await first.store.get_job(job.id)
         assert row is not None and row.next_run_at == tick + PERIOD
-    expected = [(tick_run_id(store_settings.namespace, job.id, t), "schedule", t) for t in ticks]
+    expected = [
+        (tick_run_id(store_settings.redis.namespace, job.id, t), "schedule", t) for t in ticks
+    ]
     assert await fires(first.store, job.id) == expected
     assert first.fired() + second.fired() == len(ticks)
     for run_id, _, _ in expected:
@@ -137,7 +139,7 @@ async def test_a_fire_cut_off_before_it_was_recorded_is_recorded_once(
     first, second = nodes
     job = await make_job(first.store, "every 30m", T0)
     tick = T0 + PERIOD
-    run_id = tick_run_id(store_settings.namespace, job.id, tick)
+    run_id = tick_run_id(store_settings.redis.namespace, job.id, tick)
     assert await create_fire_run(first.repository, store_settings, first.store, job, run_id)
     clock.now = tick + 1
     assert await second.scheduler.run_pass() == 1

@@ -56,7 +56,7 @@ class Spread:
 
     @property
     def keys(self) -> Keys:
-        return Keys(self.cluster.settings.namespace)
+        return Keys(self.cluster.settings.redis.namespace)
 
     async def start_api(self, host: Host) -> str:
         settings = self.cluster.settings.replace(host=host.address, port=API_PORT)
@@ -121,7 +121,7 @@ async def spread(
     sentinel: bool = False,
     replicas: int = 1,
 ) -> AsyncIterator[Spread]:
-    """Start everything on hosts of its own; ``settings.store_url``, when PostgreSQL, is
+    """Start everything on hosts of its own; ``settings.store.url``, when PostgreSQL, is
     reached through a proxy on a PostgreSQL host (its schema must exist). ``sentinel``: a
     primary, ``replicas`` replicas and three Sentinels on the Redis host."""
     network = Network().create()
@@ -130,7 +130,7 @@ async def spread(
         redis_host = network.add_host("redis")
         api_hosts = [network.add_host(f"api{i}") for i in range(apis)]
         worker_hosts = [network.add_host(f"worker{i}") for i in range(workers)]
-        store_url = settings.store_url
+        store_url = settings.store.url
         if store_url.startswith("postgresql://"):
             pg_host = network.add_host("pg")
             parts = urlsplit(store_url)
@@ -181,7 +181,7 @@ async def _on_hosts(
         node.start()
         redis_url = f"redis://{redis_host.address}:{REDIS_PORT}/0"
     cluster.settings = cluster.settings.replace(redis_url=redis_url)
-    headers = {"Authorization": f"Bearer {settings.api_key}"}
+    headers = {"Authorization": f"Bearer {settings.api.api_key}"}
     d = Spread(
         network=network,
         cluster=cluster,

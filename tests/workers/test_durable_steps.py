@@ -61,7 +61,7 @@ async def events_of(redis: Any, keys: Keys, run_id: str) -> list[Any]:
 async def test_a_resumed_turn_runs_no_finished_tool_again_and_declares_the_lost_one(
     redis: Any, settings: Settings, keys: Keys, tool_log: Path
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={"message": TURN})
     await lose_first_attempt(repo, redis, keys, run_id, tool_log, until="call_2")
@@ -92,7 +92,7 @@ async def test_a_resumed_turn_runs_no_finished_tool_again_and_declares_the_lost_
 async def test_a_read_only_tool_in_flight_runs_again(
     redis: Any, settings: Settings, keys: Keys, tool_log: Path
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     message = "look [tool:read_file] [slowtool:0.3]"
     await repo.create(run_id=run_id, session_id="s", request={"message": message})
@@ -110,7 +110,7 @@ async def test_a_stopping_worker_hands_the_run_back_at_the_next_step(
 ) -> None:
     """The drain lasts one step: the turn is handed back as soon as the step in progress is
     recorded, and the next worker finishes it without running any tool again."""
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     message = "go [tool:alpha] [tool:beta] [tool:gamma] [slowtool:0.2]"
     await repo.create(run_id=run_id, session_id="s", request={"message": message})
@@ -136,12 +136,12 @@ async def test_a_stopping_worker_hands_the_run_back_at_the_next_step(
 
 
 async def test_steps_are_fenced_by_attempt(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     await repo.create(run_id=run_id, session_id="s", request={"message": "x"})
     stale = await repo.claim(run_id, "w1")
     assert stale is not None
-    await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
+    await redis.zadd(Keys(settings.redis.namespace).leases, {run_id: 0})
     assert await repo.leases.reap(run_id) == "requeued"
     live = await repo.claim(run_id, "w2")
     assert live is not None

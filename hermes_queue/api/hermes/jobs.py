@@ -85,7 +85,7 @@ def _job_id(request: web.Request) -> str:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
-    timeout = request.app[STATE].settings.body_timeout_seconds
+    timeout = request.app[STATE].settings.api.body_timeout_seconds
     try:
         body = decode(await read_body(request, timeout))
     except BodyError as exc:
@@ -105,7 +105,7 @@ async def _load(request: web.Request) -> JobRow:
 def _answer(request: web.Request, job: JobRow | None, **extra: Any) -> web.Response:
     if job is None:  # deleted meanwhile
         raise JobInputError("Job not found", 404)
-    tz = job_timezone(request.app[STATE].settings)
+    tz = job_timezone(request.app[STATE].settings.schedules)
     return web.json_response({"job": job_json(job, tz), **extra})
 
 
@@ -122,7 +122,7 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def create_job(request: web.Request) -> web.Response:
     body = await _body(request)
     origin = {"platform": "api_server", "chat_id": "api", "source_ip": request.remote}
-    tz = job_timezone(request.app[STATE].settings)
+    tz = job_timezone(request.app[STATE].settings.schedules)
     job = parse_create(body, now=time.time(), tz=tz, origin=origin)
     return _answer(request, await request.app[STATE].store.create_job(job))
 
@@ -142,7 +142,7 @@ async def get_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def update_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    tz = job_timezone(request.app[STATE].settings)
+    tz = job_timezone(request.app[STATE].settings.schedules)
     changes = patch_changes(job, await _body(request), now=time.time(), tz=tz)
     return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
@@ -164,7 +164,7 @@ async def pause_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def resume_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    changes = resume_changes(job, time.time(), job_timezone(request.app[STATE].settings))
+    changes = resume_changes(job, time.time(), job_timezone(request.app[STATE].settings.schedules))
     return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
 

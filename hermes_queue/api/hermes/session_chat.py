@@ -44,10 +44,10 @@ def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfi
 
 async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, dict[str, str]]:
     """Validate, admit and enqueue one turn; returns it and the response headers."""
-    session_key = session_key_header(request, state.settings.api_key)
+    session_key = session_key_header(request, state.settings.api.api_key)
     row = await load_session(state.store, request.match_info["session_id"])
     turn = parse_chat_body(
-        await json_object(request, state.settings.body_timeout_seconds), row, state.routing
+        await json_object(request, state.settings.api.body_timeout_seconds), row, state.routing
     )
     started = await state.turns.enqueue_turn(turn)
     return started, turn_headers(started.session_id, started.run_id, session_key)

@@ -109,7 +109,7 @@ def _session_header(request: web.Request, settings: Settings) -> str | None:
     raw = request.headers.get(SESSION_HEADER)
     if raw is None:
         return None
-    if not settings.api_key:
+    if not settings.api.api_key:
         raise ApiError(
             403,
             None,
@@ -145,13 +145,13 @@ def parse_completion(
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    session_key = session_key_header(request, state.settings.api_key)
+    session_key = session_key_header(request, state.settings.api.api_key)
     continued = _session_header(request, state.settings)
-    body = await json_object(request, state.settings.body_timeout_seconds)
+    body = await json_object(request, state.settings.api.body_timeout_seconds)
     turn = parse_completion(body, continued, state.routing)
     stream = coerce_bool(body.get("stream"), False)
     # The response names the model the client asked for (upstream echoes its alias).
-    model = turn.named_model or state.settings.model_name
+    model = turn.named_model or state.settings.routing.model_name
     replayed: dict[str, str] = {}
     idempotency = state.idempotency
     async with await idempotency.begin(
