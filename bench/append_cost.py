@@ -31,7 +31,9 @@ import uvloop
 from bench.lib import deploy, report
 from hermes_queue.config import Settings
 from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers.sink import RunEventSink
 
 Layer = Callable[[int], Awaitable[None]]
@@ -79,7 +81,7 @@ async def measure(url: str, count: int, rounds: int) -> dict[str, list[float]]:
     try:
         for _ in range(rounds):
             run_id = new_run_id()
-            await repo.create(run_id=run_id, session_id="bench", request={})
+            await repo.create(NewRun(run_id, "bench", TurnRequest()))
             attempt = await repo.claim(run_id, "bench")
             assert attempt is not None
             for name, layer in layers(attempt, redis).items():

@@ -26,7 +26,9 @@ import redis.asyncio as aioredis
 from bench.lib import deploy, report, traffic
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import EmbeddedRedis
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 
 CONCURRENCY = 32
 
@@ -53,7 +55,7 @@ async def script_level(url: str, replicas: int, runs: int) -> dict[str, Any]:
 
     async def create() -> float:
         started = time.perf_counter()
-        await repo.create(run_id=new_run_id(), session_id="s", request={"message": "hi"})
+        await repo.create(NewRun(new_run_id(), "s", TurnRequest("hi")))
         return time.perf_counter() - started
 
     try:

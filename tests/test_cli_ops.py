@@ -26,7 +26,9 @@ from hermes_queue.cli import main
 from hermes_queue.cli_jobs import JobsView, render_jobs
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.definitions import parse_create, pause_changes
 from hermes_queue.store import create_store
 from hermes_queue.workers.warmup import READY, WARMING, WarmUpState
@@ -79,7 +81,7 @@ def invoke(*args: str) -> Result:
 
 async def create(repo: RunRepository, *run_ids: str) -> None:
     for run_id in run_ids:
-        assert await repo.create(run_id=run_id, session_id=f"s_{run_id}", request={"input": "x"})
+        assert await repo.create(NewRun(run_id, f"s_{run_id}", TurnRequest()))
 
 
 def dead_port() -> int:

@@ -27,6 +27,7 @@ from hermes_queue.redis_client import connect
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.start import RunStarter
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
@@ -129,7 +130,9 @@ class ApiState:
             metrics=metrics,
             routing=routing,
             backpressure=backpressure,
-            turns=TurnStarter(runs, store, backpressure, routing.model_name, hub.presence),
+            turns=TurnStarter(
+                RunStarter(runs, hub.presence), store, backpressure, routing.model_name
+            ),
             feed=feed,
             idempotency=IdempotencyRecords(
                 redis,

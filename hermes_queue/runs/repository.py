@@ -1,9 +1,11 @@
-"""Run records in Redis: creation with its job, reads, stop requests and the claim.
+"""Run records in Redis: creation (queued in the same step), reads, stop requests and the claim.
 
-Every transition is one Lua script (``lua/``), so a run's record, stream, lease and job change
-together or not at all. A claim returns an ``Attempt`` (``attempt.py``), which makes every write
-of the worker that took the run, fenced by its attempt number. The repository's collaborators:
-``leases`` (renewal and reaping, ``leases.py``) and ``approvals`` (``approvals.py``).
+Every transition is one Lua script (``lua/``), so a run's record, stream, lease and queue entry
+change together or not at all. Runs are started through ``start.py``, which calls ``create``
+and ``create_session_run`` here. A claim returns an ``Attempt`` (``attempt.py``), which makes
+every write of the worker that took the run, fenced by its attempt number. The repository's
+collaborators: ``leases`` (renewal and reaping, ``leases.py``) and ``approvals``
+(``approvals.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hermes_queue.runs.leases import Leases
 from hermes_queue.runs.model import (
     QUEUE_WAIT_SECONDS,
     TERMINAL_STATUSES,
+    NewRun,
     RunRecord,
     RunStatus,
 )
@@ -38,6 +41,10 @@ from hermes_queue.streams.reader import id_key, read_range
 
 # Stream entries read per call where a worker reads its run's own stream.
 _PAGE = 500
+
+
+def _flat(fields: dict[str, str]) -> list[str]:
+    return [item for pair in fields.items() for item in pair]
 
 
 def new_run_id() -> str:
@@ -103,68 +110,22 @@ class RunRepository:
         return self.settings.retention_seconds + QUEUE_WAIT_SECONDS
 
     # -- API side --------------------------------------------------------------------------
-    def _fields(
-        self,
-        run_id: str,
-        session_id: str,
-        request: dict[str, Any],
-        route: dict[str, Any] | None,
-        model: str,
-        extra: dict[str, str] | None,
-    ) -> list[str]:
-        now = repr(time.time())
-        fields: dict[str, str] = {
-            "run_id": run_id,
-            "session_id": session_id,
-            "status": RunStatus.QUEUED,
-            "attempt": "0",
-            "seq": "0",
-            "created_at": now,
-            "updated_at": now,
-            "model": model,
-            "request": json.dumps(request, ensure_ascii=False),
-            "route": json.dumps(route or {}),
-            **(extra or {}),
-        }
-        return [item for pair in fields.items() for item in pair]
-
-    async def create(
-        self,
-        *,
-        run_id: str,
-        session_id: str,
-        request: dict[str, Any],
-        route: dict[str, Any] | None = None,
-        model: str = "",
-        extra: dict[str, str] | None = None,
-    ) -> bool:
+    # Creation is ``runs/start.py``'s to call: the one way a run is started.
+    async def create(self, run: NewRun) -> bool:
         """Store the run and queue it atomically; False if the id already exists."""
         created = await self._acked["create"](
-            keys=[self.keys.run(run_id), self.keys.queue],
-            args=[
-                run_id,
-                self._record_ttl,
-                self.keys.wake_channel,
-                *self._fields(run_id, session_id, request, route, model, extra),
-            ],
+            keys=[self.keys.run(run.run_id), self.keys.queue],
+            args=[run.run_id, self._record_ttl, self.keys.wake_channel, *_flat(run.fields())],
         )
         return bool(created)
 
     async def create_session_run(
-        self,
-        *,
-        run_id: str,
-        session_id: str,
-        strategy: str,
-        request: dict[str, Any],
-        route: dict[str, Any] | None = None,
-        model: str = "",
-        extra: dict[str, str] | None = None,
-        read_by: str | None = None,
+        self, run: NewRun, *, strategy: str, read_by: str | None = None
     ) -> SessionAdmission:
         """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``).
         ``read_by``: the reader id (``ReaderPresence.reader_id``) of the API process whose
         request reads the run, which makes the run abandonable (``SessionAdmission``)."""
+        run_id, session_id = run.run_id, run.session_id
         result = await self._acked["create_session_run"](
             keys=[
                 self.keys.run(run_id),
@@ -181,7 +142,7 @@ class RunRepository:
                 strategy,
                 read_by or "",
                 PRESENCE_TTL_MS,
-                *self._fields(run_id, session_id, request, route, model, extra),
+                *_flat(run.fields()),
             ],
         )
         verdict = _decode(result[0])

@@ -28,6 +28,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
 from hermes_queue.redis_client import connect
+from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
@@ -161,7 +162,13 @@ class WorkerProcess:
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
             asyncio.create_task(reap_forever(repository, settings.runs.reaper_interval_seconds)),
             asyncio.create_task(publish_forever(redis, keys, backend)),
-            *start_scheduler(settings, runtime.store, repository, metrics),
+            *start_scheduler(
+                settings.schedules,
+                runtime.store,
+                repository,
+                routing_config(settings.routing),
+                metrics,
+            ),
         ]
         log.info(
             "worker %s ready (%d slots, backend %s)",

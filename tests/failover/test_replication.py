@@ -13,8 +13,9 @@ import redis.asyncio as aioredis
 from hermes_queue import replication
 from hermes_queue.config import ConfigError, Settings, load_settings
 from hermes_queue.replication import NotReplicated
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from tests.support.inprocess import running_api
 from tests.support.redis_group import SentinelGroup
 
@@ -41,7 +42,7 @@ def test_setting_is_read_and_checked() -> None:
 
 async def create(repo: RunRepository) -> str:
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"})
+    assert await repo.create(NewRun(run_id, "s1", TurnRequest("hi")))
     return run_id
 
 
@@ -52,7 +53,7 @@ async def test_a_write_no_replica_acknowledged_raises_but_stands_on_the_primary(
     repo = RunRepository(redis, settings.redis.keys, settings.replace(redis_min_replicas=1).runs)
     run_id = new_run_id()
     with pytest.raises(NotReplicated) as caught:
-        await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"})
+        await repo.create(NewRun(run_id, "s1", TurnRequest("hi")))
     assert (caught.value.acknowledged, caught.value.wanted) == (0, 1)
     record = await repo.get(run_id)
     assert record is not None and record.status == RunStatus.QUEUED

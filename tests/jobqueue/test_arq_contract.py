@@ -22,7 +22,9 @@ from arq.worker import Worker
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 
 # The source of every arq Worker method that WakeableWorker mirrors, replaces, calls or relies
 # on, as sha256 prefixes (typing spellings normalised: List[...] and list[...] hash alike).
@@ -138,7 +140,7 @@ async def test_a_delivery_runs_the_queued_id_and_writes_no_per_job_key(
     never written, and the queue entry is left to the handler's claim (here: none)."""
     run_id = new_run_id()
     assert await RunRepository(redis, settings.redis.keys, settings.runs).create(
-        run_id=run_id, session_id="s", request={}
+        NewRun(run_id, "s", TurnRequest())
     )
     handler = RecordingHandler(redis)
     worker = queue_worker(
@@ -183,7 +185,7 @@ async def test_runs_queued_beyond_the_free_slots_start_as_slots_free_without_the
     repository = RunRepository(redis, settings.redis.keys, settings.runs)
     queued = [new_run_id() for _ in range(7)]
     for run_id in queued:
-        assert await repository.create(run_id=run_id, session_id="s", request={})
+        assert await repository.create(NewRun(run_id, "s", TurnRequest()))
     handler = QueueTakingHandler(redis, Keys(settings.redis.namespace).queue, len(queued))
     worker = queue_worker(settings.redis, settings.worker, handler, handle_signals=False)
     task = worker.start()

@@ -8,16 +8,17 @@ from typing import Any
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import NewRun, RunStatus
 from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from tests.support.inprocess import running_worker
 from tests.support.polling import eventually
 
 
 async def create(repo: RunRepository) -> str:
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hello"})
+    assert await repo.create(NewRun(run_id, "s1", TurnRequest("hello")))
     return run_id
 
 

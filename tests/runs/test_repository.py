@@ -10,8 +10,9 @@ from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.runs.attempt import Attempt
-from hermes_queue.runs.model import FailReason, RunStatus
+from hermes_queue.runs.model import FailReason, NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 
 
 @pytest.fixture
@@ -19,9 +20,9 @@ def repo(redis: Any, settings: Settings) -> RunRepository:
     return RunRepository(redis, settings.redis.keys, settings.runs)
 
 
-async def create(repo: RunRepository, **kw: Any) -> str:
+async def create(repo: RunRepository) -> str:
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"}, **kw)
+    assert await repo.create(NewRun(run_id, "s1", TurnRequest("hi")))
     return run_id
 
 
@@ -49,7 +50,7 @@ async def test_create_stores_the_record_and_queues_the_run_id_alone(
     assert await redis.zscore(keys.queue, run_id) is not None
     # The queue entry is the run id; nothing else is written per job (no arq job key).
     assert not await redis.exists(f"arq:job:{run_id}", f"arq:in-progress:{run_id}")
-    assert not await repo.create(run_id=run_id, session_id="s1", request={})
+    assert not await repo.create(NewRun(run_id, "s1", TurnRequest()))
 
 
 async def test_claim_is_exclusive_and_terminal_runs_are_no_ops(repo: RunRepository) -> None:

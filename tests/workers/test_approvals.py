@@ -17,7 +17,9 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.runs.approvals import approval_message
 from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers.sink import LeaseLost, RunEventSink, Wakeup
 from tests.support.polling import eventually
 
@@ -26,7 +28,7 @@ REQUEST = ApprovalRequest(command="rm -rf /tmp/x", description="delete", pattern
 
 async def _claimed(repo: RunRepository) -> Attempt:
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={"message": "m"})
+    await repo.create(NewRun(run_id, "s", TurnRequest("m")))
     attempt = await repo.claim(run_id, "w")
     assert attempt is not None
     return attempt

@@ -12,7 +12,9 @@ from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redis_server import EmbeddedRedis, free_port
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from tests.support.inprocess import running_api, running_worker
@@ -52,7 +54,7 @@ async def test_stale_attempt_ending_does_not_untrack_the_live_one(
     backend = SignallingEcho(0.05)
     runtime = WorkerRuntime(worker_id="w", repository=repo, backend=backend)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={"message": "a b c d e f g h i j"})
+    await repo.create(NewRun(run_id, "s", TurnRequest("a b c d e f g h i j")))
     first = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[1].wait()
     # Its lease lapses (say the process froze) and the reaper puts the run back in the queue;
@@ -71,7 +73,7 @@ async def test_stale_attempt_ending_does_not_untrack_the_live_one(
 async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Settings) -> None:
     repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={})
+    await repo.create(NewRun(run_id, "s", TurnRequest()))
     attempt = await repo.claim(run_id, "w")
     assert attempt is not None
     calls = 0
@@ -117,7 +119,7 @@ async def test_coalescing_window_holds_only_deltas_that_follow_a_delta(
     settings = settings.replace(stream_coalesce_ms=30_000)
     repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={})
+    await repo.create(NewRun(run_id, "s", TurnRequest()))
     attempt = await repo.claim(run_id, "w")
     assert attempt is not None
     stream = Keys(settings.redis.namespace).events(run_id)

@@ -14,8 +14,9 @@ from hermes_queue import cli_check
 from hermes_queue.agents.echo import EchoBackend
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers import worker as worker_module
 from hermes_queue.workers.warmup import probe
 from hermes_queue.workers.worker import build_worker
@@ -75,7 +76,7 @@ async def test_no_run_is_taken_and_the_probe_waits_until_the_warm_up_ends(
     settings = settings.replace(poll_seconds=0.05)
     repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s", request={"message": "hi"})
+    assert await repo.create(NewRun(run_id, "s", TurnRequest("hi")))
     assert not probe(settings.redis.namespace).ok  # no worker here yet
     async with started(settings):
         await asyncio.wait_for(backend.entered.wait(), 10)
@@ -98,7 +99,7 @@ async def test_a_failed_warm_up_fails_the_probe_and_the_worker_runs_cold(
     backend.release.set()
     async with started(settings):
         run_id = new_run_id()
-        assert await repo.create(run_id=run_id, session_id="s", request={"message": "hi"})
+        assert await repo.create(NewRun(run_id, "s", TurnRequest("hi")))
         await wait_for(repo, run_id, RunStatus.COMPLETED)
         check = cli_check.warm_up_check(settings)
         assert not check.ok

@@ -23,6 +23,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.bodies import read_body
 from hermes_queue.api.http.json_body import BodyError, decode
 from hermes_queue.api.state import STATE
+from hermes_queue.runs.start import RunStarter
 from hermes_queue.schedules.definitions import (
     JobInputError,
     job_json,
@@ -45,7 +46,9 @@ RECENT_RUNS = 20
 
 def _firing(request: web.Request) -> Firing:
     state = request.app[STATE]
-    return Firing(state.settings, state.store, state.runs, state.metrics)
+    # Run-now fires are read by nobody's request: started without this process's presence.
+    tz = job_timezone(state.settings.schedules)
+    return Firing(state.store, RunStarter(state.runs), state.routing, tz, state.metrics)
 
 
 def _error(message: str, status: int, headers: dict[str, str] | None = None) -> web.Response:
