@@ -25,11 +25,11 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import RunSettings
-from hermes_queue.events import encode_data
 from hermes_queue.keys import Keys
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script
+from hermes_queue.streams.codec import encode_data
 
 # Control-channel message prefix of an answer; anything without it is a stop request.
 APPROVAL_MESSAGE_PREFIX = "approval:"

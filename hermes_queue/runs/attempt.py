@@ -24,13 +24,14 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import RunSettings
-from hermes_queue.events import EventType, encode_data
+from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
 from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
+from hermes_queue.streams.codec import encode_data
 
 log = logging.getLogger(__name__)
 

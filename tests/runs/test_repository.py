@@ -13,6 +13,7 @@ from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.model import FailReason, NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.codec import decode_entry
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ async def expire_lease(redis: Any, keys: Keys, run_id: str) -> None:
 
 
 async def events(redis: Any, keys: Keys, run_id: str) -> list[RunEvent]:
-    return [RunEvent.from_entry(run_id, i, f) for i, f in await redis.xrange(keys.events(run_id))]
+    return [decode_entry(run_id, i, f) for i, f in await redis.xrange(keys.events(run_id))]
 
 
 async def test_create_stores_the_record_and_queues_the_run_id_alone(

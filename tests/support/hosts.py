@@ -27,6 +27,7 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redis_client import connect_url
 from hermes_queue.redis_server import bundled_redis_server
+from hermes_queue.streams.codec import decode_entry
 from tests.support.netns import Host, Network
 from tests.support.processes import REPO_ROOT, Cluster, Proc, wait_http
 from tests.support.redis_group import Node, SentinelGroup
@@ -83,7 +84,7 @@ class Spread:
 
     async def stream(self, run_id: str) -> list[RunEvent]:
         entries = await self.redis.xrange(self.keys.events(run_id))
-        return [RunEvent.from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+        return [decode_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
     async def holder(self, run_id: str) -> Host | None:
         """The host of the worker that runs ``run_id`` now (its id carries the pid)."""

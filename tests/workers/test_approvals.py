@@ -20,6 +20,7 @@ from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.codec import decode_entry
 from hermes_queue.workers.sink import LeaseLost, RunEventSink, Wakeup
 from tests.support.polling import eventually
 
@@ -36,7 +37,7 @@ async def _claimed(repo: RunRepository) -> Attempt:
 
 async def _events(redis: Any, settings: Settings, run_id: str) -> list[RunEvent]:
     entries = await redis.xrange(Keys(settings.redis.namespace).events(run_id))
-    return [RunEvent.from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+    return [decode_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
 
 async def _wait_status(repo: RunRepository, run_id: str, status: str) -> None:

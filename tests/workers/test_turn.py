@@ -15,6 +15,7 @@ from hermes_queue.redis_server import EmbeddedRedis, free_port
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.codec import decode_entry
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from tests.support.inprocess import running_api, running_worker
@@ -96,7 +97,7 @@ async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Se
     await sink.delta("last")
     await sink.flush()
     entries = await redis.xrange(Keys(settings.redis.namespace).events(run_id))
-    events = [RunEvent.from_entry(run_id, i, f) for i, f in entries]
+    events = [decode_entry(run_id, i, f) for i, f in entries]
     assert [e.type for e in events[:2]] == ["message.started", "message.delta"]
     assert events[1].data == {"delta": "first "}
     # Deltas that piled up behind an append in flight went out merged, in order, text intact;
@@ -129,7 +130,7 @@ async def test_coalescing_window_holds_only_deltas_that_follow_a_delta(
         entries = await eventually(
             lambda: redis.xrange(stream), lambda got: len(got) >= count, within=10
         )
-        return [RunEvent.from_entry(run_id, i, f) for i, f in entries]
+        return [decode_entry(run_id, i, f) for i, f in entries]
 
     sink = RunEventSink(attempt)
     await sink.delta("a")
