@@ -18,7 +18,6 @@ and returns the run id and the session id, which the endpoint renders in its own
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -170,6 +169,10 @@ class TurnStarter:
 
     async def _create(self, turn: NewTurn, run_id: str, session_id: str) -> None:
         session = turn.session
+        if isinstance(session, RunSession):
+            persist = Persist.TURN if session.persisted else None
+        else:
+            persist = Persist.SESSION
         run = NewRun(
             run_id=run_id,
             session_id=session_id,
@@ -178,13 +181,12 @@ class TurnStarter:
             # What hermes.run reports: the model the client named, else the advertised name
             # (as upstream's run status); the resolved one is the route's.
             model=turn.named_model or self._default_model,
+            persist=persist,
             openai_stream=turn.openai_stream,
         )
         if isinstance(session, RunSession):
-            persist = Persist.TURN if session.persisted else None
-            await self._runs.start(dataclasses.replace(run, persist=persist))
+            await self._runs.start(run)
             return
-        run = dataclasses.replace(run, persist=Persist.SESSION)
         admission = await self._runs.start_in_session(run, session.strategy)
         if admission.verdict == "busy":
             raise ApiError(
