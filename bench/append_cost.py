@@ -34,7 +34,9 @@ from bench.lib import deploy, report
 from hermes_queue.agents.steps import tool_result
 from hermes_queue.config import Settings
 from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers.sink import RunEventSink
 
 Layer = Callable[[int], Awaitable[None]]
@@ -88,14 +90,16 @@ def layers(attempt: Attempt, redis: aioredis.Redis) -> dict[str, Layer]:
 
 
 async def measure(url: str, count: int, rounds: int) -> dict[str, list[float]]:
-    settings = Settings(redis_url=url, namespace=f"bench-append-{uuid.uuid4().hex[:8]}").validate()
+    settings = Settings.of(
+        redis_url=url, namespace=f"bench-append-{uuid.uuid4().hex[:8]}"
+    ).validate()
     redis = aioredis.Redis.from_url(url)
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     results: dict[str, list[float]] = {}
     try:
         for _ in range(rounds):
             run_id = new_run_id()
-            await repo.create(run_id=run_id, session_id="bench", request={})
+            await repo.create(NewRun(run_id, "bench", TurnRequest()))
             attempt = await repo.claim(run_id, "bench")
             assert attempt is not None
             for name, layer in layers(attempt, redis).items():
@@ -104,7 +108,7 @@ async def measure(url: str, count: int, rounds: int) -> dict[str, list[float]]:
             await attempt.cancel()  # ends the run and its lease
         await repo.aclose()
     finally:
-        async for key in redis.scan_iter(match=f"{settings.namespace}:*"):
+        async for key in redis.scan_iter(match=f"{settings.redis.namespace}:*"):
             await redis.delete(key)
         await redis.aclose()
     return results

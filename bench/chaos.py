@@ -118,7 +118,7 @@ async def partition(d: Spread, load: Load, notes: Notes) -> Callable[[], Awaitab
     host.cut()
 
     async def repair() -> None:
-        await asyncio.sleep(d.cluster.settings.lease_seconds + 2)
+        await asyncio.sleep(d.cluster.settings.runs.lease_seconds + 2)
         host.reconnect()
 
     return repair
@@ -162,8 +162,8 @@ async def one_fault(d: Spread, fault: str, clients: int, interval: float) -> dic
         await load.finish(within=180)
     finally:
         await load.cancel()
-    await load.settle_records(within=d.cluster.settings.lease_seconds * 4 + 20)
-    repeats = repeated(d.cluster.settings.echo_tool_log, {t.run_id for t in load.accepted})
+    await load.settle_records(within=d.cluster.settings.runs.lease_seconds * 4 + 20)
+    repeats = repeated(d.cluster.settings.agents.echo_tool_log, {t.run_id for t in load.accepted})
     return {**summarise(load, fault_at, repaired_at), **repeats, **notes}
 
 
@@ -260,7 +260,7 @@ def _milestones(rounds: list[dict[str, Any]]) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
-    settings = Settings(
+    settings = Settings.of(
         namespace=f"chaos-{uuid.uuid4().hex[:8]}",
         api_key=deploy.API_KEY,
         lease_seconds=args.lease,

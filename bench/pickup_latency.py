@@ -65,7 +65,7 @@ async def one_round(
     dep: deploy.Deployment, base: str, runs: int
 ) -> tuple[list[float], list[float], list[float]]:
     """(pickup s, POST→run.started s, POST round trip s) per run."""
-    redis = aioredis.Redis.from_url(dep.settings.redis_url)
+    redis = aioredis.Redis.from_url(dep.settings.redis.url)
     pickup, to_started, post_rtt = [], [], []
     text = traffic.words(20)
     async with traffic.client_session(limit=4) as session:

@@ -48,7 +48,7 @@ async def main() -> None:
         base = await dep.start_api()
         [worker] = await dep.start_workers(1)
         await closed_loop.level(base, 4, 20, 60)  # warm-up: pools at their working size
-        redis_port = int(dep.settings.redis_url.rsplit(":", 1)[1].split("/")[0])
+        redis_port = int(dep.settings.redis.url.rsplit(":", 1)[1].split("/")[0])
         roles = {"api": dep.api_procs[0].pid, "worker": worker.pid}
 
         by_source: Counter[tuple[str, str]] = Counter()
@@ -56,7 +56,7 @@ async def main() -> None:
         ready = threading.Event()
 
         def monitor() -> None:
-            client = redis.Redis.from_url(dep.settings.redis_url)
+            client = redis.Redis.from_url(dep.settings.redis.url)
             with client.monitor() as m:
                 ready.set()
                 while not stop.is_set():

@@ -26,7 +26,9 @@ import redis.asyncio as aioredis
 from bench.lib import deploy, report, traffic
 from hermes_queue.config import Settings
 from hermes_queue.redis_server import EmbeddedRedis
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 
 CONCURRENCY = 32
 
@@ -46,14 +48,14 @@ def replicated_pair() -> tuple[EmbeddedRedis, EmbeddedRedis]:
 
 async def script_level(url: str, replicas: int, runs: int) -> dict[str, Any]:
     client = aioredis.Redis.from_url(url)
-    settings = Settings(
+    settings = Settings.of(
         redis_url=url, namespace=f"wait-{uuid.uuid4().hex[:8]}", redis_min_replicas=replicas
     )
-    repo = RunRepository(client, settings)
+    repo = RunRepository(client, settings.redis.keys, settings.runs)
 
     async def create() -> float:
         started = time.perf_counter()
-        await repo.create(run_id=new_run_id(), session_id="s", request={"message": "hi"})
+        await repo.create(NewRun(new_run_id(), "s", TurnRequest("hi")))
         return time.perf_counter() - started
 
     try:

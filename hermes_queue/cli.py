@@ -38,12 +38,12 @@ def api(host: str | None, port: int | None) -> None:
 
     settings = _settings(host=host, port=port)
     configure_logging(
-        settings.log_level,
-        settings.log_format,
-        secrets=(settings.api_key,),
-        urls=(settings.redis_url, settings.store_url),
+        settings.process.log_level,
+        settings.process.log_format,
+        secrets=(settings.api.api_key,),
+        urls=(settings.redis.url, settings.store.url),
     )
-    _run(serve_api(settings), settings.event_loop)
+    _run(serve_api(settings), settings.process.event_loop)
 
 
 @main.command()
@@ -54,12 +54,12 @@ def worker(concurrency: int | None) -> None:
 
     settings = _settings(worker_concurrency=concurrency)
     configure_logging(
-        settings.log_level,
-        settings.log_format,
-        secrets=(settings.api_key,),
-        urls=(settings.redis_url, settings.store_url),
+        settings.process.log_level,
+        settings.process.log_format,
+        secrets=(settings.api.api_key,),
+        urls=(settings.redis.url, settings.store.url),
     )
-    _run(serve_worker(settings), settings.event_loop)
+    _run(serve_worker(settings), settings.process.event_loop)
 
 
 @main.command()
@@ -71,14 +71,14 @@ def dev(host: str | None, port: int | None) -> None:
 
     settings = _settings(host=host, port=port)
     configure_logging(
-        settings.log_level,
-        settings.log_format,
-        secrets=(settings.api_key,),
-        urls=(settings.redis_url, settings.store_url),
+        settings.process.log_level,
+        settings.process.log_format,
+        secrets=(settings.api.api_key,),
+        urls=(settings.redis.url, settings.store.url),
     )
     _run(
         serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ),
-        settings.event_loop,
+        settings.process.event_loop,
     )
 
 
@@ -93,9 +93,11 @@ def config_check() -> None:
     from hermes_queue.providers import CredentialsUnavailable, resolve_api_key
 
     settings = _settings()
-    click.echo(f"settings OK (namespace {settings.namespace!r}, agent {settings.agent_backend})")
+    click.echo(
+        f"settings OK (namespace {settings.redis.namespace!r}, agent {settings.agents.backend})"
+    )
     unusable = 0
-    for name, provider in sorted(settings.providers.items()):
+    for name, provider in sorted(settings.routing.providers.items()):
         try:
             resolve_api_key(provider)
         except CredentialsUnavailable as exc:
@@ -104,9 +106,9 @@ def config_check() -> None:
         else:
             source = provider.api_key_env or provider.api_key_file
             click.echo(f"  provider {name}: credentials found ({source}) at {provider.base_url}")
-    for alias, route in sorted(settings.model_routes.items()):
+    for alias, route in sorted(settings.routing.model_routes.items()):
         click.echo(f"  route {alias} -> {route.provider or '(default)'}:{route.model}")
-    if settings.agent_backend == "hermes":
+    if settings.agents.backend == "hermes":
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -126,7 +128,7 @@ def migrate() -> None:
     settings = _settings()
 
     async def apply() -> list[int]:
-        store = create_store(settings.store_url, schema=settings.store_schema or None)
+        store = create_store(settings.store.url, schema=settings.store.schema or None)
         try:
             return await store.migrate()
         finally:
@@ -151,10 +153,10 @@ def tail(run_id: str, url: str | None, after: str | None) -> None:
     from hermes_queue.client import ClientError, HermesQueueClient
 
     settings = _settings()
-    base = url or f"http://{settings.host}:{settings.port}"
+    base = url or f"http://{settings.api.host}:{settings.api.port}"
 
     async def follow() -> int:
-        async with HermesQueueClient(base, settings.api_key) as client:
+        async with HermesQueueClient(base, settings.api.api_key) as client:
             try:
                 async for event_id, payload in client.iter_events(run_id, after=after):
                     click.echo(f"{event_id} {json.dumps(payload, ensure_ascii=False)}")

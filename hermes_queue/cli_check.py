@@ -70,13 +70,13 @@ def warm_up_check(settings: Settings) -> CheckResult:
     of this namespace on this host has said so; a failed warm-up is a failed check."""
     from hermes_queue.workers.warmup import probe
 
-    report = probe(settings.namespace)
+    report = probe(settings.redis.namespace)
     return CheckResult("warm_up", report.ok, report.detail)
 
 
 async def run_checks(settings: Settings) -> list[CheckResult]:
     async def redis_probe() -> str:
-        client = connect(settings)
+        client = connect(settings.redis)
         try:
             started = time.perf_counter()
             await client.ping()
@@ -86,7 +86,7 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
 
     async def store_probe() -> str:
         try:
-            store = create_store(settings.store_url, schema=settings.store_schema or None)
+            store = create_store(settings.store.url, schema=settings.store.schema or None)
         except ValueError:
             # Not the message: for a URL without a scheme it quotes the URL, password included.
             raise CheckFailed("is not a store URL (use sqlite:///path or postgresql://…)") from None
@@ -107,8 +107,8 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
 
     return list(
         await asyncio.gather(
-            _guarded("redis", mask_url(settings.redis_url), redis_probe),
-            _guarded("session_store", mask_url(settings.store_url), store_probe),
+            _guarded("redis", mask_url(settings.redis.url), redis_probe),
+            _guarded("session_store", mask_url(settings.store.url), store_probe),
         )
     )
 

@@ -45,7 +45,7 @@ class JobsView:
 async def job_store(settings: Settings) -> AsyncIterator[SessionStore | None]:
     """The session store for one command (None for a URL that is not a store URL)."""
     try:
-        store = create_store(settings.store_url, schema=settings.store_schema or None)
+        store = create_store(settings.store.url, schema=settings.store.schema or None)
     except ValueError:
         yield None
         return
@@ -56,7 +56,7 @@ async def job_store(settings: Settings) -> AsyncIterator[SessionStore | None]:
 
 
 def _row(job: JobRow, settings: Settings) -> dict[str, Any]:
-    tz = job_timezone(settings)
+    tz = job_timezone(settings.schedules)
 
     def iso(moment: float | None) -> str | None:
         return None if moment is None else datetime.fromtimestamp(moment, tz).isoformat()

@@ -39,8 +39,7 @@ from rich.text import Text
 from hermes_queue.cli_check import mask_url
 from hermes_queue.cli_jobs import JobsView, job_store, read_jobs, render_jobs
 from hermes_queue.config import Settings
-from hermes_queue.keys import Keys
-from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, snapshot
+from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, QueueSnapshot, snapshot
 from hermes_queue.redis_client import connect
 from hermes_queue.runs.model import RunRecord, RunStatus
 from hermes_queue.runs.repository import RunRepository
@@ -65,9 +64,9 @@ class OpsError(click.ClickException):
 @asynccontextmanager
 async def redis_session(settings: Settings) -> AsyncIterator[aioredis.Redis]:
     """A client for one command, whose Redis failures become one clear error line."""
-    where = mask_url(settings.redis_url)
+    where = mask_url(settings.redis.url)
     try:
-        client = connect(settings)
+        client = connect(settings.redis)
     except ValueError as exc:
         raise OpsError(f"invalid redis_url {where}: {exc}") from None
     try:
@@ -139,9 +138,27 @@ class StatusView:
         return {**self.queue, "jobs": self.jobs.to_json()}
 
 
+def _snapshot(
+    redis: aioredis.Redis, settings: Settings, limit: int = 0, offset: int = 0
+) -> Awaitable[QueueSnapshot]:
+    """The snapshot ``GET /v1/queue`` serves, counted as the API counts it."""
+    return snapshot(
+        redis,
+        settings.redis.keys,
+        settings.runs.lease_seconds,
+        default_slots=settings.worker.concurrency,
+        limit=limit,
+        offset=offset,
+    )
+
+
+def _runs(redis: aioredis.Redis, settings: Settings) -> RunRepository:
+    return RunRepository(redis, settings.redis.keys, settings.runs)
+
+
 async def read_status(redis: aioredis.Redis, settings: Settings) -> StatusView:
-    snap = await snapshot(redis, settings)
-    keys = Keys(settings.namespace)
+    snap = await _snapshot(redis, settings)
+    keys = settings.redis.keys
     minute = int(snap.at // 60)
     buckets = [minute - i for i in range(STATS_MINUTES)]
     async with redis.pipeline(transaction=False) as pipe:
@@ -163,7 +180,8 @@ def render_status(
     depth, workers, tp = q["depth"], q["workers"], q["throughput"]
     header = Text.assemble(
         ("hermes-queue ", "bold"),
-        f"namespace {settings.namespace} · {mask_url(settings.redis_url)} · {_clock(q['at'])}",
+        f"namespace {settings.redis.namespace} · {mask_url(settings.redis.url)} · "
+        f"{_clock(q['at'])}",
     )
 
     queue = _table("state", "runs>", title="Queue")
@@ -288,7 +306,7 @@ def _read_view(settings: Settings) -> StatusView:
 
 def runs_list(settings: Settings, *, limit: int, offset: int, as_json: bool) -> None:
     """In-flight (leased) runs, one page, soonest lease deadline first as ``/v1/queue``."""
-    snap = _read(settings, lambda r: snapshot(r, settings, limit=limit, offset=offset))
+    snap = _read(settings, lambda r: _snapshot(r, settings, limit, offset))
     page: dict[str, Any] = snap.to_json()["in_flight"]
     if as_json:
         click.echo(json.dumps(page, indent=2))
@@ -323,7 +341,7 @@ def run_details(record: RunRecord) -> dict[str, Any]:
 
 
 def runs_show(settings: Settings, run_id: str, *, as_json: bool) -> None:
-    record = _read(settings, lambda r: RunRepository(r, settings).get(run_id))
+    record = _read(settings, lambda r: _runs(r, settings).get(run_id))
     if record is None:
         raise _not_found(run_id)
     details = run_details(record)
@@ -348,7 +366,7 @@ def runs_show(settings: Settings, run_id: str, *, as_json: bool) -> None:
 def runs_stop(settings: Settings, run_id: str) -> None:
     """Queued runs end ``cancelled`` at once; running ones go ``stopping`` until their worker
     ends the turn; finished ones are left alone (stop is idempotent, as the API's)."""
-    outcome = _read(settings, lambda r: RunRepository(r, settings).request_stop(run_id))
+    outcome = _read(settings, lambda r: _runs(r, settings).request_stop(run_id))
     if not outcome.found:
         raise _not_found(run_id)
     now = outcome.status

@@ -1,10 +1,9 @@
-"""The canonical run-event vocabulary and its stream encoding.
+"""The canonical run-event vocabulary.
 
 Workers store exactly these events in each run's Redis Stream; every endpoint renders them into
-its own dialect (see ``hermes_queue.api.dialects``). A stream entry has the fields
-``t`` (type), ``s`` (seq), ``a`` (attempt), ``ts`` (unix seconds), ``sid`` (session id) and
-``d`` (JSON object with the event-specific data). The stream entry id is the event's id and the
-SSE ``id:`` line.
+its own dialect (``api/hermes/render.py``, ``api/openai/``). How an event is stored as a stream
+entry, and read back as a :class:`RunEvent`, is ``streams/codec.py`` (beside the Lua that
+writes it); the stream entry id is the event's id and the SSE ``id:`` line.
 
 One entry is at most one frame a client sees (besides a stream's closing ``done`` / ``[DONE]``):
 a dialect that shows two things at one moment has two entries to show them from, e.g. the
@@ -16,7 +15,6 @@ frames itself (``sequence_number``, also its ``id:``).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -127,26 +125,6 @@ class RunEvent:
     def terminal(self) -> bool:
         return self.type in TERMINAL_EVENTS
 
-    @classmethod
-    def from_entry(cls, run_id: str, entry_id: str | bytes, fields: dict[Any, Any]) -> RunEvent:
-        """Decode one stream entry (bytes or str keys, as redis-py returns them)."""
-
-        def get(name: str) -> str:
-            value = fields.get(name.encode(), fields.get(name, b""))
-            return value.decode() if isinstance(value, bytes) else str(value)
-
-        raw_data = get("d")
-        return cls(
-            type=get("t"),
-            run_id=run_id,
-            session_id=get("sid"),
-            seq=int(get("s") or 0),
-            ts=float(get("ts") or 0.0),
-            attempt=int(get("a") or 0),
-            data=json.loads(raw_data) if raw_data else {},
-            id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
-        )
-
 
 def superseded(event: RunEvent, entry_id: str) -> bool:
     """Whether ``event`` (a later attempt's ``run.restarted`` or ``run.resumed``) supersedes
@@ -171,7 +149,3 @@ def message_id_for(run_id: str) -> str:
     Responses dialect has item ids of its own:
     ``api/openai/responses_render.output_message_id``)."""
     return "msg_" + run_id.removeprefix("run_")
-
-
-def encode_data(data: dict[str, Any]) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))

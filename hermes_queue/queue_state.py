@@ -22,7 +22,6 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
-from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 
 # Per-minute counter buckets read for throughput: the current (partial) minute and 4 before it.
@@ -216,13 +215,12 @@ def _worker_infos(workers: list[Any], rows: list[Any], now_ms: int) -> list[Work
     ]
 
 
-async def live_workers(redis: aioredis.Redis, settings: Settings) -> list[WorkerInfo]:
-    """The live workers and their slots, as a snapshot lists them, in two round trips (one
-    when none is live)."""
-    keys = Keys(settings.namespace)
+async def live_workers(redis: aioredis.Redis, keys: Keys, lease_seconds: float) -> list[WorkerInfo]:
+    """The live workers (seen within ``lease_seconds``) and their slots, as a snapshot lists
+    them, in two round trips (one when none is live)."""
     now = time.time()
     async with redis.pipeline(transaction=False) as pipe:
-        _ask_live_workers(pipe, keys, now, settings.lease_seconds)
+        _ask_live_workers(pipe, keys, now, lease_seconds)
         (workers,) = await pipe.execute()
     if not workers:
         return []
@@ -247,14 +245,21 @@ def _in_flight_run(run_id: Any, row: list[Any], now: float) -> InFlightRun:
 
 
 async def snapshot(
-    redis: aioredis.Redis, settings: Settings, *, limit: int = 0, offset: int = 0
+    redis: aioredis.Redis,
+    keys: Keys,
+    lease_seconds: float,
+    *,
+    default_slots: int,
+    limit: int = 0,
+    offset: int = 0,
 ) -> QueueSnapshot:
-    """The whole picture; ``limit`` > 0 also lists that page of in-flight runs.
+    """The whole picture; ``limit`` > 0 also lists that page of in-flight runs. Live workers
+    are those seen within ``lease_seconds``; ``default_slots``: the slots a worker is assumed
+    to have when none is live (``worker_concurrency``), for the desired worker count.
 
     In-flight runs are paged over the lease set, ordered by lease deadline (soonest first):
     renewals reorder it, so a run can move between pages from one call to the next.
     """
-    keys = Keys(settings.namespace)
     limit = max(0, min(limit, MAX_PAGE))
     now = time.time()
     now_ms = int(now * 1000)
@@ -265,7 +270,7 @@ async def snapshot(
         pipe.zrange(keys.queue, 0, 0, withscores=True)
         pipe.zcard(keys.leases)
         pipe.zcard(keys.blocked)
-        _ask_live_workers(pipe, keys, now, settings.lease_seconds)
+        _ask_live_workers(pipe, keys, now, lease_seconds)
         for key in stats_keys:
             pipe.hmget(key, list(STATS_FIELDS))
         if limit:
@@ -296,9 +301,7 @@ async def snapshot(
         for run_id, row in zip(page, run_rows, strict=True)
         if row[1] is not None  # finished and expired between the two round trips
     ]
-    per_worker = (
-        round(sum(i.slots for i in infos) / len(infos)) if infos else settings.worker_concurrency
-    )
+    per_worker = round(sum(i.slots for i in infos) / len(infos)) if infos else default_slots
     return QueueSnapshot(
         at=round(now, 3),
         depth=depth,
@@ -311,18 +314,19 @@ async def snapshot(
     )
 
 
-async def admission(redis: aioredis.Redis, settings: Settings) -> Refusal | None:
+async def admission(
+    redis: aioredis.Redis, keys: Keys, max_depth: int, max_age: float
+) -> Refusal | None:
     """None when a new run may be enqueued; otherwise why not and the Retry-After.
 
-    The ready queue is full when it holds ``max_ready_depth`` runs or when a ready run has
-    waited longer than ``max_ready_age_seconds``. Retry-After is the time the measured drain
+    The ready queue is full when it holds ``max_depth`` runs (``max_ready_depth``) or when a
+    ready run has waited longer than ``max_age`` seconds (``max_ready_age_seconds``); 0 turns
+    that limit off. Retry-After is the time the measured drain
     rate (claims per second over the last few minutes) needs to clear what is over the limit:
     the runs beyond the depth limit, or the runs older than the age limit.
     """
-    max_depth, max_age = settings.max_ready_depth, settings.max_ready_age_seconds
     if not max_depth and not max_age:
         return None
-    keys = Keys(settings.namespace)
     now = time.time()
     now_ms = int(now * 1000)
     stats_keys, window = _stats_keys(keys, now)

@@ -33,7 +33,7 @@ from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.sentinel import Sentinel as SyncSentinel
 
 from hermes_queue.addresses import is_loopback
-from hermes_queue.config import Settings
+from hermes_queue.config import RedisSettings
 from hermes_queue.redis_pool import BoundedPool
 
 COMMAND_TIMEOUT = 5.0
@@ -147,7 +147,7 @@ def _through_sentinel(target: SentinelTarget, **options: Any) -> aioredis.Redis:
     return client
 
 
-def connect(settings: Settings, *, for_pubsub: bool = False) -> aioredis.Redis:
+def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Redis:
     """A pooled async client. ``for_pubsub`` has no read timeout: a quiet channel is normal.
 
     The pool is bounded (``redis_pool_size``, ``redis_pool.BoundedPool``): a burst of requests
@@ -155,16 +155,16 @@ def connect(settings: Settings, *, for_pubsub: bool = False) -> aioredis.Redis:
     stays constant.
     """
     options: dict[str, Any] = {
-        "max_connections": settings.redis_pool_size,
+        "max_connections": settings.pool_size,
         "timeout": COMMAND_TIMEOUT,
         "socket_timeout": None if for_pubsub else COMMAND_TIMEOUT,
         "socket_connect_timeout": CONNECT_TIMEOUT,
         "health_check_interval": 30,
     }
-    target = parse_sentinel_url(settings.redis_url)
+    target = parse_sentinel_url(settings.url)
     if target is not None:
         return _through_sentinel(target, **options)
-    pool = BoundedPool.from_url(settings.redis_url, **options)
+    pool = BoundedPool.from_url(settings.url, **options)
     return aioredis.Redis(connection_pool=pool)
 
 
@@ -174,15 +174,17 @@ def connect_url(url: str) -> aioredis.Redis:
     return aioredis.Redis.from_url(url) if target is None else _through_sentinel(target)
 
 
-def connect_sync(settings: Settings, *, socket_timeout: float = COMMAND_TIMEOUT) -> redis.Redis:
+def connect_sync(
+    settings: RedisSettings, *, socket_timeout: float = COMMAND_TIMEOUT
+) -> redis.Redis:
     """A synchronous client, for code that runs in a thread of its own (the lease keeper)."""
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT,
     }
-    target = parse_sentinel_url(settings.redis_url)
+    target = parse_sentinel_url(settings.url)
     if target is None:
-        return redis.Redis.from_url(settings.redis_url, **options)
+        return redis.Redis.from_url(settings.url, **options)
     manager = SyncSentinel(target.sentinels, sentinel_kwargs=_sentinel_kwargs())  # type: ignore[no-untyped-call]
     client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
         target.service, **target.node_kwargs(), **options

@@ -15,7 +15,7 @@ from hermes_queue.addresses import is_loopback
 from hermes_queue.api.app import create_app
 from hermes_queue.api.server import api_runner
 from hermes_queue.api.state import STATE, DrainState
-from hermes_queue.config import ConfigError, Settings
+from hermes_queue.config import ApiSettings, ConfigError, Settings
 from hermes_queue.keyguard import GENERATE_HINT, OPEN_WARNING, key_weakness
 from hermes_queue.redis_server import EmbeddedRedis
 from hermes_queue.workers.worker import build_worker
@@ -23,7 +23,7 @@ from hermes_queue.workers.worker import build_worker
 log = logging.getLogger(__name__)
 
 
-def check_bind_safety(settings: Settings) -> None:
+def check_bind_safety(settings: ApiSettings) -> None:
     """Refuse to expose the API beyond this machine without a strong key (upstream-api.md §1.1,
     stricter: ``keyguard.key_weakness``). On loopback an API without a key stays open for
     development, announced by one loud warning (and on ``/health/detailed``)."""
@@ -64,19 +64,19 @@ async def drain(state: DrainState, stop: asyncio.Event, grace_seconds: float) ->
 
 
 async def serve_api(settings: Settings, *, announce: bool = True) -> None:
-    check_bind_safety(settings)
+    check_bind_safety(settings.api)
     stop = _stop_on_signals()
     app = create_app(settings)
-    runner = api_runner(app, settings)
+    runner = api_runner(app, settings.api)
     await runner.setup()
     drain_state = app[STATE].drain
-    site = web.TCPSite(runner, settings.host, settings.port, shutdown_timeout=5.0)
+    site = web.TCPSite(runner, settings.api.host, settings.api.port, shutdown_timeout=5.0)
     await site.start()
     if announce:
-        log.info("API listening on http://%s:%d", settings.host, settings.port)
+        log.info("API listening on http://%s:%d", settings.api.host, settings.api.port)
     try:
         await stop.wait()
-        await drain(drain_state, stop, settings.drain_grace_seconds)
+        await drain(drain_state, stop, settings.api.drain_grace_seconds)
     finally:
         await runner.cleanup()
 
@@ -97,26 +97,26 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
     embedded = None if redis_url_given else EmbeddedRedis.start()
     if embedded is not None:
         settings = settings.replace(redis_url=embedded.url)
-    if not settings.api_key:
+    if not settings.api.api_key:
         settings = settings.replace(api_key="hq-" + secrets.token_urlsafe(24))
-    if settings.store_url.startswith("sqlite:///") and not settings.store_url.startswith(
+    if settings.store.url.startswith("sqlite:///") and not settings.store.url.startswith(
         "sqlite:////"
     ):
-        Path(settings.store_url.removeprefix("sqlite:///")).parent.mkdir(
+        Path(settings.store.url.removeprefix("sqlite:///")).parent.mkdir(
             parents=True, exist_ok=True
         )
-    check_bind_safety(settings)
+    check_bind_safety(settings.api)
     stop = _stop_on_signals()
     worker = build_worker(settings, handle_signals=False)
-    runner = api_runner(create_app(settings), settings)
+    runner = api_runner(create_app(settings), settings.api)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port).start()
-    base = f"http://{settings.host}:{settings.port}"
-    print(f"hermes-queue dev is up\n  base URL: {base}\n  API key:  {settings.api_key}")
-    print(f"  redis:    {settings.redis_url}{' (embedded)' if embedded else ''}")
-    print(f"  agent:    {settings.agent_backend}")
+    await web.TCPSite(runner, settings.api.host, settings.api.port).start()
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    print(f"hermes-queue dev is up\n  base URL: {base}\n  API key:  {settings.api.api_key}")
+    print(f"  redis:    {settings.redis.url}{' (embedded)' if embedded else ''}")
+    print(f"  agent:    {settings.agents.backend}")
     print(
-        f'  try:      curl -s -H "Authorization: Bearer {settings.api_key}" '
+        f'  try:      curl -s -H "Authorization: Bearer {settings.api.api_key}" '
         f'-d \'{{"input":"hello"}}\' {base}/v1/runs',
         flush=True,
     )

@@ -68,7 +68,7 @@ def keys(namespace: str) -> Keys:
 
 @pytest.fixture
 def settings(redis_url: str, namespace: str, tmp_path: object) -> Settings:
-    return Settings(
+    return Settings.of(
         redis_url=redis_url,
         namespace=namespace,
         api_key="test-key-0123456789abcdef",

@@ -15,7 +15,7 @@ def test_settings_and_requests_read_every_word_alike(word: str) -> None:
     assert parse_bool(spelled) is expected
     assert coerce_bool(spelled, not expected) is expected
     settings = load_settings({"HERMES_QUEUE_METRICS_PUBLIC": spelled})
-    assert settings.metrics_public is expected
+    assert settings.metrics.public is expected
 
 
 def test_an_unknown_word_is_the_callers_default_or_a_config_error() -> None:

@@ -26,7 +26,9 @@ from hermes_queue.cli import main
 from hermes_queue.cli_jobs import JobsView, render_jobs
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.definitions import parse_create, pause_changes
 from hermes_queue.store import create_store
 from hermes_queue.workers.warmup import READY, WARMING, WarmUpState
@@ -43,9 +45,9 @@ def env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Setting
     yield settings
 
     async def cleanup() -> None:
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = aioredis.Redis.from_url(settings.redis.url)
         try:
-            found = [k async for k in client.scan_iter(match=f"{settings.namespace}:*")]
+            found = [k async for k in client.scan_iter(match=f"{settings.redis.namespace}:*")]
             if found:
                 await client.delete(*found)
         finally:
@@ -58,9 +60,13 @@ def prepare(settings: Settings, setup: Setup[T]) -> T:
     """Run ``setup`` against Redis in a loop of its own (the CLI runs in another)."""
 
     async def go() -> T:
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = aioredis.Redis.from_url(settings.redis.url)
         try:
-            return await setup(client, RunRepository(client, settings), Keys(settings.namespace))
+            return await setup(
+                client,
+                RunRepository(client, settings.redis.keys, settings.runs),
+                Keys(settings.redis.namespace),
+            )
         finally:
             await client.aclose()
 
@@ -75,7 +81,7 @@ def invoke(*args: str) -> Result:
 
 async def create(repo: RunRepository, *run_ids: str) -> None:
     for run_id in run_ids:
-        assert await repo.create(run_id=run_id, session_id=f"s_{run_id}", request={"input": "x"})
+        assert await repo.create(NewRun(run_id, f"s_{run_id}", TurnRequest()))
 
 
 def dead_port() -> int:
@@ -265,7 +271,7 @@ def test_worker_check_also_needs_a_warmed_up_worker(env: Settings) -> None:
     assert invoke("migrate").exit_code == 0
     cold = invoke("check", "--role", "worker")
     assert cold.exit_code == 1 and "FAIL  warm_up" in cold.output
-    state = WarmUpState(env.namespace)  # what a worker process in this container writes
+    state = WarmUpState(env.redis.namespace)  # what a worker process in this container writes
     state.set(WARMING)
     try:
         assert "still warming up" in invoke("check", "--role", "worker").output
@@ -355,7 +361,7 @@ def test_status_lists_jobs_soonest_next_fire_first(env: Settings) -> None:
     now = time.time()
 
     async def setup() -> None:
-        store = create_store(env.store_url)
+        store = create_store(env.store.url)
         try:
             await store.migrate()
             for name, schedule in (("hourly", "every 1h"), ("soon", "every 5m")):

@@ -11,10 +11,10 @@ def test_env_overrides_file_and_defaults(tmp_path: Path) -> None:
     config = tmp_path / "hq.toml"
     config.write_text('namespace = "fromfile"\nport = 9000\nworker_concurrency = 4\n')
     settings = load_settings({"HERMES_QUEUE_CONFIG": str(config), "HERMES_QUEUE_PORT": "9100"})
-    assert settings.namespace == "fromfile"
-    assert settings.port == 9100
-    assert settings.worker_concurrency == 4
-    assert settings.lease_seconds == Settings().lease_seconds
+    assert settings.redis.namespace == "fromfile"
+    assert settings.api.port == 9100
+    assert settings.worker.concurrency == 4
+    assert settings.runs.lease_seconds == Settings().runs.lease_seconds
 
 
 def test_unknown_env_setting_is_rejected_by_name() -> None:
@@ -40,12 +40,12 @@ def test_test_only_variables_are_not_settings() -> None:
 
 def test_secret_is_masked_in_repr() -> None:
     settings = load_settings({"HERMES_QUEUE_API_KEY": "super-secret-value-123"})
-    assert settings.api_key == "super-secret-value-123"
+    assert settings.api.api_key == "super-secret-value-123"
     assert "super-secret-value-123" not in repr(settings)
 
 
 def test_upstream_key_variable_is_honoured() -> None:
-    assert load_settings({"API_SERVER_KEY": "k" * 20}).api_key == "k" * 20
+    assert load_settings({"API_SERVER_KEY": "k" * 20}).api.api_key == "k" * 20
 
 
 def test_lease_must_outlast_heartbeats() -> None:
@@ -54,8 +54,18 @@ def test_lease_must_outlast_heartbeats() -> None:
 
 
 def test_settings_env_round_trips() -> None:
-    original = Settings(namespace="x1", port=1234, api_key="a" * 16, echo_token_delay=0.25)
+    original = Settings.of(namespace="x1", port=1234, api_key="a" * 16, echo_token_delay=0.25)
     assert load_settings(settings_env(original)) == original
+
+
+def test_flat_names_reach_their_groups_and_unknown_ones_are_refused() -> None:
+    settings = load_settings({"HERMES_QUEUE_REDIS_URL": "redis://x/1", "HERMES_QUEUE_PORT": "9"})
+    assert settings.redis.url == "redis://x/1" and settings.api.port == 9
+    changed = settings.replace(redis_min_replicas=2, worker_concurrency=3)
+    assert (changed.runs.min_replicas, changed.worker.concurrency) == (2, 3)
+    assert changed.redis == settings.redis
+    with pytest.raises(TypeError, match="lease_secs"):
+        settings.replace(lease_secs=1)
 
 
 def test_providers_and_routes_from_a_file_and_back_through_env(tmp_path: Path) -> None:
@@ -71,9 +81,9 @@ def test_providers_and_routes_from_a_file_and_back_through_env(tmp_path: Path) -
         'model = "m-fast"\n'
     )
     settings = load_settings({}, config_file=config)
-    assert settings.providers["local"].base_url == "http://127.0.0.1:9999/v1"
-    assert settings.providers["local"].api_key_env == "LOCAL_LLM_KEY"
-    assert settings.model_routes["fast"].model == "m-fast"
+    assert settings.routing.providers["local"].base_url == "http://127.0.0.1:9999/v1"
+    assert settings.routing.providers["local"].api_key_env == "LOCAL_LLM_KEY"
+    assert settings.routing.model_routes["fast"].model == "m-fast"
     assert load_settings(settings_env(settings)) == settings
 
 

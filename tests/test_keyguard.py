@@ -8,7 +8,7 @@ import secrets
 
 import pytest
 
-from hermes_queue.config import ConfigError, Settings, load_settings
+from hermes_queue.config import ApiSettings, ConfigError, Settings, load_settings
 from hermes_queue.keyguard import OPEN_WARNING, estimated_entropy_bits, key_weakness
 from hermes_queue.serve import check_bind_safety
 
@@ -40,7 +40,7 @@ def test_weak_keys_are_refused_with_the_reason(key: str, reason: str) -> None:
     weakness = key_weakness(key)
     assert weakness is not None and reason in weakness
     with pytest.raises(ConfigError, match=r"refusing to listen on 0\.0\.0\.0") as refused:
-        check_bind_safety(Settings(host="0.0.0.0", api_key=key))
+        check_bind_safety(ApiSettings(host="0.0.0.0", api_key=key))
     assert "openssl rand -hex 32" in str(refused.value)
     assert key.strip() == "" or key.strip() not in str(refused.value)  # never echoed
 
@@ -51,8 +51,8 @@ def test_weak_keys_are_refused_with_the_reason(key: str, reason: str) -> None:
 )
 def test_strong_keys_pass(key: str) -> None:
     assert key_weakness(key) is None
-    check_bind_safety(Settings(host="0.0.0.0", api_key=key))
-    check_bind_safety(Settings(host="::", api_key=key))
+    check_bind_safety(ApiSettings(host="0.0.0.0", api_key=key))
+    check_bind_safety(ApiSettings(host="::", api_key=key))
 
 
 def test_the_entropy_estimate_tells_random_from_patterned() -> None:
@@ -63,18 +63,18 @@ def test_the_entropy_estimate_tells_random_from_patterned() -> None:
 
 def test_surrounding_whitespace_is_normalised_once_for_guard_and_auth() -> None:
     settings = load_settings(environ={"HERMES_QUEUE_API_KEY": f"  {STRONG}\n"})
-    assert settings.api_key == STRONG
-    assert Settings(api_key=f" {STRONG} ").replace(port=1).api_key == STRONG
-    assert Settings(api_key="   ").api_key == ""  # blank is no key
+    assert settings.api.api_key == STRONG
+    assert Settings.of(api_key=f" {STRONG} ").replace(port=1).api.api_key == STRONG
+    assert Settings.of(api_key="   ").api.api_key == ""  # blank is no key
 
 
 def test_no_key_on_loopback_stays_open_with_one_loud_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="hermes_queue.serve"):
-        check_bind_safety(Settings(host="127.0.0.1", api_key=""))
-        check_bind_safety(Settings(host="127.0.0.1", api_key=STRONG))
+        check_bind_safety(ApiSettings(host="127.0.0.1", api_key=""))
+        check_bind_safety(ApiSettings(host="127.0.0.1", api_key=STRONG))
     warnings = [r for r in caplog.records if OPEN_WARNING in r.getMessage()]
     assert len(warnings) == 1
     with pytest.raises(ConfigError):
-        check_bind_safety(Settings(host="192.0.2.10", api_key=""))
+        check_bind_safety(ApiSettings(host="192.0.2.10", api_key=""))

@@ -160,9 +160,9 @@ def test_configure_logging_rejects_unknown_format() -> None:
 
 
 def test_log_format_setting() -> None:
-    assert Settings().log_format == "text"
-    assert load_settings({"HERMES_QUEUE_LOG_FORMAT": "json"}).log_format == "json"
+    assert Settings().process.log_format == "text"
+    assert load_settings({"HERMES_QUEUE_LOG_FORMAT": "json"}).process.log_format == "json"
     with pytest.raises(ConfigError, match=r"log_format must be one of 'text', 'json', not 'xml'"):
         load_settings({"HERMES_QUEUE_LOG_FORMAT": "xml"})
     with pytest.raises(ConfigError, match="log_format"):
-        Settings(log_format="JSON").validate()
+        Settings.of(log_format="JSON").validate()

@@ -47,7 +47,7 @@ def test_an_agent_thread_calling_asyncio_run_gets_a_standard_loop() -> None:
 
 def test_an_unknown_event_loop_setting_is_refused() -> None:
     with pytest.raises(ConfigError, match="event_loop must be one of"):
-        Settings(event_loop="trio").validate()
+        Settings.of(event_loop="trio").validate()
 
 
 def test_the_gc_is_tuned_while_the_process_runs_and_restored_after() -> None:

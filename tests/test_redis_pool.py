@@ -146,7 +146,7 @@ async def test_a_command_cancelled_before_its_reply_leaves_no_reply_behind(
 
 
 async def test_the_clients_the_project_builds_use_it(settings: Settings) -> None:
-    client = connect(settings)
+    client = connect(settings.redis)
     try:
         assert isinstance(client.connection_pool, BoundedPool)
         burst = await asyncio.gather(*(client.echo(str(i)) for i in range(200)))

@@ -41,7 +41,7 @@ class Deployment:
         if not url:
             self.redis_server = EmbeddedRedis.start()
             url = self.redis_server.url
-        settings = Settings(
+        settings = Settings.of(
             redis_url=url,
             namespace=f"bench-{name}-{uuid.uuid4().hex[:8]}",
             api_key=API_KEY,
@@ -49,7 +49,7 @@ class Deployment:
             **(overrides or {}),
         ).validate()
         self.cluster = Cluster(settings, logdir=tempfile.mkdtemp(prefix="hq-bench-"))
-        self.keys = Keys(settings.namespace)
+        self.keys = Keys(settings.redis.namespace)
         self.redis = redis.Redis.from_url(url)
         self.api_procs: list[psutil.Process] = []
 
@@ -114,7 +114,7 @@ class Deployment:
 
     def redis_connections_of(self, pid: int) -> int:
         """TCP connections from process ``pid`` to this deployment's Redis port."""
-        port = int(self.settings.redis_url.rsplit(":", 1)[1].split("/")[0])
+        port = int(self.settings.redis.url.rsplit(":", 1)[1].split("/")[0])
         conns = psutil.Process(pid).net_connections(kind="tcp")
         return sum(1 for c in conns if c.raddr and c.raddr.port == port)
 

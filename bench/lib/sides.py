@@ -232,10 +232,10 @@ async def start_queue(dep: Deployment, workers: int) -> Side:
         base,
         roles,
         {
-            "backend": dep.settings.agent_backend,
+            "backend": dep.settings.agents.backend,
             "workers": workers,
-            "worker_concurrency": dep.settings.worker_concurrency,
-            "hermes_agent_cache_size": dep.settings.hermes_agent_cache_size,
+            "worker_concurrency": dep.settings.worker.concurrency,
+            "hermes_agent_cache_size": dep.settings.agents.hermes_agent_cache_size,
             "redis": "private" if dep.redis_server is not None else "shared (INFO cpu)",
         },
     )

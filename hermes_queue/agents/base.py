@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from hermes_queue.events import APPROVAL_CHOICES
+from hermes_queue.routing import Selection
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,9 @@ class AgentRequest:
     message: Any
     history: list[dict[str, Any]] = field(default_factory=list)
     instructions: str | None = None
-    # The resolved route (provider, model, route_source...); never credentials.
-    route: dict[str, Any] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
+    # The resolved route (provider, model, model_options, fallback_model...), as the run
+    # record holds it; never credentials. Empty provider or model: the backend's default.
+    route: Selection = field(default_factory=Selection)
     attempt: int = 1
     # The steps earlier attempts of this run recorded (agents/steps.py): a backend that
     # records steps resumes after them; empty for a first attempt.

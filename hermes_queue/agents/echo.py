@@ -296,8 +296,8 @@ class EchoBackend:
             usage=Usage(input_tokens=history_words + raw_words, output_tokens=len(tokens)),
             messages=[*turn.messages, final],
             runtime={
-                "provider": request.route.get("provider") or "echo",
-                "model": request.route.get("model") or "echo",
+                "provider": request.route.provider or "echo",
+                "model": request.route.model or "echo",
             },
             finish_reason="length" if cut else "stop",
         )

@@ -91,12 +91,12 @@ class OpenAICompatBackend:
     async def run_turn(
         self, request: AgentRequest, sink: EventSink, cancel: CancelToken
     ) -> AgentResult:
-        provider_name = request.route.get("provider") or self.default_provider
+        provider_name = request.route.provider or self.default_provider
         provider = self.providers.get(provider_name)
         if provider is None:
             raise AgentError(f"unknown provider {provider_name!r}")
         provider = with_credentials(provider, self.credentials)
-        model = str(request.route.get("model") or "")
+        model = request.route.model
         if not model:
             raise AgentError("no model was resolved for this turn")
         payload = json.dumps(_body(request, model)).encode()
@@ -156,8 +156,8 @@ def _body(request: AgentRequest, model: str) -> dict[str, Any]:
     messages.append({"role": "user", "content": request.message})
     body: dict[str, Any] = {"model": model, "messages": messages, "stream": True}
     body["stream_options"] = {"include_usage": True}  # usage arrives in the last chunk
-    options = request.options.get("model_options")
-    if isinstance(options, Mapping):
+    options = request.route.model_options
+    if options:
         reasoning = options.get("reasoning")
         effort = reasoning.get("effort") if isinstance(reasoning, Mapping) else reasoning
         effort = options.get("reasoning_effort") or effort

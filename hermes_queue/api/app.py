@@ -27,7 +27,9 @@ def _lifetime(settings: Settings) -> Callable[[web.Application], AsyncIterator[N
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         state = app[STATE] = await ApiState.open(settings)
         # The API reaps too, so a run whose only worker died is still settled.
-        reaper = asyncio.create_task(reap_forever(state.runs, settings.reaper_interval_seconds))
+        reaper = asyncio.create_task(
+            reap_forever(state.runs, settings.runs.reaper_interval_seconds)
+        )
         yield
         await cancel_and_wait(reaper)
         await state.aclose()
@@ -36,7 +38,7 @@ def _lifetime(settings: Settings) -> Callable[[web.Application], AsyncIterator[N
 
 
 def create_app(settings: Settings) -> web.Application:
-    app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.body_limit_bytes)
+    app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.api.body_limit_bytes)
     app.cleanup_ctx.append(_lifetime(settings))
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(ROUTES)

@@ -85,7 +85,7 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if request.method == "OPTIONS":  # a preflight always names its origin
             return web.Response(status=403)
         return await handler(request)
-    if cors_headers(origin, request.app[STATE].settings.cors_origins) is None:
+    if cors_headers(origin, request.app[STATE].settings.api.cors_origins) is None:
         return web.Response(status=403)
     if request.method == "OPTIONS":
         return web.Response(status=200)
@@ -96,7 +96,7 @@ def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> Non
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    headers = cors_headers(origin, request.app[STATE].settings.cors_origins)
+    headers = cors_headers(origin, request.app[STATE].settings.api.cors_origins)
     if headers is None:
         return
     for name, value in headers.items():
@@ -190,7 +190,7 @@ async def body_limit_middleware(request: web.Request, handler: Handler) -> web.S
     """Refuse a declared oversize body before reading it (aiohttp's HTTP parser already
     answers a malformed Content-Length with a plain 400; chunked bodies hit client_max_size)."""
     length = request.content_length
-    if length is not None and length > request.app[STATE].settings.body_limit_bytes:
+    if length is not None and length > request.app[STATE].settings.api.body_limit_bytes:
         raise ApiError(413, "body_too_large", "Request body too large.")
     return await handler(request)
 
@@ -198,10 +198,10 @@ async def body_limit_middleware(request: web.Request, handler: Handler) -> web.S
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     settings = request.app[STATE].settings
-    key = settings.api_key
+    key = settings.api.api_key
     # /metrics is public only when metrics_public says so (a scraper without the API key).
     public = request.path in PUBLIC_PATHS or (
-        settings.metrics_public and request.path == "/metrics"
+        settings.metrics.public and request.path == "/metrics"
     )
     if key and not public and request.method != "OPTIONS":
         header = request.headers.get("Authorization", "")

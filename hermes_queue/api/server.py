@@ -33,7 +33,7 @@ from aiohttp import http_exceptions, web
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.client_gone import ClientGoneHandler
 from hermes_queue.api.middlewares import SECURITY_HEADERS
-from hermes_queue.config import Settings
+from hermes_queue.config import ApiSettings
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class ApiRunner(web.AppRunner):
         return server
 
 
-def api_runner(app: web.Application, settings: Settings, **kwargs: Any) -> ApiRunner:
+def api_runner(app: web.Application, settings: ApiSettings, **kwargs: Any) -> ApiRunner:
     """The runner every API process serves its app with (``serve.py``, tests)."""
     return ApiRunner(
         app,

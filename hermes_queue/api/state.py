@@ -27,6 +27,7 @@ from hermes_queue.redis_client import connect
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.start import RunStarter
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
@@ -96,22 +97,29 @@ class ApiState:
 
     @classmethod
     async def open(cls, settings: Settings) -> ApiState:
-        redis = connect(settings)
-        keys = Keys(settings.namespace)
-        hub = StreamHub.from_settings(settings, redis=redis)
+        redis = connect(settings.redis)
+        keys = settings.redis.keys
+        hub = StreamHub(redis, keys, queue_size=settings.streams.subscriber_queue_size)
         await hub.start()
         try:
-            store = await open_store(settings)
+            store = await open_store(settings.store, redis_url=settings.redis.url)
         except BaseException:  # the app does not start: close what was opened
             await hub.aclose()
             await redis.aclose()
             raise
         metrics = ApiMetrics()
         # Runs this process ends (stop of a queued run, reaper) count in its runs_total.
-        runs = RunRepository(redis, settings, on_finished=metrics.count_outcome)
-        routing = routing_config(settings)
-        backpressure = Backpressure(redis, settings, metrics)
-        feed = RunFeed(hub, redis, keys, settings.keepalive_seconds)
+        runs = RunRepository(redis, keys, settings.runs, on_finished=metrics.count_outcome)
+        routing = routing_config(settings.routing)
+        api = settings.api
+        backpressure = Backpressure(
+            redis,
+            keys,
+            metrics,
+            max_depth=api.max_ready_depth,
+            max_age=api.max_ready_age_seconds,
+        )
+        feed = RunFeed(hub, redis, keys, api.keepalive_seconds)
         return cls(
             settings=settings,
             keys=keys,
@@ -122,9 +130,17 @@ class ApiState:
             metrics=metrics,
             routing=routing,
             backpressure=backpressure,
-            turns=TurnStarter(runs, store, backpressure, settings.model_name, hub.presence),
+            turns=TurnStarter(
+                RunStarter(runs, hub.presence), store, backpressure, routing.model_name
+            ),
             feed=feed,
-            idempotency=IdempotencyRecords(redis, keys, settings),
+            idempotency=IdempotencyRecords(
+                redis,
+                keys,
+                api_key=api.api_key,
+                ttl_seconds=api.idempotency_ttl_seconds,
+                retention=settings.runs.retention_seconds,
+            ),
             catalog=CachedCatalog(redis, keys),
             drain=DrainState(),
             background=BackgroundTasks(),

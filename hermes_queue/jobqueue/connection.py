@@ -4,17 +4,17 @@ support (``sentinel=True``), so the job loop finds the primary as every other cl
 
 from __future__ import annotations
 
-from arq.connections import RedisSettings
+from arq.connections import RedisSettings as ArqRedisSettings
 
-from hermes_queue.config import Settings
+from hermes_queue.config import RedisSettings
 from hermes_queue.redis_client import CONNECT_TIMEOUT, parse_sentinel_url
 
 
-def redis_settings(settings: Settings) -> RedisSettings:
-    target = parse_sentinel_url(settings.redis_url)
+def redis_settings(settings: RedisSettings) -> ArqRedisSettings:
+    target = parse_sentinel_url(settings.url)
     if target is None:
-        return RedisSettings.from_dsn(settings.redis_url)
-    return RedisSettings(
+        return ArqRedisSettings.from_dsn(settings.url)
+    return ArqRedisSettings(
         host=list(target.sentinels),
         sentinel=True,
         sentinel_master=target.service,

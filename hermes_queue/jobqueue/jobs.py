@@ -1,4 +1,4 @@
-"""What the queue holds and its time limits.
+"""What the queue holds, the queue's own time limit, and arq's serializer.
 
 The queue is one sorted set (``keys.queue``) of run ids scored by the time they were queued
 (ms). The run record holds the accepted turn and its resolved route, so a queue entry carries
@@ -6,7 +6,9 @@ nothing else, and nothing secret. The run scripts (``runs/lua``) add entries in 
 the run's state changes (create, requeue, hand-back, a parked session run's turn), and the claim
 script removes one as a worker takes it: that removal is the pickup, so there is no per-job key,
 no in-progress marker and no retry counter for a worker to keep (arq keeps all three per job;
-its worker loop is used here only as the process shell, see ``worker.py``).
+its worker loop is used here only as the process shell, see ``worker.py``). How long a run may
+wait in the queue is the run record's business (``runs/model.py`` ``QUEUE_WAIT_SECONDS``): the
+queue only holds ids.
 """
 
 from __future__ import annotations
@@ -18,9 +20,6 @@ import msgpack
 # The name the run job is registered under in arq's worker (which never dispatches it: the
 # queue loop hands deliveries to the handler itself).
 RUN_TURN = "run_turn"
-# How long an accepted run may wait in the queue: its record lives this long beyond its
-# retention, so a run that waited this long still has a record when a worker takes it.
-QUEUE_WAIT_MS = 86_400_000
 
 
 def job_timeout_seconds(turn_timeout_seconds: int) -> int:

@@ -33,10 +33,9 @@ from arq.connections import create_pool
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
-from hermes_queue.config import Settings
+from hermes_queue.config import RedisSettings, WorkerSettings
 from hermes_queue.jobqueue.connection import redis_settings
 from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
-from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -230,7 +229,12 @@ class JobHandler(Protocol):
 
 
 def queue_worker(
-    settings: Settings, handler: JobHandler, *, handle_signals: bool = True, burst: bool = False
+    redis: RedisSettings,
+    settings: WorkerSettings,
+    handler: JobHandler,
+    *,
+    handle_signals: bool = True,
+    burst: bool = False,
 ) -> WakeableWorker:
     """The queue loop on hermes-queue's queue, handing each delivery to ``handler``; our turn
     timeout acts first. arq needs a registered function to start; it is never dispatched."""
@@ -244,17 +248,17 @@ def queue_worker(
     async def on_shutdown(_ctx: dict[str, Any]) -> None:
         await handler.stop()
 
-    keys = Keys(settings.namespace)
+    keys = redis.keys
     worker = WakeableWorker(
         functions=[func(run_turn, name=RUN_TURN)],
         queue_name=keys.queue,
-        redis_settings=redis_settings(settings),
+        redis_settings=redis_settings(redis),
         burst=burst,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
         handle_signals=handle_signals,
         job_completion_wait=int(settings.drain_seconds),
-        max_jobs=settings.worker_concurrency,
+        max_jobs=settings.concurrency,
         # Our own turn timeout fails the run cleanly; arq's is only a backstop behind it.
         job_timeout=job_timeout_seconds(settings.job_timeout_seconds),
         keep_result=0,

@@ -1,17 +1,17 @@
 """The routing rules as this deployment's settings configure them.
 
 ``routing`` itself is pure (it never reads settings); this is the one place that builds its
-:class:`RoutingConfig` from :class:`Settings`, for the API (every turn it accepts) and the
-workers' scheduler (every job it fires).
+:class:`RoutingConfig` from the settings' ``routing`` group, for the API (every turn it
+accepts) and the workers' scheduler (every job it fires).
 """
 
 from __future__ import annotations
 
-from hermes_queue.config import Settings
+from hermes_queue.config import RoutingSettings
 from hermes_queue.routing.parsing import RouteTarget, RoutingConfig
 
 
-def routing_config(settings: Settings) -> RoutingConfig:
+def routing_config(settings: RoutingSettings) -> RoutingConfig:
     return RoutingConfig(
         model_name=settings.model_name,
         model_routes={

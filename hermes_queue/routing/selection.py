@@ -34,9 +34,9 @@ class Selection:
     ``persist_lock`` tells the caller to write :meth:`lock_record` before enqueueing.
     """
 
-    provider: str
-    model: str
-    route_source: str
+    provider: str = ""
+    model: str = ""
+    route_source: str = "global"
     model_options: Mapping[str, Any] = field(default_factory=dict)
     requested: Mapping[str, str] | None = None
     confirmed_lock: bool = False

@@ -24,12 +24,12 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from hermes_queue.config import Settings
-from hermes_queue.events import encode_data
+from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script
+from hermes_queue.streams.codec import encode_data
 
 # Control-channel message prefix of an answer; anything without it is a stop request.
 APPROVAL_MESSAGE_PREFIX = "approval:"
@@ -53,7 +53,7 @@ class AnswerOutcome:
 
 
 class Approvals:
-    def __init__(self, redis: aioredis.Redis, settings: Settings, keys: Keys) -> None:
+    def __init__(self, redis: aioredis.Redis, settings: RunSettings, keys: Keys) -> None:
         self.redis = redis
         self.settings = settings
         self.keys = keys
@@ -62,7 +62,7 @@ class Approvals:
             for name in ("request_approval", "answer_approval", "settle_approval")
         }
         self._acked = acknowledged(
-            self._scripts, settings.redis_min_replicas, strict=("answer_approval",)
+            self._scripts, settings.min_replicas, strict=("answer_approval",)
         )
 
     def _run_keys(self, run_id: str) -> list[str]:

@@ -23,14 +23,15 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from hermes_queue.config import Settings
-from hermes_queue.events import EventType, encode_data
+from hermes_queue.config import RunSettings
+from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
 from hermes_queue.redis_pipeline import PipelinedConnection
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
+from hermes_queue.streams.codec import encode_data
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ class FencedScripts:
     def __init__(
         self,
         redis: aioredis.Redis,
-        settings: Settings,
+        settings: RunSettings,
         keys: Keys,
         approvals: Approvals,
         on_finished: Outcomes,
@@ -59,7 +60,7 @@ class FencedScripts:
         # The terminal transition waits for redis_min_replicas replicas (replication.py); a
         # too-short count is logged: nothing to retry, the lease re-runs a lost one.
         self.finish_acked = acknowledged(
-            {"finish": self.finish}, settings.redis_min_replicas, lenient=("finish",)
+            {"finish": self.finish}, settings.min_replicas, lenient=("finish",)
         )["finish"]
         self.release = redis.register_script(load_script("release"))
         # Appends are the hot path of a turn: pipelined on one connection of their own
@@ -86,7 +87,9 @@ class Attempt:
         return self.record.attempt
 
     @property
-    def settings(self) -> Settings:
+    def settings(self) -> RunSettings:
+        """The run settings its writes use; the sink reads its own there too (delta
+        coalescing, the approval timeout and poll)."""
         return self.scripts.settings
 
     # -- events ------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from hermes_queue.config import Settings
-from hermes_queue.events import encode_data
+from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import FailReason, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
+from hermes_queue.streams.codec import encode_data
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
@@ -28,7 +28,7 @@ class Leases:
     def __init__(
         self,
         redis: aioredis.Redis,
-        settings: Settings,
+        settings: RunSettings,
         keys: Keys,
         on_finished: Outcomes,
     ) -> None:

@@ -1,12 +1,16 @@
-"""The run record and its states, as stored in the run's Redis hash and shown as ``hermes.run``."""
+"""The run record and its states, as stored in the run's Redis hash and shown as ``hermes.run``:
+written at creation from a :class:`NewRun` (its fields, one encoding), read back as a
+:class:`RunRecord`."""
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from hermes_queue.routing import Selection
 from hermes_queue.runs.turn_request import TurnRequest
 
 
@@ -33,6 +37,10 @@ class FailReason(StrEnum):
     WORKER_LOST = "worker_lost"  # its workers kept dying (reap.lua, after max_attempts)
 
 
+# How long an accepted run may wait in the queue: its record lives this long beyond its
+# retention, so a run that waited this long still has a record when a worker takes it.
+QUEUE_WAIT_SECONDS = 86_400
+
 TERMINAL_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 ACTIVE_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.STOPPING, RunStatus.WAITING_FOR_APPROVAL})
 
@@ -57,12 +65,63 @@ def _pending_approval(raw: dict[Any, Any]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-# A run record's ``persist``: the worker appends the turn to its session's stored transcript,
-# which is also the turn's history (a stored session's turn: session chat, chat completions
-# with X-Hermes-Session-Id, scheduled jobs) ...
-PERSIST_SESSION = "1"
-# ... or whose history the request carries (a /v1/runs turn, saved as upstream's agent saves).
-PERSIST_TURN = "turn"
+class Persist(StrEnum):
+    """A run record's ``persist``: what the worker writes to the SQL store (absent: nothing)."""
+
+    # The turn is appended to its session's stored transcript, which is also the turn's
+    # history (a stored session's turn: session chat, chat completions with
+    # X-Hermes-Session-Id, scheduled jobs).
+    SESSION = "1"
+    # The turn is appended to its session, whose history the request carries (a /v1/runs turn,
+    # saved as upstream's agent saves its turns).
+    TURN = "turn"
+
+
+def _persist(text: str) -> Persist | None:
+    try:
+        return Persist(text)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run about to be created (``runs/start.py``): what its record holds from the start."""
+
+    run_id: str
+    # The session it runs on (a stored session's live tip; else the client's, or the run id).
+    session_id: str
+    request: TurnRequest
+    # Its runtime, decided on the API side (or the scheduler's); never credentials.
+    route: Selection = field(default_factory=Selection)
+    # What ``hermes.run`` reports as its model.
+    model: str = ""
+    persist: Persist | None = None
+    # Its client reads it as an OpenAI stream, which cannot take back text it was shown: a
+    # worker lost mid-text then ends the run rather than resuming it (workers/start.py).
+    openai_stream: bool = False
+
+    def fields(self) -> dict[str, str]:
+        """The record's fields at creation, as the create scripts write them (``RunRecord``
+        reads them back)."""
+        now = repr(time.time())
+        fields = {
+            "run_id": self.run_id,
+            "session_id": self.session_id,
+            "status": RunStatus.QUEUED,
+            "attempt": "0",
+            "seq": "0",
+            "created_at": now,
+            "updated_at": now,
+            "model": self.model,
+            "request": json.dumps(self.request.to_json(), ensure_ascii=False),
+            "route": json.dumps(self.route.as_dict()),
+        }
+        if self.persist is not None:
+            fields["persist"] = self.persist.value
+        if self.openai_stream:
+            fields["openai_stream"] = "1"
+        return fields
 
 
 @dataclass(frozen=True)
@@ -82,14 +141,12 @@ class RunRecord:
     error: str | None = None
     reason: str | None = None
     worker: str = ""
-    # The worker writes the turn to its session in the SQL store (PERSIST_SESSION, PERSIST_TURN)
-    # and, for PERSIST_SESSION, reads the turn's history from there.
-    persist: bool = False
-    history_from_store: bool = False
+    # What the worker writes to the SQL store (``Persist``), None: nothing.
+    persist: Persist | None = None
     # The turn as accepted by the API.
     request: TurnRequest = field(default_factory=TurnRequest)
-    # The resolved route (provider/model/route_source); never credentials.
-    route: dict[str, Any] = field(default_factory=dict)
+    # The resolved route (provider/model/route_source...); never credentials.
+    route: Selection = field(default_factory=Selection)
     # The oldest pending approval request (its approval.request data) while one is pending.
     approval: dict[str, Any] | None = None
     # Agent steps recorded so far (keys.steps), and the id of the last event before the last
@@ -103,6 +160,11 @@ class RunRecord:
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def history_from_store(self) -> bool:
+        """The worker reads the turn's history from its stored session."""
+        return self.persist is Persist.SESSION
 
     @classmethod
     def from_hash(cls, raw: dict[Any, Any]) -> RunRecord:
@@ -121,10 +183,9 @@ class RunRecord:
             error=_text(raw, "error") or None,
             reason=_text(raw, "reason") or None,
             worker=_text(raw, "worker"),
-            persist=_text(raw, "persist") in (PERSIST_SESSION, PERSIST_TURN),
-            history_from_store=_text(raw, "persist") == PERSIST_SESSION,
+            persist=_persist(_text(raw, "persist")),
             request=TurnRequest.from_json(_json(_text(raw, "request"), {})),
-            route=_json(_text(raw, "route"), {}),
+            route=Selection.from_dict(_json(_text(raw, "route"), {})),
             approval=_pending_approval(raw),
             steps=int(_text(raw, "steps") or 0),
             step_event=_text(raw, "step_event"),

@@ -1,9 +1,11 @@
-"""Run records in Redis: creation with its job, reads, stop requests and the claim.
+"""Run records in Redis: creation (queued in the same step), reads, stop requests and the claim.
 
-Every transition is one Lua script (``lua/``), so a run's record, stream, lease and job change
-together or not at all. A claim returns an ``Attempt`` (``attempt.py``), which makes every write
-of the worker that took the run, fenced by its attempt number. The repository's collaborators:
-``leases`` (renewal and reaping, ``leases.py``) and ``approvals`` (``approvals.py``).
+Every transition is one Lua script (``lua/``), so a run's record, stream, lease and queue entry
+change together or not at all. Runs are started through ``start.py``, which calls ``create``
+and ``create_session_run`` here. A claim returns an ``Attempt`` (``attempt.py``), which makes
+every write of the worker that took the run, fenced by its attempt number. The repository's
+collaborators: ``leases`` (renewal and reaping, ``leases.py``) and ``approvals``
+(``approvals.py``).
 """
 
 from __future__ import annotations
@@ -18,14 +20,19 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from hermes_queue.config import Settings
-from hermes_queue.jobqueue.jobs import QUEUE_WAIT_MS
+from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts
 from hermes_queue.runs.leases import Leases
-from hermes_queue.runs.model import TERMINAL_STATUSES, RunRecord, RunStatus
+from hermes_queue.runs.model import (
+    QUEUE_WAIT_SECONDS,
+    TERMINAL_STATUSES,
+    NewRun,
+    RunRecord,
+    RunStatus,
+)
 from hermes_queue.runs.scripts import Outcomes, current_stats_key
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
@@ -34,6 +41,10 @@ from hermes_queue.streams.reader import id_key, read_range
 
 # Stream entries read per call where a worker reads its run's own stream.
 _PAGE = 500
+
+
+def _flat(fields: dict[str, str]) -> list[str]:
+    return [item for pair in fields.items() for item in pair]
 
 
 def new_run_id() -> str:
@@ -62,12 +73,13 @@ class RunRepository:
     def __init__(
         self,
         redis: aioredis.Redis,
-        settings: Settings,
+        keys: Keys,
+        settings: RunSettings,
         on_finished: Outcomes | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.namespace)
+        self.keys = keys
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name))
@@ -76,7 +88,7 @@ class RunRepository:
         # Writes a client is told about wait for redis_min_replicas replicas (replication.py).
         self._acked = acknowledged(
             self._scripts,
-            settings.redis_min_replicas,
+            settings.min_replicas,
             strict=("create", "create_session_run", "stop"),
         )
         # The leases of running runs: renewed by lease keepers, settled by reapers.
@@ -95,71 +107,25 @@ class RunRepository:
     @property
     def _record_ttl(self) -> int:
         """A live record outlives the longest wait in the queue plus its retention."""
-        return self.settings.retention_seconds + QUEUE_WAIT_MS // 1000
+        return self.settings.retention_seconds + QUEUE_WAIT_SECONDS
 
     # -- API side --------------------------------------------------------------------------
-    def _fields(
-        self,
-        run_id: str,
-        session_id: str,
-        request: dict[str, Any],
-        route: dict[str, Any] | None,
-        model: str,
-        extra: dict[str, str] | None,
-    ) -> list[str]:
-        now = repr(time.time())
-        fields: dict[str, str] = {
-            "run_id": run_id,
-            "session_id": session_id,
-            "status": RunStatus.QUEUED,
-            "attempt": "0",
-            "seq": "0",
-            "created_at": now,
-            "updated_at": now,
-            "model": model,
-            "request": json.dumps(request, ensure_ascii=False),
-            "route": json.dumps(route or {}),
-            **(extra or {}),
-        }
-        return [item for pair in fields.items() for item in pair]
-
-    async def create(
-        self,
-        *,
-        run_id: str,
-        session_id: str,
-        request: dict[str, Any],
-        route: dict[str, Any] | None = None,
-        model: str = "",
-        extra: dict[str, str] | None = None,
-    ) -> bool:
+    # Creation is ``runs/start.py``'s to call: the one way a run is started.
+    async def create(self, run: NewRun) -> bool:
         """Store the run and queue it atomically; False if the id already exists."""
         created = await self._acked["create"](
-            keys=[self.keys.run(run_id), self.keys.queue],
-            args=[
-                run_id,
-                self._record_ttl,
-                self.keys.wake_channel,
-                *self._fields(run_id, session_id, request, route, model, extra),
-            ],
+            keys=[self.keys.run(run.run_id), self.keys.queue],
+            args=[run.run_id, self._record_ttl, self.keys.wake_channel, *_flat(run.fields())],
         )
         return bool(created)
 
     async def create_session_run(
-        self,
-        *,
-        run_id: str,
-        session_id: str,
-        strategy: str,
-        request: dict[str, Any],
-        route: dict[str, Any] | None = None,
-        model: str = "",
-        extra: dict[str, str] | None = None,
-        read_by: str | None = None,
+        self, run: NewRun, *, strategy: str, read_by: str | None = None
     ) -> SessionAdmission:
         """Create a run under the one-active-run-per-session rule (``reject`` or ``enqueue``).
         ``read_by``: the reader id (``ReaderPresence.reader_id``) of the API process whose
         request reads the run, which makes the run abandonable (``SessionAdmission``)."""
+        run_id, session_id = run.run_id, run.session_id
         result = await self._acked["create_session_run"](
             keys=[
                 self.keys.run(run_id),
@@ -176,7 +142,7 @@ class RunRepository:
                 strategy,
                 read_by or "",
                 PRESENCE_TTL_MS,
-                *self._fields(run_id, session_id, request, route, model, extra),
+                *_flat(run.fields()),
             ],
         )
         verdict = _decode(result[0])

@@ -8,6 +8,7 @@ from importlib import resources
 from typing import Any
 
 from hermes_queue.keys import Keys
+from hermes_queue.streams.codec import ENTRY_WRITER
 
 # Told the status of every run a script of this process ended (completed, failed, cancelled):
 # the metrics hook. Each run ends in exactly one script call, so summed over processes it
@@ -16,10 +17,12 @@ Outcomes = Callable[[str], None]
 
 
 def load_script(name: str, *preludes: str) -> str:
-    """``prelude.lua`` (shared helpers), then any further preludes, then the script itself."""
+    """The stream entry's writer (``streams/entry.lua``, beside its decoder), ``prelude.lua``
+    (shared helpers), then any further preludes, then the script itself."""
     folder = resources.files("hermes_queue.runs") / "lua"
     parts = ("prelude", *preludes, name)
-    return "\n".join((folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts)
+    scripts = [(folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts]
+    return "\n".join([ENTRY_WRITER, *scripts])
 
 
 def current_stats_key(keys: Keys) -> str:

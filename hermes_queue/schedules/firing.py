@@ -2,7 +2,8 @@
 
 Exactly once per tick, whatever the number of workers: the run of a tick has a deterministic
 id (``tick_run_id``: a digest of namespace, job and tick), and the script that creates a run
-refuses an id that exists, in the same atomic step that writes the record and queues the run.
+refuses an id that exists, in the same atomic step that writes the record and queues the run
+(``runs/start.py``, the way every run is started).
 That is arq's own scheme for cron jobs (one job id per tick, enqueued once) applied to our
 run-creating script. Every worker that finds the tick due tries; one creates the run, the others
 are told it exists. Then whichever gets there first records the fire in SQL
@@ -24,11 +25,11 @@ from datetime import tzinfo
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-from hermes_queue.config import Settings
-from hermes_queue.routing import parse_requested, select_runtime
-from hermes_queue.routing.configured import routing_config
-from hermes_queue.runs.model import RunRecord, RunStatus
+from hermes_queue.config import ScheduleSettings
+from hermes_queue.routing import RoutingConfig, parse_requested, select_runtime
+from hermes_queue.runs.model import NewRun, Persist, RunRecord, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.start import RunStarter
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.parsing import Schedule, next_after
 from hermes_queue.store.jobs import FireRecord, JobRow, JobRunRow
@@ -50,8 +51,8 @@ class FireObserver(Protocol):
     def job_ticks_missed(self, count: int) -> None: ...
 
 
-def job_timezone(settings: Settings) -> tzinfo:
-    return ZoneInfo(settings.jobs_timezone)
+def job_timezone(settings: ScheduleSettings) -> tzinfo:
+    return ZoneInfo(settings.timezone)
 
 
 def tick_run_id(namespace: str, job_id: str, tick: float) -> str:
@@ -72,50 +73,52 @@ def job_instructions(job: JobRow) -> str:
     return text
 
 
-async def create_fire_run(
-    repository: RunRepository, settings: Settings, store: SessionStore, job: JobRow, run_id: str
-) -> bool:
-    """Create the run of one fire of ``job``; False when ``run_id`` already exists.
-
-    The one place a fire becomes a run: a session turn on the job's session (the runtime
-    chosen as for a session chat turn naming no model, so a model lock set on that session
-    holds), queued behind a turn already active there rather than refused.
-    """
-    session = await store.get_session(job.session_id)
-    if session is None:
-        await store.ensure_job_session(job)
-        session = await store.get_session(job.session_id)
-    model_config = session.model_config if session else None
-    column = session.model if session else None
-    selection = select_runtime(parse_requested({}), model_config, column, routing_config(settings))
-    admission = await repository.create_session_run(
-        run_id=run_id,
-        session_id=await store.resolve_tip(job.session_id),
-        strategy="enqueue",
-        request=TurnRequest(
-            message=job.prompt or SKILLS_ONLY_MESSAGE,
-            instructions=job_instructions(job),
-            path_id=job.session_id,
-        ).to_json(),
-        route=selection.as_dict(),
-        model=selection.model or settings.model_name,
-        extra={"persist": "1"},
-    )
-    return admission.verdict != "exists"
-
-
 @dataclass
 class Firing:
-    """Fires jobs and keeps their fire records in step with the runs (any process)."""
+    """Fires jobs and keeps their fire records in step with the runs (any process).
 
-    settings: Settings
+    ``runs`` starts the fires' runs (no reader: nobody's request reads a fire); ``routing``
+    decides their runtime and ``tz`` reads their schedules."""
+
     store: SessionStore
-    repository: RunRepository
+    runs: RunStarter
+    routing: RoutingConfig
+    tz: tzinfo
     observer: FireObserver | None = None
 
     @property
-    def tz(self) -> tzinfo:
-        return job_timezone(self.settings)
+    def repository(self) -> RunRepository:
+        return self.runs.runs
+
+    async def create_run(self, job: JobRow, run_id: str) -> bool:
+        """Create the run of one fire of ``job``; False when ``run_id`` already exists.
+
+        The one place a fire becomes a run: a session turn on the job's session (the runtime
+        chosen as for a session chat turn naming no model, so a model lock set on that session
+        holds), queued behind a turn already active there rather than refused.
+        """
+        store = self.store
+        session = await store.get_session(job.session_id)
+        if session is None:
+            await store.ensure_job_session(job)
+            session = await store.get_session(job.session_id)
+        model_config = session.model_config if session else None
+        column = session.model if session else None
+        selection = select_runtime(parse_requested({}), model_config, column, self.routing)
+        run = NewRun(
+            run_id=run_id,
+            session_id=await store.resolve_tip(job.session_id),
+            request=TurnRequest(
+                message=job.prompt or SKILLS_ONLY_MESSAGE,
+                instructions=job_instructions(job),
+                path_id=job.session_id,
+            ),
+            route=selection,
+            model=selection.model or self.routing.model_name,
+            persist=Persist.SESSION,
+        )
+        admission = await self.runs.start_in_session(run, "enqueue")
+        return admission.verdict != "exists"
 
     async def fire_tick(self, job: JobRow, now: float) -> bool:
         """Fire the due tick ``job.next_run_at`` (at most once across the deployment); True
@@ -125,11 +128,11 @@ class Firing:
             return False
         schedule = Schedule.from_stored(job.schedule)
         next_tick, missed = next_after(schedule, tick, now, self.tz)
-        run_id = tick_run_id(self.settings.namespace, job.id, tick)
+        run_id = tick_run_id(self.repository.keys.namespace, job.id, tick)
         created = False
         # Recorded already: its run may have expired since, and must not be created again.
         if not await self.store.job_fire_recorded(run_id):
-            created = await create_fire_run(self.repository, self.settings, self.store, job, run_id)
+            created = await self.create_run(job, run_id)
         fire = FireRecord(job.id, run_id, SCHEDULE, now, tick=tick, next_run_at=next_tick)
         recorded = await self.store.record_fire(fire)
         if created:
@@ -146,7 +149,7 @@ class Firing:
         """A manual run (``POST /api/jobs/{id}/run``): fires at once, leaves the schedule and
         ``repeat`` alone. Returns the run id."""
         run_id = new_run_id()
-        await create_fire_run(self.repository, self.settings, self.store, job, run_id)
+        await self.create_run(job, run_id)
         await self.store.record_fire(FireRecord(job.id, run_id, MANUAL, now))
         if self.observer is not None:
             self.observer.job_fired(MANUAL)

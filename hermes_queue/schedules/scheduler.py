@@ -22,9 +22,11 @@ import time
 from collections.abc import Callable
 
 from hermes_queue.aio import cancel_requested
-from hermes_queue.config import Settings
+from hermes_queue.config import ScheduleSettings
+from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.repository import RunRepository
-from hermes_queue.schedules.firing import FireObserver, Firing
+from hermes_queue.runs.start import RunStarter
+from hermes_queue.schedules.firing import FireObserver, Firing, job_timezone
 from hermes_queue.store.protocol import SessionStore
 
 log = logging.getLogger(__name__)
@@ -63,14 +65,15 @@ async def schedule_forever(scheduler: Scheduler, interval: float) -> None:
 
 
 def start_scheduler(
-    settings: Settings,
+    settings: ScheduleSettings,
     store: SessionStore | None,
     repository: RunRepository,
+    routing: RoutingConfig,
     observer: FireObserver | None,
 ) -> list[asyncio.Task[None]]:
     """The worker's scheduler task (none when ``scheduler_interval_seconds`` is 0)."""
-    if store is None or settings.scheduler_interval_seconds <= 0:
+    if store is None or settings.interval_seconds <= 0:
         return []
-    scheduler = Scheduler(Firing(settings, store, repository, observer))
-    task = schedule_forever(scheduler, settings.scheduler_interval_seconds)
+    firing = Firing(store, RunStarter(repository), routing, job_timezone(settings), observer)
+    task = schedule_forever(Scheduler(firing), settings.interval_seconds)
     return [asyncio.create_task(task, name="scheduler")]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from hermes_queue.config import Settings
+from hermes_queue.config import StoreSettings
 from hermes_queue.redis_client import on_this_host
 from hermes_queue.store.base import (
     UNSET,
@@ -87,11 +87,11 @@ def create_store(url: str, *, schema: str | None = None) -> SessionStore:
     )
 
 
-def warn_if_store_is_per_host(settings: Settings) -> bool:
+def warn_if_store_is_per_host(store_url: str, redis_url: str) -> bool:
     """Warn (and say True) when the store is a SQLite file while Redis is on another host: the
     deployment then spans hosts, and a process on another host would write a session store of
     its own, so sessions and transcripts would differ by the replica that served them."""
-    if not settings.store_url.lower().startswith("sqlite:") or on_this_host(settings.redis_url):
+    if not store_url.lower().startswith("sqlite:") or on_this_host(redis_url):
         return False
     logging.getLogger(__name__).warning(
         "store_url is a SQLite file but Redis is on another host: API replicas and workers on "
@@ -101,14 +101,15 @@ def warn_if_store_is_per_host(settings: Settings) -> bool:
     return True
 
 
-async def open_store(settings: Settings) -> SessionStore:
-    """The store named by the settings, migrated when ``migrate_on_start`` is set.
+async def open_store(settings: StoreSettings, *, redis_url: str) -> SessionStore:
+    """The store named by the settings, migrated when ``migrate_on_start`` is set; a SQLite
+    store beside a Redis on another host is warned about (``redis_url``).
 
     A database that is down at start-up is not fatal: the store reconnects on use, and the
     endpoints that need it answer 503 ``session_db_unavailable`` meanwhile.
     """
-    store = create_store(settings.store_url, schema=settings.store_schema or None)
-    warn_if_store_is_per_host(settings)
+    store = create_store(settings.url, schema=settings.schema or None)
+    warn_if_store_is_per_host(settings.url, redis_url)
     if settings.migrate_on_start:
         try:
             await store.migrate()

@@ -47,13 +47,8 @@ from redis.asyncio.connection import AbstractConnection
 
 from hermes_queue.events import RunEvent
 from hermes_queue.redis_pipeline import dedicated_connection
-from hermes_queue.streams.reader import (
-    BACKOFF_MAX,
-    BACKOFF_MIN,
-    REDIS_DOWN,
-    decode_flat,
-    id_key,
-)
+from hermes_queue.streams.codec import decode_flat, split_published
+from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, id_key
 
 log = logging.getLogger(__name__)
 
@@ -274,17 +269,15 @@ class Follower:
             return
         if kind == b"message" and key not in self._dirty and stream.seq is not None:
             # The entry itself: hand it on if it is the next one, skip it if already read.
-            parts = message[2].split(b"\0", 6)
-            if len(parts) == 7 and parts[2].isdigit():
-                seq = int(parts[2])
+            entry = split_published(message[2])
+            if entry is not None:
+                entry_id, seq, flat = entry
                 if seq <= stream.seq:
-                    if id_key(parts[0].decode()) <= id_key(stream.cursor):
+                    if id_key(entry_id.decode()) <= id_key(stream.cursor):
                         return  # already read
                     # A later entry numbered like one read: a failover lost entries. Read it.
                 elif seq == stream.seq + 1:
-                    flat = [b"t", parts[1], b"s", parts[2], b"a", parts[3]]
-                    flat += [b"ts", parts[4], b"sid", parts[5], b"d", parts[6]]
-                    self._dispatch({key: stream}, [(channel, [(parts[0], flat)])])
+                    self._dispatch({key: stream}, [(channel, [(entry_id, flat)])])
                     return
         # A gap, an entry we cannot place, or a subscription now in effect: read the stream.
         self._dirty.add(key)

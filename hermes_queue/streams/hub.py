@@ -30,7 +30,6 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redis_client import connect_url
@@ -153,11 +152,6 @@ class StreamHub:
         self._streams: dict[str, _Stream] = {}  # by key: the streams with taps attached
         self._subscribers = 0
         self.closed = False
-
-    @classmethod
-    def from_settings(cls, settings: Settings, redis: Redis | None = None, **kw: Any) -> StreamHub:
-        kw.setdefault("queue_size", settings.subscriber_queue_size)
-        return cls(redis or settings.redis_url, Keys(settings.namespace), **kw)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -7,7 +7,6 @@ before switching a subscriber to its live tail.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from redis.asyncio import Redis
@@ -17,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
+from hermes_queue.streams.codec import decode_entry
 
 ZERO_ID = "0-0"
 
@@ -60,44 +60,6 @@ def gap_event(run_id: str, first_available_id: str, missed_from: str) -> RunEven
         id="",
         data={"first_available_id": first_available_id, "missed_from": missed_from},
     )
-
-
-def decode_entry(run_id: str, entry_id: str | bytes, fields: dict[Any, Any]) -> RunEvent:
-    """:meth:`RunEvent.from_entry`, with a fast path for what redis-py returns (bytes keys).
-
-    Same result and same errors (``ValueError`` for undecodable data); this runs once per
-    event per process, so the generic per-field lookups of ``from_entry`` are worth avoiding.
-    """
-    if not fields or type(next(iter(fields))) is not bytes:
-        return RunEvent.from_entry(run_id, entry_id, fields)
-    get = fields.get
-    raw = get(b"d")
-    return RunEvent(
-        type=_text(get(b"t")),
-        run_id=run_id,
-        session_id=_text(get(b"sid")),
-        seq=int(get(b"s") or 0),
-        ts=float(get(b"ts") or 0.0),
-        attempt=int(get(b"a") or 0),
-        data=json.loads(_text(raw)) if raw else {},
-        id=entry_id.decode() if isinstance(entry_id, bytes) else entry_id,
-    )
-
-
-def decode_flat(run_id: str, entry_id: str | bytes, flat: list[Any]) -> RunEvent:
-    """Decode an entry as raw ``XREAD`` replies carry it: ``[field, value, field, value, …]``."""
-    if not flat:
-        return decode_entry(run_id, entry_id, {})
-    if len(flat) % 2:
-        raise ValueError(f"odd field list in stream entry {entry_id!r}")
-    it = iter(flat)
-    return decode_entry(run_id, entry_id, dict(zip(it, it, strict=False)))
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _decode(rows: list[Any], run_id: str) -> list[RunEvent]:
@@ -203,8 +165,6 @@ __all__ = [
     "REDIS_DOWN",
     "ZERO_ID",
     "Page",
-    "decode_entry",
-    "decode_flat",
     "first_id",
     "first_page",
     "gap_event",

@@ -21,8 +21,7 @@ from collections.abc import Callable
 
 import redis
 
-from hermes_queue.config import Settings
-from hermes_queue.keys import Keys
+from hermes_queue.config import RedisSettings
 from hermes_queue.redis_client import connect_sync
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
@@ -36,7 +35,7 @@ STOP_REQUESTED = 1
 class LeaseKeeper:
     def __init__(
         self,
-        settings: Settings,
+        redis_settings: RedisSettings,
         leases: Leases,
         worker_id: str,
         loop: asyncio.AbstractEventLoop,
@@ -45,10 +44,11 @@ class LeaseKeeper:
         *,
         metrics_port: int | None = None,
     ) -> None:
-        self.settings = settings
+        # Its timings are the leases' (lease_seconds, heartbeat_seconds), as are the keys.
+        self.settings = leases.settings
         self.leases = leases
         self.worker_id = worker_id
-        self.keys = Keys(settings.namespace)
+        self.keys = leases.keys
         self._loop = loop
         self._on_signal = on_signal
         # Which port of the metrics range this worker got: the registry tells operators.
@@ -58,7 +58,7 @@ class LeaseKeeper:
         self._runs: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._client = connect_sync(settings)
+        self._client = connect_sync(redis_settings)
         self._renew = self._client.register_script(leases.renew_script)
         self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
 

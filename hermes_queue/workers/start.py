@@ -20,7 +20,7 @@ from typing import Any
 from hermes_queue.agents.base import AgentRequest
 from hermes_queue.agents.steps import StepJournal
 from hermes_queue.events import EventType
-from hermes_queue.routing import Selection, runtime_metadata
+from hermes_queue.routing import runtime_metadata
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.workers.persistence import SessionTurnLog
@@ -55,7 +55,6 @@ def build_request(
         history=list(turn.history) if history is None else history,
         instructions=turn.instructions,
         route=record.route,
-        options={"model_options": dict(record.route.get("model_options") or {})},
         attempt=claim.number,
         steps=tuple(step["step"] for step in steps or ()),
     )
@@ -91,7 +90,7 @@ async def start_attempt(
         data = {
             "attempt": attempt.number,
             "user_message": {"role": "user", "content": request.message},
-            "runtime": runtime_metadata(Selection.from_dict(record.route), None),
+            "runtime": runtime_metadata(record.route, None),
         }
         await sink.emit(EventType.RUN_STARTED, data)
         await sink.start_reply()

@@ -32,7 +32,7 @@ from hermes_queue.agents.media import inline_media
 from hermes_queue.agents.steps import HandBack
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
-from hermes_queue.routing import LockMismatch, Selection, check_lock_runtime, runtime_metadata
+from hermes_queue.routing import LockMismatch, check_lock_runtime, runtime_metadata
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.repository import RunRepository
@@ -292,7 +292,7 @@ def _failure(run_id: str, exc: Exception) -> tuple[FailReason, str]:
 def _checked_runtime(attempt: Attempt, result: AgentResult) -> AgentResult:
     """Under a confirmed lock the turn must have run on the locked provider and model; the
     result then reports the runtime metadata clients see (upstream-api.md §6.3 rules 6–7)."""
-    selection = Selection.from_dict(attempt.record.route)
+    selection = attempt.record.route
     actual = result.runtime or {}
     if selection.confirmed_lock:
         check_lock_runtime(

@@ -28,6 +28,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
 from hermes_queue.redis_client import connect
+from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
@@ -83,24 +84,24 @@ def backend_options(settings: Settings) -> dict[str, Any]:
             "timeout": provider.timeout_seconds,
             "max_retries": provider.max_retries,
         }
-        for name, provider in settings.providers.items()
+        for name, provider in settings.routing.providers.items()
     }
 
     def credentials(name: str) -> str:
-        return resolve_api_key(settings.providers[name])
+        return resolve_api_key(settings.routing.providers[name])
 
     return {
-        "token_delay": settings.echo_token_delay,
-        "tool_log": settings.echo_tool_log,
+        "token_delay": settings.agents.echo_token_delay,
+        "tool_log": settings.agents.echo_tool_log,
         "providers": providers,
-        "default_provider": settings.default_provider or next(iter(providers), ""),
+        "default_provider": settings.routing.default_provider or next(iter(providers), ""),
         "credentials": credentials,
-        "default_model": settings.default_model,
-        "hermes_home": settings.hermes_home,
-        "toolsets": settings.hermes_toolsets,
-        "max_iterations": settings.hermes_max_iterations,
-        "agent_cache_size": settings.hermes_agent_cache_size,
-        "max_turns": settings.worker_concurrency,
+        "default_model": settings.routing.default_model,
+        "hermes_home": settings.agents.hermes_home,
+        "toolsets": settings.agents.hermes_toolsets,
+        "max_iterations": settings.agents.hermes_max_iterations,
+        "agent_cache_size": settings.agents.hermes_agent_cache_size,
+        "max_turns": settings.worker.concurrency,
     }
 
 
@@ -119,54 +120,60 @@ class WorkerProcess:
         self.runtime: WorkerRuntime | None = None
         self._clients: list[aioredis.Redis] = []
         self._background: list[asyncio.Task[None]] = []
-        self.warm_up_state = WarmUpState(settings.namespace)
+        self.warm_up_state = WarmUpState(settings.redis.namespace)
 
     async def start(self, worker: WakeableWorker) -> None:
         settings, metrics = self.settings, self.metrics
-        redis = connect(settings)
-        listener = connect(settings, for_pubsub=True)
+        redis = connect(settings.redis)
+        listener = connect(settings.redis, for_pubsub=True)
         self._clients = [redis, listener]
-        repository = RunRepository(redis, settings, on_finished=metrics.count_outcome)
-        backend = load_backend(settings.agent_backend, **backend_options(settings))
+        keys = settings.redis.keys
+        repository = RunRepository(redis, keys, settings.runs, on_finished=metrics.count_outcome)
+        backend = load_backend(settings.agents.backend, **backend_options(settings))
         # Before anything that takes or announces work: the first turn must not pay set-up.
         await warm_up(backend, self.warm_up_state)
         runtime = WorkerRuntime(
             worker_id=self.worker_id,
             repository=repository,
             backend=backend,
-            store=await open_store(settings),
-            turn_timeout=float(settings.job_timeout_seconds),
+            store=await open_store(settings.store, redis_url=settings.redis.url),
+            turn_timeout=float(settings.worker.job_timeout_seconds),
             shutting_down=lambda: worker.shutting_down,
             metrics=metrics,
             # Hermes' own default home when none is set: its secrets are refused there too.
-            hermes_home=settings.hermes_home or os.environ.get("HERMES_HOME") or "~/.hermes",
+            hermes_home=settings.agents.hermes_home or os.environ.get("HERMES_HOME") or "~/.hermes",
         )
         self.runtime = runtime
         metrics.active_runs.set_function(lambda: len(runtime.active))
         metrics_port = metrics.serve(
-            settings.metrics_host, settings.metrics_port, settings.metrics_port_span
+            settings.metrics.host, settings.metrics.port, settings.metrics.port_span
         )
         runtime.keeper = LeaseKeeper(
-            settings,
+            settings.redis,
             repository.leases,
             self.worker_id,
             asyncio.get_running_loop(),
             runtime.signal,
-            settings.worker_concurrency,
+            settings.worker.concurrency,
             metrics_port=metrics_port,
         )
         runtime.keeper.start()
-        keys = Keys(settings.namespace)
         self._background = [
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
-            asyncio.create_task(reap_forever(repository, settings.reaper_interval_seconds)),
+            asyncio.create_task(reap_forever(repository, settings.runs.reaper_interval_seconds)),
             asyncio.create_task(publish_forever(redis, keys, backend)),
-            *start_scheduler(settings, runtime.store, repository, metrics),
+            *start_scheduler(
+                settings.schedules,
+                runtime.store,
+                repository,
+                routing_config(settings.routing),
+                metrics,
+            ),
         ]
         log.info(
             "worker %s ready (%d slots, backend %s)",
             self.worker_id,
-            settings.worker_concurrency,
+            settings.worker.concurrency,
             backend.name,
         )
 
@@ -197,6 +204,8 @@ def build_worker(
     """The queue's worker, handing every delivery to this process's ``WorkerProcess``."""
     metrics = WorkerMetrics()
     process = WorkerProcess(settings, new_worker_id(), metrics)
-    worker = queue_worker(settings, process, handle_signals=handle_signals, burst=burst)
+    worker = queue_worker(
+        settings.redis, settings.worker, process, handle_signals=handle_signals, burst=burst
+    )
     worker.metrics = metrics
     return worker

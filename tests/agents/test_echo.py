@@ -19,6 +19,7 @@ from hermes_queue.agents.base import (
     TurnCancelled,
 )
 from hermes_queue.agents.echo import EchoBackend
+from hermes_queue.routing import Selection
 
 
 class RecordingSink:
@@ -94,7 +95,7 @@ async def test_plain_echo_streams_deltas_that_equal_output() -> None:
 
 
 async def test_runtime_follows_route() -> None:
-    result, _ = await run("hi", route={"provider": "acme", "model": "m-1"})
+    result, _ = await run("hi", route=Selection(provider="acme", model="m-1"))
     assert result.runtime == {"provider": "acme", "model": "m-1"}
 
 

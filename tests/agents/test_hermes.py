@@ -28,6 +28,7 @@ from hermes_queue.agents.base import (
     TurnCancelled,
 )
 from hermes_queue.providers import CredentialsUnavailable
+from hermes_queue.routing import Selection
 from tests.agents.test_echo import RecordingSink
 from tests.conftest import require_hermes
 from tests.support.fake_llm import FakeLLM
@@ -88,8 +89,11 @@ async def backend(fake: FakeLLM, hermes_home: str) -> AsyncIterator[Any]:
         await instance.aclose()
 
 
+ROUTE = {"provider": "fake", "model": "fake-model"}
+
+
 def request(message: Any, **fields: Any) -> AgentRequest:
-    route = fields.pop("route", {"provider": "fake", "model": "fake-model"})
+    route = Selection(**fields.pop("route", ROUTE))
     fields.setdefault("session_id", f"s-{uuid.uuid4().hex[:8]}")
     return AgentRequest(run_id=f"run_{uuid.uuid4().hex}", message=message, route=route, **fields)
 
@@ -298,13 +302,13 @@ async def test_provider_errors_fail_the_turn_with_their_message(backend: Any) ->
 async def test_model_options_set_reasoning_and_service_tier(backend: Any, fake: FakeLLM) -> None:
     """Reasoning effort reaches the provider; the service tier is set on the agent, and Hermes
     sends it only to providers that take one (not to a generic endpoint like the fake)."""
-    options = {"model_options": {"reasoning": {"enabled": True, "effort": "high"}, "fast": True}}
-    await run(backend, "hi", options=options, session_id="opts")
+    options = {"reasoning": {"enabled": True, "effort": "high"}, "fast": True}
+    await run(backend, "hi", route={**ROUTE, "model_options": options}, session_id="opts")
     assert fake.last_request.body["reasoning_effort"] == "high"
     agent, _ = backend.warm.take("opts", next(iter(backend.warm._agents.values()))[0])
     assert agent.service_tier == "priority"
     assert agent.reasoning_config == {"enabled": True, "effort": "high"}
-    await run(backend, "hi", options={"model_options": {"reasoning_effort": "none"}})
+    await run(backend, "hi", route={**ROUTE, "model_options": {"reasoning_effort": "none"}})
     assert fake.last_request.body["reasoning_effort"] == "none"  # reasoning switched off
 
 

@@ -29,6 +29,7 @@ from hermes_queue.agents.openai_compat import (
     ProviderAuthError,
     ProviderConfig,
 )
+from hermes_queue.routing import Selection
 from tests.agents.test_echo import RecordingSink
 from tests.support.fake_llm import FakeLLM
 
@@ -57,7 +58,7 @@ async def backend(fake: FakeLLM) -> AsyncIterator[OpenAICompatBackend]:
 
 
 def request(message: Any, **fields: Any) -> AgentRequest:
-    route = fields.pop("route", {"provider": "fake", "model": "gpt-fake"})
+    route = Selection(**fields.pop("route", {"provider": "fake", "model": "gpt-fake"}))
     return AgentRequest(run_id="r1", session_id="s1", message=message, route=route, **fields)
 
 
@@ -143,7 +144,8 @@ async def test_model_options_are_mapped_and_only_set_ones_sent(
     model_options: dict[str, Any] | None,
     expected: dict[str, Any],
 ) -> None:
-    await run(backend, "hi", options={"model_options": model_options})
+    route = {"provider": "fake", "model": "gpt-fake", "model_options": model_options or {}}
+    await run(backend, "hi", route=route)
     body = fake.last_request.body
     sent = {k: body[k] for k in ("reasoning_effort", "service_tier") if k in body}
     assert sent == expected

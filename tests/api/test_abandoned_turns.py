@@ -48,11 +48,11 @@ class Api:
 async def api(settings: Settings) -> AsyncIterator[Api]:
     # Keepalives far apart: a closed connection must be noticed without a write to it.
     settings = settings.replace(keepalive_seconds=300.0)
-    runner = api_runner(create_app(settings), settings)
+    runner = api_runner(create_app(settings), settings.api)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    headers = {"Authorization": f"Bearer {settings.api_key}"}
+    headers = {"Authorization": f"Bearer {settings.api.api_key}"}
     try:
         async with running_worker(settings), aiohttp.ClientSession(headers=headers) as session:
             assert (await session.post(f"{site.name}/api/sessions", json={"id": "s1"})).ok

@@ -121,7 +121,7 @@ async def test_all_and_resolve_all_answer_every_pending_request_of_that_run_only
     api: TestClient, redis: Any, settings: Settings
 ) -> None:
     # No worker: the test plays the worker, asking several approvals on two runs at once.
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     runs = [await start(api, f"run {n}") for n in range(2)]
     for run_id in runs:
         attempt = await repo.claim(run_id, "w")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -109,7 +108,7 @@ async def test_capabilities_document(api: TestClient, settings: Settings) -> Non
     body = await response.json()
     assert body["object"] == "hermes.api_server.capabilities"
     assert body["platform"] == "hermes-agent"
-    assert body["model"] == settings.model_name
+    assert body["model"] == settings.routing.model_name
     assert body["auth"] == {"type": "bearer", "required": True}
     runtime = body["runtime"]
     assert runtime["mode"] == "server_agent" and runtime["tool_execution"] == "server"
@@ -190,11 +189,11 @@ async def test_models(api: TestClient, settings: Settings) -> None:
     model = body["data"][0]
     assert before <= model.pop("created") <= int(time.time())
     assert model == {
-        "id": settings.model_name,
+        "id": settings.routing.model_name,
         "object": "model",
         "owned_by": "hermes",
         "permission": [],
-        "root": settings.model_name,
+        "root": settings.routing.model_name,
         "parent": None,
     }
 
@@ -202,16 +201,15 @@ async def test_models(api: TestClient, settings: Settings) -> None:
 async def test_models_list_the_route_aliases(settings: Settings) -> None:
     """Each ``model_routes`` alias after the advertised name, as upstream lists them: its
     route's model as ``root``, the advertised name as ``parent``, nothing about the provider."""
-    routed = dataclasses.replace(
-        settings,
+    routed = settings.replace(
         providers={"p": ProviderSettings("p", "http://127.0.0.1:9/v1", api_key_env="UNSET_KEY")},
         model_routes={"fast": RouteSettings("fast", "p", "small-model")},
     )
     async with running_api(routed) as api:
         data = (await (await api.get("/v1/models")).json())["data"]
     assert [(m["id"], m["root"], m["parent"]) for m in data] == [
-        (settings.model_name, settings.model_name, None),
-        ("fast", "small-model", settings.model_name),
+        (settings.routing.model_name, settings.routing.model_name, None),
+        ("fast", "small-model", settings.routing.model_name),
     ]
     assert "127.0.0.1:9" not in json.dumps(data)  # nothing about the provider
 
@@ -228,7 +226,7 @@ async def test_ready_with_a_live_worker(api: TestClient, worker: Any, settings: 
     assert checks["workers"] == {
         "status": "ok",
         "count": 1,
-        "slots": settings.worker_concurrency,
+        "slots": settings.worker.concurrency,
         "busy": 0,
     }
     assert body["queue"] == {"ready": 0}
@@ -240,7 +238,7 @@ async def test_degraded_without_live_workers(
     api: TestClient, redis: aioredis.Redis, keys: Keys, settings: Settings
 ) -> None:
     # A worker whose last beat is older than one lease counts as gone.
-    stale_ms = int((time.time() - settings.lease_seconds - 1) * 1000)
+    stale_ms = int((time.time() - settings.runs.lease_seconds - 1) * 1000)
     await redis.zadd(keys.workers, {"w-stale": stale_ms})
     await redis.hset(keys.worker("w-stale"), mapping={"slots": 4, "busy": 0})
     await api.post("/v1/runs", json={"input": "waits"})

@@ -24,7 +24,7 @@ async def draining_api(settings: Settings) -> AsyncIterator[tuple[TestClient, Dr
     client = TestClient(TestServer(app))
     await client.start_server()
     state = app[STATE].drain
-    client.session.headers["Authorization"] = f"Bearer {settings.api_key}"
+    client.session.headers["Authorization"] = f"Bearer {settings.api.api_key}"
     try:
         yield client, state
     finally:

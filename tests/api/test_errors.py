@@ -65,11 +65,11 @@ async def test_bad_run_bodies_are_400_and_enqueue_nothing(
     response = await api.post("/v1/runs", data=body, headers={"Content-Type": "application/json"})
     assert response.status == 400
     assert error_of(await response.json())["code"] == code
-    assert await redis.zcard(f"{settings.namespace}:queue") == 0
+    assert await redis.zcard(f"{settings.redis.namespace}:queue") == 0
 
 
 async def test_oversize_body_is_413(api: TestClient, settings: Settings) -> None:
-    big = b'{"input": "' + b"x" * (settings.body_limit_bytes + 10) + b'"}'
+    big = b'{"input": "' + b"x" * (settings.api.body_limit_bytes + 10) + b'"}'
     response = await api.post("/v1/runs", data=big, headers={"Content-Type": "application/json"})
     assert response.status == 413
     assert error_of(await response.json())["code"] == "body_too_large"
@@ -78,7 +78,7 @@ async def test_oversize_body_is_413(api: TestClient, settings: Settings) -> None
 async def test_oversize_chunked_body_is_413(api: TestClient, settings: Settings) -> None:
     async def chunks():  # type: ignore[no-untyped-def]
         yield b'{"input": "'
-        for _ in range(settings.body_limit_bytes // 1_000_000 + 1):
+        for _ in range(settings.api.body_limit_bytes // 1_000_000 + 1):
             yield b"x" * 1_000_000
         yield b'"}'
 
@@ -139,8 +139,8 @@ async def test_the_key_is_compared_after_the_normalisation_the_guard_applied(
     settings: Settings,
 ) -> None:
     """A key configured with surrounding whitespace is the key without it, on both sides."""
-    async with running_api(settings.replace(api_key=f"  {settings.api_key}\t")) as api:
-        for header in (f"Bearer {settings.api_key}", f"Bearer   {settings.api_key}  "):
+    async with running_api(settings.replace(api_key=f"  {settings.api.api_key}\t")) as api:
+        for header in (f"Bearer {settings.api.api_key}", f"Bearer   {settings.api.api_key}  "):
             response = await api.post(
                 "/v1/runs", json={"input": "hi"}, headers={"Authorization": header}
             )

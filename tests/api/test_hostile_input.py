@@ -71,7 +71,7 @@ def envelope(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def assert_nothing_enqueued(redis: Any, settings: Settings) -> None:
-    assert await redis.zcard(f"{settings.namespace}:queue") == 0
+    assert await redis.zcard(f"{settings.redis.namespace}:queue") == 0
 
 
 @pytest.fixture
@@ -238,7 +238,7 @@ async def test_header_bytes_that_are_not_utf8_are_400(
     head = (
         (
             f"POST {path} HTTP/1.1\r\nHost: test\r\n"
-            f"Authorization: Bearer {store_settings.api_key}\r\n"
+            f"Authorization: Bearer {store_settings.api.api_key}\r\n"
             "Content-Type: application/json\r\n"
         ).encode()
         + header.encode()

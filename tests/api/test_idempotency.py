@@ -118,11 +118,11 @@ async def test_record_names_hold_nothing_computed_from_the_api_key(
 ) -> None:
     """Anyone reading Redis could test guesses of the key against a hash of it offline."""
     assert (await post_run(api, {"input": "a"}, key="k-name"))[0] == 202
-    digest = hashlib.sha256(settings.api_key.encode()).hexdigest()
+    digest = hashlib.sha256(settings.api.api_key.encode()).hexdigest()
     names = [k.decode() async for k in redis.scan_iter(match=f"{keys.namespace}:*", count=500)]
     assert f"{keys.namespace}:idem:key:runs:{hashlib.sha256(b'k-name').hexdigest()}" in names
     for name in names:
-        assert digest[:8] not in name and settings.api_key not in name
+        assert digest[:8] not in name and settings.api.api_key not in name
         if await redis.type(name) == b"string":
             assert digest[:8].encode() not in await redis.get(name)
 

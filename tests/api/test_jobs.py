@@ -257,7 +257,7 @@ async def test_resuming_a_one_shot_whose_time_passed(
     # Its time is moved into the far past behind the API's back (as if paused for days).
     from hermes_queue.store import open_store
 
-    store = await open_store(store_settings)
+    store = await open_store(store_settings.store, redis_url=store_settings.redis.url)
     try:
         row = await store.get_job(job["id"])
         assert row is not None

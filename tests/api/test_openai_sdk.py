@@ -42,7 +42,9 @@ async def tcp_api(settings: Settings) -> AsyncIterator[str]:
 async def client(settings: Settings) -> AsyncIterator[AsyncOpenAI]:
     async with tcp_api(settings) as base_url, running_worker(settings):
         # No retries: a failure must show up as the first answer, not be papered over.
-        sdk = AsyncOpenAI(base_url=base_url, api_key=settings.api_key, max_retries=0, timeout=30)
+        sdk = AsyncOpenAI(
+            base_url=base_url, api_key=settings.api.api_key, max_retries=0, timeout=30
+        )
         try:
             yield sdk
         finally:
@@ -56,12 +58,12 @@ def extra(model: Any) -> dict[str, Any]:
 
 async def test_non_stream_completion(client: AsyncOpenAI, settings: Settings) -> None:
     raw = await client.chat.completions.with_raw_response.create(
-        model=settings.model_name, messages=[{"role": "user", "content": "hello sdk"}]
+        model=settings.routing.model_name, messages=[{"role": "user", "content": "hello sdk"}]
     )
     completion = raw.parse()
     assert completion.object == "chat.completion"
     assert completion.id.startswith("chatcmpl-")
-    assert completion.model == settings.model_name
+    assert completion.model == settings.routing.model_name
     [choice] = completion.choices
     assert choice.message.role == "assistant"
     assert choice.message.content == "Echo: hello sdk"
@@ -78,7 +80,7 @@ async def test_stream_with_reasoning_tool_progress_and_usage(
     client: AsyncOpenAI, settings: Settings
 ) -> None:
     stream = await client.chat.completions.create(
-        model=settings.model_name,
+        model=settings.routing.model_name,
         messages=[{"role": "user", "content": "hi [think] [tool:x]"}],
         stream=True,
         stream_options={"include_usage": True},
@@ -113,7 +115,7 @@ async def test_stream_with_reasoning_tool_progress_and_usage(
 async def test_failure_mid_stream_is_an_sdk_error(client: AsyncOpenAI, settings: Settings) -> None:
     """The error chunk (then [DONE]) is what the SDK turns into APIError: never a cut socket."""
     stream = await client.chat.completions.create(
-        model=settings.model_name,
+        model=settings.routing.model_name,
         messages=[{"role": "user", "content": "one two three four [fail]"}],
         stream=True,
     )
@@ -128,7 +130,7 @@ async def test_failure_mid_stream_is_an_sdk_error(client: AsyncOpenAI, settings:
 
 async def test_models_list(client: AsyncOpenAI, settings: Settings) -> None:
     models = [model async for model in client.models.list()]
-    assert [m.id for m in models] == [settings.model_name]
+    assert [m.id for m in models] == [settings.routing.model_name]
     assert models[0].object == "model" and models[0].owned_by == "hermes"
 
 
@@ -145,14 +147,14 @@ async def test_wrong_key_is_an_authentication_error(settings: Settings) -> None:
 
 async def test_responses_create_chain_and_retrieve(client: AsyncOpenAI, settings: Settings) -> None:
     first = await client.responses.create(
-        model=settings.model_name, input="hello responses", instructions="be kind"
+        model=settings.routing.model_name, input="hello responses", instructions="be kind"
     )
     assert first.object == "response" and first.status == "completed"
     assert first.id.startswith("resp_")
     assert first.output_text == "Echo: hello responses"
     assert first.usage is not None and first.usage.total_tokens > 0
     second = await client.responses.create(
-        model=settings.model_name, input="again", previous_response_id=first.id
+        model=settings.routing.model_name, input="again", previous_response_id=first.id
     )
     assert second.output_text == "Echo: again (turn 2)"
     assert second.instructions == "be kind"
@@ -164,7 +166,7 @@ async def test_responses_create_chain_and_retrieve(client: AsyncOpenAI, settings
 
 async def test_responses_stream(client: AsyncOpenAI, settings: Settings) -> None:
     stream = await client.responses.create(
-        model=settings.model_name, input="stream me [tool:lookup]", stream=True
+        model=settings.routing.model_name, input="stream me [tool:lookup]", stream=True
     )
     seen = [event async for event in stream]
     assert [e.sequence_number for e in seen] == list(range(len(seen)))

@@ -25,7 +25,7 @@ BODY = 0.5
 @pytest.fixture
 async def port(settings: Settings) -> AsyncIterator[int]:
     settings = settings.replace(idle_timeout_seconds=IDLE, body_timeout_seconds=BODY)
-    runner = api_runner(create_app(settings), settings)
+    runner = api_runner(create_app(settings), settings.api)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -134,7 +134,7 @@ async def test_a_body_trickled_in_is_408_and_the_connection_closed(
 ) -> None:
     head = (
         "POST /v1/runs HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer {settings.api_key}\r\nContent-Length: 100\r\n\r\n"
+        f"Authorization: Bearer {settings.api.api_key}\r\nContent-Length: 100\r\n\r\n"
     ).encode()
     status, _, body = await exchange(port, head + b'{"input": ')
     assert status == 408
@@ -143,7 +143,7 @@ async def test_a_body_trickled_in_is_408_and_the_connection_closed(
 
 async def test_an_sse_stream_outlives_the_idle_timeout(port: int, settings: Settings) -> None:
     """No worker: the run stays queued and its stream sends keepalives, well past IDLE."""
-    auth = f"Authorization: Bearer {settings.api_key}\r\n"
+    auth = f"Authorization: Bearer {settings.api.api_key}\r\n"
     body = b'{"input": "hi"}'
     _, _, created = await exchange(
         port,
@@ -159,7 +159,7 @@ async def test_an_sse_stream_outlives_the_idle_timeout(port: int, settings: Sett
         writer.write(f"GET /v1/runs/{run_id}/events HTTP/1.1\r\nHost: t\r\n{auth}\r\n".encode())
         started, received = time.monotonic(), b""
         while time.monotonic() - started < IDLE * 4:
-            chunk = await asyncio.wait_for(reader.read(65536), settings.keepalive_seconds * 3)
+            chunk = await asyncio.wait_for(reader.read(65536), settings.api.keepalive_seconds * 3)
             assert chunk, "the stream was closed"
             received += chunk
         assert b"text/event-stream" in received and b": keepalive" in received

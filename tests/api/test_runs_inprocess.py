@@ -80,7 +80,7 @@ async def test_redis_outage_answers_503_with_a_code(settings: Settings) -> None:
     client = TestClient(TestServer(create_app(dead)))
     await client.start_server()
     try:
-        headers = {"Authorization": f"Bearer {settings.api_key}"}
+        headers = {"Authorization": f"Bearer {settings.api.api_key}"}
         response = await client.post("/v1/runs", json={"input": "hi"}, headers=headers)
         assert response.status == 503
         assert response.headers["Retry-After"] == "1"
@@ -102,6 +102,6 @@ async def test_stream_of_a_vanished_run_ends_instead_of_waiting_forever(
     response = await api.get(f"/v1/runs/{run_id}/events")
     frames = iter_sse(response)
     assert (await anext(frames)).comment == "keepalive"  # no worker: the run just waits
-    await redis.delete(Keys(settings.namespace).run(run_id))  # Redis lost the run
+    await redis.delete(Keys(settings.redis.namespace).run(run_id))  # Redis lost the run
     comments = [frame.comment async for frame in frames]
     assert comments[-1] == "run not found"

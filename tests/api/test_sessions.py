@@ -146,7 +146,7 @@ async def test_fork_copies_messages_and_ends_source(
     session_api: TestClient, store_settings: Settings
 ) -> None:
     await create(session_api, id="src", title="T1")
-    store = create_store(store_settings.store_url, schema=store_settings.store_schema or None)
+    store = create_store(store_settings.store.url, schema=store_settings.store.schema or None)
     try:
         await store.append_messages(
             "src", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
@@ -170,7 +170,7 @@ async def test_fork_copies_messages_and_ends_source(
 async def test_messages_follow_the_compression_tip(
     session_api: TestClient, store_settings: Settings
 ) -> None:
-    store = create_store(store_settings.store_url, schema=store_settings.store_schema or None)
+    store = create_store(store_settings.store.url, schema=store_settings.store.schema or None)
     await create(session_api, id="root")
     try:
         await store.append_messages("root", [{"role": "user", "content": "old"}])

@@ -12,7 +12,9 @@ from hermes_queue.api.openai.chat_render import ChatStream
 from hermes_queue.api.openai.responses_render import ResponseFold, ResponseMeta
 from hermes_queue.config import Settings
 from hermes_queue.events import SUBAGENT_FIELDS, EventType, RunEvent
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers.sink import RunEventSink
 from tests.api.test_runs_inprocess import read_all
 
@@ -70,9 +72,9 @@ async def test_a_workers_subagent_events_reach_the_runs_stream(
     api: TestClient, redis: Any, settings: Settings
 ) -> None:
     """The worker's sink appends them on its usual path; any replica's SSE renders them."""
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={})
+    await repo.create(NewRun(run_id, "s", TurnRequest()))
     attempt = await repo.claim(run_id, "w")
     assert attempt is not None
     sink = RunEventSink(attempt)

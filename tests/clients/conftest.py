@@ -68,7 +68,7 @@ async def stack(
         url, first, second = await asyncio.gather(
             cluster.start_api(), cluster.start_worker(), cluster.start_worker()
         )
-        headers = {"Authorization": f"Bearer {configured.api_key}"}
+        headers = {"Authorization": f"Bearer {configured.api.api_key}"}
         session = await exits.enter_async_context(aiohttp.ClientSession(headers=headers))
         ready = Stack(backend, cluster, url, [first, second], session, strict_python, fake)
         try:

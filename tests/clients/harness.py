@@ -265,7 +265,7 @@ class Stack:
 
     @property
     def key(self) -> str:
-        return self.cluster.settings.api_key
+        return self.cluster.settings.api.api_key
 
     def reply(self, text: str) -> str:
         """A plain turn's reply to ``text`` (markers and spacing dropped)."""
@@ -300,7 +300,7 @@ class Stack:
         """The worker process running ``run_id``: its record names it (``host:pid:nonce``)."""
 
         async def worker_id() -> str:
-            client = aioredis.Redis.from_url(self.cluster.settings.redis_url)
+            client = aioredis.Redis.from_url(self.cluster.settings.redis.url)
             try:
                 raw = await client.hget(self.cluster.keys.run(run_id), "worker")
             finally:

@@ -130,7 +130,7 @@ async def ours(
         tmp_path_factory.mktemp(f"ours-{request.param}"),
         hermes_config(fake_llm.base_url, LLM_KEY, MODEL, SHARED_HERMES_CONFIG),
     )
-    base = Settings(
+    base = Settings.of(
         redis_url=redis_url,
         namespace=f"conf{uuid.uuid4().hex[:10]}",
         api_key=API_KEY,
@@ -167,7 +167,7 @@ async def ours_keyless(ours: Stack) -> str:
 def _drop_keys(cluster: Cluster) -> None:
     client = cluster.redis()
     try:
-        keys = list(client.scan_iter(match=f"{cluster.settings.namespace}:*", count=500))
+        keys = list(client.scan_iter(match=f"{cluster.settings.redis.namespace}:*", count=500))
         if keys:
             client.delete(*keys)
     finally:

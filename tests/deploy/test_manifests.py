@@ -13,7 +13,7 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ YAML_FILES = sorted(p for p in DEPLOY.rglob("*") if p.suffix in {".yml", ".yaml"
 JSON_FILES = sorted(DEPLOY.rglob("*.json"))
 TEXT_FILES = [*sorted(p for p in DEPLOY.rglob("*") if p.is_file()), DOCS]
 IMAGE = "hermes-queue"
-SETTING_NAMES = {f.name for f in fields(Settings)}
+SETTING_NAMES = set(Settings().flat())
 
 
 def rel(path: Path) -> str:
@@ -480,12 +480,12 @@ def test_setting_values_load() -> None:
     """The values are valid too (types, validation), not just the names."""
     for service in ("api", "worker", "migrate"):
         settings = compose_settings(service)
-        assert settings.store_url.startswith("postgresql://"), "several containers: PostgreSQL"
-        assert not settings.migrate_on_start, "the migrate service applies migrations"
+        assert settings.store.url.startswith("postgresql://"), "several containers: PostgreSQL"
+        assert not settings.store.migrate_on_start, "the migrate service applies migrations"
     settings = k8s_settings()
-    assert settings.store_url.startswith("postgresql://")
-    assert not settings.migrate_on_start, "migrate-job.yaml applies migrations"
-    assert settings.host == "0.0.0.0" and settings.metrics_host == "0.0.0.0"
+    assert settings.store.url.startswith("postgresql://")
+    assert not settings.store.migrate_on_start, "migrate-job.yaml applies migrations"
+    assert settings.api.host == "0.0.0.0" and settings.metrics.host == "0.0.0.0"
 
 
 def test_secret_example_holds_placeholders_only() -> None:
@@ -505,10 +505,10 @@ def _duration_seconds(text: str) -> float:
 
 
 def test_worker_grace_periods_exceed_drain_seconds() -> None:
-    drain = compose_settings("worker").drain_seconds
+    drain = compose_settings("worker").worker.drain_seconds
     grace = _duration_seconds(compose()["services"]["worker"]["stop_grace_period"])
     assert grace > drain, f"compose worker: stop_grace_period {grace}s <= drain_seconds {drain}"
-    drain = k8s_settings().drain_seconds
+    drain = k8s_settings().worker.drain_seconds
     for deployment in k8s("Deployment"):
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             args = container.get("args", image_default_args())
@@ -561,15 +561,15 @@ def test_prometheus_scrapes_api_and_workers() -> None:
     api, worker = jobs["hermes-queue-api"], jobs["hermes-queue-worker"]
     api_settings = compose_settings("api")
     # /metrics needs the key unless metrics_public: a bearer token read from a file.
-    if not api_settings.metrics_public:
+    if not api_settings.metrics.public:
         credentials = api["authorization"]["credentials_file"]
         secrets = compose()["services"]["prometheus"]["secrets"]
         assert credentials in {f"/run/secrets/{s['target']}" for s in secrets}, credentials
     assert api["metrics_path"] == "/metrics"
-    assert {sd["port"] for sd in api["dns_sd_configs"]} == {api_settings.port}
+    assert {sd["port"] for sd in api["dns_sd_configs"]} == {api_settings.api.port}
     worker_settings = compose_settings("worker")
-    assert worker_settings.metrics_port and worker_settings.metrics_host == "0.0.0.0"
-    assert {sd["port"] for sd in worker["dns_sd_configs"]} == {worker_settings.metrics_port}
+    assert worker_settings.metrics.port and worker_settings.metrics.host == "0.0.0.0"
+    assert {sd["port"] for sd in worker["dns_sd_configs"]} == {worker_settings.metrics.port}
     # The rule files Prometheus loads are mounted where it looks for them.
     assert set(config["rule_files"]) <= _mount_targets("prometheus")
 
@@ -783,12 +783,12 @@ def test_api_probe_and_ports_match_the_settings() -> None:
     settings = k8s_settings()
     api = k8s_one("Deployment", "hermes-queue-api")
     (container,) = api["spec"]["template"]["spec"]["containers"]
-    assert {p["containerPort"] for p in container["ports"]} == {settings.port}
+    assert {p["containerPort"] for p in container["ports"]} == {settings.api.port}
     # /health is the public liveness endpoint; /health/detailed would need the bearer key.
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     worker = k8s_one("Deployment", "hermes-queue-worker")
     (container,) = worker["spec"]["template"]["spec"]["containers"]
-    assert {p["containerPort"] for p in container["ports"]} == {settings.metrics_port}
+    assert {p["containerPort"] for p in container["ports"]} == {settings.metrics.port}
 
 
 def test_services_and_disruption_budgets_select_pods() -> None:

@@ -21,6 +21,6 @@ async def cluster(settings: Settings) -> AsyncIterator[Cluster]:
 @pytest.fixture
 def client_for(settings: Settings):  # type: ignore[no-untyped-def]
     def make(url: str) -> HermesQueueClient:
-        return HermesQueueClient(url, settings.api_key, reconnect_delay=0.05)
+        return HermesQueueClient(url, settings.api.api_key, reconnect_delay=0.05)
 
     return make

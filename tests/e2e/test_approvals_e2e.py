@@ -28,7 +28,7 @@ async def test_answer_through_a_second_replica_resumes_the_worker(cluster: Clust
     # A long heartbeat: the worker's own poll would come too late, so the answer must travel
     # from the second API process to the worker process over pub/sub.
     await cluster.start_worker(heartbeat_seconds=20.0, lease_seconds=60.0)
-    headers = {"Authorization": f"Bearer {cluster.settings.api_key}"}
+    headers = {"Authorization": f"Bearer {cluster.settings.api.api_key}"}
     async with aiohttp.ClientSession(headers=headers) as session:
         async with session.post(f"{first}/v1/runs", json={"input": "rm it [approve]"}) as created:
             run_id = (await created.json())["run_id"]

@@ -18,7 +18,7 @@ GRACE = 1.5
 async def test_sigterm_drains_before_closing(cluster: Cluster, settings: Settings) -> None:
     url = await cluster.start_api(drain_grace_seconds=GRACE)
     api = cluster.procs[-1]
-    headers = {"Authorization": f"Bearer {settings.api_key}"}
+    headers = {"Authorization": f"Bearer {settings.api.api_key}"}
     async with aiohttp.ClientSession(headers=headers) as http:
         async with http.post(f"{url}/v1/runs", json={"input": "before"}) as response:
             run_id = (await response.json())["run_id"]
@@ -42,5 +42,5 @@ async def test_sigterm_drains_before_closing(cluster: Cluster, settings: Setting
         assert api.process.wait(10) == 0
     assert draining > 0 and reads > 0
     # Only the run created before the drain exists.
-    found = cluster.redis().scan_iter(match=f"{settings.namespace}:run:*", count=500)
+    found = cluster.redis().scan_iter(match=f"{settings.redis.namespace}:run:*", count=500)
     assert sum(1 for key in found if not key.endswith(b":events")) == 1

@@ -69,7 +69,7 @@ async def stack(
         stack.callback(cluster.stop_all)
         first, second = await cluster.start_api(), await cluster.start_api()
         await cluster.start_worker()
-        headers = {"Authorization": f"Bearer {settings.api_key}"}
+        headers = {"Authorization": f"Bearer {settings.api.api_key}"}
         session = await stack.enter_async_context(aiohttp.ClientSession(headers=headers))
         yield Stack(cluster, alpha, beta, first, second, session)
 

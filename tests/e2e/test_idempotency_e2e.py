@@ -13,7 +13,7 @@ from tests.support.processes import Cluster
 
 
 def _run_records(cluster: Cluster) -> int:
-    found = cluster.redis().scan_iter(match=f"{cluster.settings.namespace}:run:*", count=500)
+    found = cluster.redis().scan_iter(match=f"{cluster.settings.redis.namespace}:run:*", count=500)
     return sum(1 for key in found if not key.endswith(b":events"))
 
 
@@ -21,7 +21,7 @@ async def test_retry_on_a_second_api_replays_the_same_run(
     cluster: Cluster, settings: Settings
 ) -> None:
     first_url, second_url = await cluster.start_api(), await cluster.start_api()
-    headers = {"Authorization": f"Bearer {settings.api_key}", "Idempotency-Key": "e2e-runs-1"}
+    headers = {"Authorization": f"Bearer {settings.api.api_key}", "Idempotency-Key": "e2e-runs-1"}
     body = {"input": "hello across replicas"}
     async with aiohttp.ClientSession(headers=headers) as http:
         async with http.post(f"{first_url}/v1/runs", json=body) as response:
@@ -51,7 +51,7 @@ async def test_retry_on_a_second_api_replays_the_same_run(
 async def test_chat_completion_retry_on_a_second_api(cluster: Cluster, settings: Settings) -> None:
     first_url, second_url = await cluster.start_api(), await cluster.start_api()
     await cluster.start_worker()
-    headers = {"Authorization": f"Bearer {settings.api_key}", "Idempotency-Key": "e2e-chat-1"}
+    headers = {"Authorization": f"Bearer {settings.api.api_key}", "Idempotency-Key": "e2e-chat-1"}
     body = {"messages": [{"role": "user", "content": "once only"}]}
     async with aiohttp.ClientSession(headers=headers) as http:
         async with http.post(f"{first_url}/v1/chat/completions", json=body) as response:

@@ -70,7 +70,7 @@ def runs_in_redis(cluster: Cluster, session_id: str) -> set[str]:
     client = cluster.redis()
     try:
         found = set()
-        for key in client.scan_iter(match=f"{cluster.settings.namespace}:run:*", count=500):
+        for key in client.scan_iter(match=f"{cluster.settings.redis.namespace}:run:*", count=500):
             if key.endswith(b":events"):
                 continue
             run_id, session = client.hmget(key, ["run_id", "session_id"])
@@ -90,7 +90,7 @@ async def test_each_tick_fires_once_with_two_workers_and_one_killed(
     try:
         url = await cluster.start_api()
         first, second = await cluster.start_worker(), await cluster.start_worker()
-        headers = {"Authorization": f"Bearer {settings.api_key}"}
+        headers = {"Authorization": f"Bearer {settings.api.api_key}"}
         async with aiohttp.ClientSession(headers=headers) as http:
             jobs = Jobs(http, url)
             job = await jobs.create(name="pulse", schedule=EVERY_2S, prompt="tick", repeat=6)
@@ -111,7 +111,7 @@ async def test_each_tick_fires_once_with_two_workers_and_one_killed(
         assert all(tick % TICK == 0 for tick in ticks)  # on the 2 s grid, none twice
         assert ticks[0] == instant(job["next_run_at"])
         assert {r["run_id"] for r in runs} == {
-            tick_run_id(settings.namespace, job["id"], t) for t in ticks
+            tick_run_id(settings.redis.namespace, job["id"], t) for t in ticks
         }
         assert all(r["status"] == "completed" for r in runs)
         assert all(r["output"].startswith("Echo: tick") for r in runs)
@@ -139,7 +139,7 @@ async def test_ticks_missed_with_no_worker_fire_once_on_return(settings: Setting
     cluster = Cluster(settings)
     try:
         url = await cluster.start_api()
-        headers = {"Authorization": f"Bearer {settings.api_key}"}
+        headers = {"Authorization": f"Bearer {settings.api.api_key}"}
         async with aiohttp.ClientSession(headers=headers) as http:
             jobs = Jobs(http, url)
             job = await jobs.create(name="pulse", schedule=EVERY_2S, prompt="tick")

@@ -22,7 +22,7 @@ async def test_api_and_worker_processes_export_what_happened(
     cluster: Cluster, client_for: Any
 ) -> None:
     url = await cluster.start_api()
-    key = cluster.settings.api_key
+    key = cluster.settings.api.api_key
     async with client_for(url) as client:
         waiting = await client.create_run("queued first")
         before = await scrape_api(url, key)

@@ -74,7 +74,7 @@ async def locked(
         stack.callback(cluster.stop_all)
         url = await cluster.start_api()
         await cluster.start_worker()
-        headers = {"Authorization": f"Bearer {settings.api_key}"}
+        headers = {"Authorization": f"Bearer {settings.api.api_key}"}
         session = await stack.enter_async_context(aiohttp.ClientSession(headers=headers))
         yield Setup(ProcessApi(session, url), alpha, beta, settings)
 
@@ -213,10 +213,10 @@ async def test_provider_keys_never_reach_redis(locked: Setup) -> None:
 async def keys_holding(settings: Settings, *secrets: str) -> list[bytes]:
     """Every Redis key of the deployment (its namespace and arq's keys) whose stored bytes
     contain one of ``secrets``."""
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = aioredis.Redis.from_url(settings.redis.url)
     found = []
     try:
-        for pattern in (f"{settings.namespace}:*", "arq:*"):
+        for pattern in (f"{settings.redis.namespace}:*", "arq:*"):
             async for key in client.scan_iter(match=pattern, count=500):
                 blob = b"".join(await values_of(client, key))
                 if any(secret.encode() in blob for secret in secrets):

@@ -6,6 +6,7 @@ from typing import Any
 
 from hermes_queue.client import HermesQueueClient
 from hermes_queue.events import RunEvent
+from hermes_queue.streams.codec import decode_entry
 from tests.support.processes import Cluster
 
 
@@ -23,7 +24,7 @@ async def rest(client: HermesQueueClient, run_id: str, after: str) -> list[dict[
 def stream(cluster: Cluster, run_id: str) -> list[RunEvent]:
     with cluster.redis() as r:
         entries = r.xrange(cluster.keys.events(run_id))
-    return [RunEvent.from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+    return [decode_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
 
 async def test_killed_worker_run_fails_with_worker_lost(cluster: Cluster, client_for: Any) -> None:

@@ -24,7 +24,7 @@ async def read_events(response: aiohttp.ClientResponse, limit: int | None = None
 async def test_response_stream_resumes_on_another_process(cluster: Cluster) -> None:
     first, second = await cluster.start_api(), await cluster.start_api()
     await cluster.start_worker(echo_token_delay=0.03)
-    headers = {"Authorization": f"Bearer {cluster.settings.api_key}"}
+    headers = {"Authorization": f"Bearer {cluster.settings.api.api_key}"}
     async with aiohttp.ClientSession(headers=headers) as http:
         live = await http.post(
             f"{first}/v1/responses",

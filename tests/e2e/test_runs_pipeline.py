@@ -65,7 +65,7 @@ async def test_resume_mid_run_on_another_replica_gets_exactly_the_rest(
 ) -> None:
     first, second = await cluster.start_api(), await cluster.start_api()
     await cluster.start_worker(echo_token_delay=0.05)
-    key = cluster.settings.api_key
+    key = cluster.settings.api.api_key
     async with client_for(first) as client:
         run_id = await client.create_run(" ".join(f"w{i}" for i in range(40)))
         head = await read_until(first, key, run_id, 5)

@@ -42,7 +42,7 @@ async def test_schemathesis_finds_no_server_error_and_no_answer_off_the_document
     url = await cluster.start_api()
     command = [
         sys.executable, "-c", SCHEMATHESIS, "run", f"{url}/openapi.json",
-        "--header", f"Authorization: Bearer {cluster.settings.api_key}",
+        "--header", f"Authorization: Bearer {cluster.settings.api.api_key}",
         "--checks", CHECKS,
         "--mode", "all",
         "--phases", "coverage,fuzzing,stateful",

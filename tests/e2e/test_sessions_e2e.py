@@ -16,7 +16,7 @@ async def test_session_turn_resumes_on_another_replica_and_is_persisted(
     try:
         first, second = await cluster.start_api(), await cluster.start_api()
         await cluster.start_worker(echo_token_delay=0.02)
-        headers = {"Authorization": f"Bearer {store_settings.api_key}"}
+        headers = {"Authorization": f"Bearer {store_settings.api.api_key}"}
         async with aiohttp.ClientSession(headers=headers) as http:
             created = await http.post(f"{first}/api/sessions", json={"id": "multi", "title": "M"})
             assert created.status == 201

@@ -42,7 +42,7 @@ async def test_primary_killed_under_load(group: SentinelGroup, deployment: Clust
     urls = [await deployment.start_api(), await deployment.start_api()]
     for _ in range(2):
         await deployment.start_worker()
-    headers = {"Authorization": f"Bearer {deployment.settings.api_key}"}
+    headers = {"Authorization": f"Bearer {deployment.settings.api.api_key}"}
     async with aiohttp.ClientSession(headers=headers) as session:
         load = Load(session, urls, clients=4, max_runs=120)
         load.start()
@@ -56,7 +56,7 @@ async def test_primary_killed_under_load(group: SentinelGroup, deployment: Clust
             await load.finish()
         finally:
             await load.cancel()
-        await load.settle_records(within=deployment.settings.lease_seconds * 4 + 10)
+        await load.settle_records(within=deployment.settings.runs.lease_seconds * 4 + 10)
     logs = "\n".join(p.log()[-1500:] for p in deployment.procs)
 
     assert load.hangs == 0, f"{load.hangs} run creation(s) hung"

@@ -107,7 +107,7 @@ async def test_cut_off_worker_is_retried_elsewhere_and_fenced_on_return(
         try:
             await eventually(
                 lambda: _attempt_at_least(d, run_id, 2),
-                within=settings.lease_seconds + 10,
+                within=settings.runs.lease_seconds + 10,
                 what="retry",
             )
             assert await d.holder(run_id) != victim
@@ -147,7 +147,7 @@ async def test_dead_worker_host_runs_restart_within_the_lease(settings: Settings
         lost = [r for r, h in holders.items() if h == victim]
         killed = victim.kill_all()
         assert d.workers[victim].process.pid in killed
-        budget = settings.lease_seconds + 5
+        budget = settings.runs.lease_seconds + 5
         for run_id in lost:
             await eventually(
                 lambda r=run_id: _moved_on(d, r), within=budget, what=f"{run_id} restarted or ended"
@@ -201,7 +201,7 @@ async def test_worker_cut_off_mid_tool_is_fenced_and_its_turn_resumed(
         try:
             await eventually(
                 lambda: _attempt_at_least(d, run_id, 2),
-                within=settings.lease_seconds + 10,
+                within=settings.runs.lease_seconds + 10,
                 what="resume",
             )
         finally:

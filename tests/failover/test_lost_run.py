@@ -47,7 +47,7 @@ async def test_reader_of_a_run_lost_in_a_restart_gets_an_error_frame(
             raise AssertionError("the stream ended without an error frame")
 
         # Long before RECORD_CHECK_EVERY keepalives: the hub's reconnect made it check.
-        name, payload = await asyncio.wait_for(until_error(), 10 * settings.keepalive_seconds)
+        name, payload = await asyncio.wait_for(until_error(), 10 * settings.api.keepalive_seconds)
         rest = [frame.comment async for frame in frames]
     assert name == "stream.error" and payload["event"] == "stream.error"
     assert payload["run_id"] == run_id
@@ -74,7 +74,7 @@ async def test_a_chat_stream_whose_run_was_lost_ends_in_its_own_error_row(
         assert first.comment == "keepalive"
         servers[0].stop()
         servers.append(EmbeddedRedis.start(port=servers[0].port))
-        rest = await asyncio.wait_for(_collect(frames), 10 * settings.keepalive_seconds)
+        rest = await asyncio.wait_for(_collect(frames), 10 * settings.api.keepalive_seconds)
     data = [frame for frame in rest if frame.data]
     assert [frame.event for frame in data] == ["", ""]  # unnamed frames
     last = data[0].json()

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from hermes_queue.config import Settings
+from hermes_queue.config import RedisSettings, Settings
 from hermes_queue.jobqueue.connection import redis_settings as arq_settings
 from hermes_queue.redis_client import on_this_host, parse_sentinel_url
 from hermes_queue.store import warn_if_store_is_per_host
@@ -55,8 +55,8 @@ def test_malformed_sentinel_urls_are_refused_without_the_password(url: str, comp
 
 
 def test_arq_uses_its_own_sentinel_support() -> None:
-    settings = Settings(redis_url="redis+sentinel://:pw@h1:26379,h2:26380/main/2")
-    arq = arq_settings(settings)
+    settings = Settings.of(redis_url="redis+sentinel://:pw@h1:26379,h2:26380/main/2")
+    arq = arq_settings(settings.redis)
     assert arq.sentinel is True
     assert arq.sentinel_master == "main"
     assert arq.host == [("h1", 26379), ("h2", 26380)]
@@ -64,7 +64,7 @@ def test_arq_uses_its_own_sentinel_support() -> None:
 
 
 def test_arq_reads_a_plain_url_as_before() -> None:
-    arq = arq_settings(Settings(redis_url="redis://:pw@10.1.2.3:6380/4"))
+    arq = arq_settings(RedisSettings(url="redis://:pw@10.1.2.3:6380/4"))
     assert (arq.sentinel, arq.host, arq.port, arq.database, arq.password) == (
         False,
         "10.1.2.3",
@@ -87,9 +87,9 @@ def test_on_this_host_only_when_every_address_is_loopback() -> None:
 def test_sqlite_store_with_redis_on_another_host_is_warned_about(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    remote = Settings(redis_url="redis://10.0.0.5:6379/0", store_url="sqlite:///s.db")
+    remote = Settings.of(redis_url="redis://10.0.0.5:6379/0", store_url="sqlite:///s.db")
     with caplog.at_level(logging.WARNING, logger="hermes_queue.store"):
-        assert warn_if_store_is_per_host(remote)
+        assert warn_if_store_is_per_host(remote.store.url, remote.redis.url)
     assert "SQLite file but Redis is on another host" in caplog.text
-    assert not warn_if_store_is_per_host(remote.replace(store_url="postgresql://db/x"))
-    assert not warn_if_store_is_per_host(remote.replace(redis_url="redis://127.0.0.1/0"))
+    assert not warn_if_store_is_per_host("postgresql://db/x", remote.redis.url)
+    assert not warn_if_store_is_per_host(remote.store.url, "redis://127.0.0.1/0")

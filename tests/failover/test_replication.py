@@ -13,8 +13,9 @@ import redis.asyncio as aioredis
 from hermes_queue import replication
 from hermes_queue.config import ConfigError, Settings, load_settings
 from hermes_queue.replication import NotReplicated
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from tests.support.inprocess import running_api
 from tests.support.redis_group import SentinelGroup
 
@@ -33,15 +34,15 @@ def pair() -> Iterator[SentinelGroup]:
 
 def test_setting_is_read_and_checked() -> None:
     env = {"HERMES_QUEUE_REDIS_MIN_REPLICAS": "1"}
-    assert load_settings(env, config_file=None).redis_min_replicas == 1
-    assert Settings().redis_min_replicas == 0
+    assert load_settings(env, config_file=None).runs.min_replicas == 1
+    assert Settings().runs.min_replicas == 0
     with pytest.raises(ConfigError, match="redis_min_replicas"):
-        Settings(redis_min_replicas=-1).validate()
+        Settings.of(redis_min_replicas=-1).validate()
 
 
 async def create(repo: RunRepository) -> str:
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"})
+    assert await repo.create(NewRun(run_id, "s1", TurnRequest("hi")))
     return run_id
 
 
@@ -49,10 +50,10 @@ async def test_a_write_no_replica_acknowledged_raises_but_stands_on_the_primary(
     redis: Any, settings: Settings, short_wait: None
 ) -> None:
     # The suite's Redis has no replica: WAIT 1 can only time out.
-    repo = RunRepository(redis, settings.replace(redis_min_replicas=1))
+    repo = RunRepository(redis, settings.redis.keys, settings.replace(redis_min_replicas=1).runs)
     run_id = new_run_id()
     with pytest.raises(NotReplicated) as caught:
-        await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"})
+        await repo.create(NewRun(run_id, "s1", TurnRequest("hi")))
     assert (caught.value.acknowledged, caught.value.wanted) == (0, 1)
     record = await repo.get(run_id)
     assert record is not None and record.status == RunStatus.QUEUED
@@ -65,9 +66,9 @@ async def test_a_write_no_replica_acknowledged_raises_but_stands_on_the_primary(
 async def test_the_terminal_transition_only_warns(
     redis: Any, settings: Settings, short_wait: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    plain = RunRepository(redis, settings)
+    plain = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = await create(plain)
-    repo = RunRepository(redis, settings.replace(redis_min_replicas=1))
+    repo = RunRepository(redis, settings.redis.keys, settings.replace(redis_min_replicas=1).runs)
     attempt = await repo.claim(run_id, "w1")
     assert attempt is not None
     with caplog.at_level(logging.WARNING, logger="hermes_queue.replication"):
@@ -101,7 +102,7 @@ async def test_an_acknowledged_write_is_on_the_replica_when_the_call_returns(
     pair: SentinelGroup, namespace: str
 ) -> None:
     primary, replica = pair.nodes
-    settings = Settings(
+    settings = Settings.of(
         redis_url=f"redis://{primary.host}:{primary.port}/0",
         namespace=namespace,
         redis_min_replicas=1,
@@ -110,7 +111,7 @@ async def test_an_acknowledged_write_is_on_the_replica_when_the_call_returns(
     mirror = aioredis.Redis(host=replica.host, port=replica.port)
     try:
         await client.script_flush()  # as on a freshly promoted primary: scripts load on use
-        repo = RunRepository(client, settings)
+        repo = RunRepository(client, settings.redis.keys, settings.runs)
         for _ in range(20):
             run_id = await create(repo)
             assert await mirror.hget(repo.keys.run(run_id), "status") == b"queued"

@@ -54,12 +54,12 @@ async def recovered(call: Callable[[], Awaitable[T]]) -> T:
 async def test_every_client_reaches_the_new_primary_without_being_rebuilt(
     group: SentinelGroup, namespace: str
 ) -> None:
-    settings = Settings(redis_url=group.url, namespace=namespace)
-    pooled = connect(settings)
-    listener = connect(settings, for_pubsub=True)
-    threaded = connect_sync(settings)
+    settings = Settings.of(redis_url=group.url, namespace=namespace)
+    pooled = connect(settings.redis)
+    listener = connect(settings.redis, for_pubsub=True)
+    threaded = connect_sync(settings.redis)
     appends = PipelinedConnection(pooled, "test:appends")
-    arq = await create_pool(arq_settings(settings))
+    arq = await create_pool(arq_settings(settings.redis))
     try:
         await pooled.set("before", "1")
         assert await appends.call("GET", "before") == b"1"
@@ -122,7 +122,7 @@ async def test_stream_hub_follows_a_run_across_the_failover(
 async def test_cli_check_and_status_read_through_sentinel(
     group: SentinelGroup, namespace: str, tmp_path: Path
 ) -> None:
-    settings = Settings(
+    settings = Settings.of(
         redis_url=group.url, namespace=namespace, store_url=f"sqlite:///{tmp_path}/s.db"
     )
     old = group.kill_primary()

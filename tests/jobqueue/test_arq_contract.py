@@ -11,7 +11,6 @@ the arq range in pyproject.toml.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import inspect
 import re
@@ -23,7 +22,9 @@ from arq.worker import Worker
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 
 # The source of every arq Worker method that WakeableWorker mirrors, replaces, calls or relies
 # on, as sha256 prefixes (typing spellings normalised: List[...] and list[...] hash alike).
@@ -117,7 +118,9 @@ def test_arq_worker_code_we_mirror_or_rely_on_is_unchanged() -> None:
 
 
 async def test_the_worker_has_the_state_we_touch_and_our_settings(settings: Settings) -> None:
-    worker = queue_worker(settings, RecordingHandler(None), handle_signals=False)
+    worker = queue_worker(
+        settings.redis, settings.worker, RecordingHandler(None), handle_signals=False
+    )
     missing = [name for name in ARQ_WORKER_ATTRIBUTES if not hasattr(worker, name)]
     assert not missing, f"arq's Worker lost attributes WakeableWorker uses: {missing}"
     for name, params in {
@@ -136,13 +139,12 @@ async def test_a_delivery_runs_the_queued_id_and_writes_no_per_job_key(
     """The run id a run script queued is handed to the handler as is; arq's per-job keys are
     never written, and the queue entry is left to the handler's claim (here: none)."""
     run_id = new_run_id()
-    assert await RunRepository(redis, settings).create(run_id=run_id, session_id="s", request={})
+    assert await RunRepository(redis, settings.redis.keys, settings.runs).create(
+        NewRun(run_id, "s", TurnRequest())
+    )
     handler = RecordingHandler(redis)
     worker = queue_worker(
-        settings,
-        handler,
-        handle_signals=False,
-        burst=True,
+        settings.redis, settings.worker, handler, handle_signals=False, burst=True
     )
     worker.max_burst_jobs = 1
     try:
@@ -152,7 +154,7 @@ async def test_a_delivery_runs_the_queued_id_and_writes_no_per_job_key(
     assert handler.runs == [run_id]
     assert handler.per_job_keys == {run_id: 0}
     assert worker.jobs_complete == 1
-    await redis.zrem(Keys(settings.namespace).queue, run_id)
+    await redis.zrem(Keys(settings.redis.namespace).queue, run_id)
 
 
 class QueueTakingHandler(RecordingHandler):
@@ -179,13 +181,13 @@ async def test_runs_queued_beyond_the_free_slots_start_as_slots_free_without_the
 ) -> None:
     """A poll that fills every slot may leave runs behind: each freed slot looks again at once
     (the timed poll here is a minute away, so it cannot be what finds them)."""
-    settings = dataclasses.replace(settings, worker_concurrency=2, poll_seconds=60.0)
-    repository = RunRepository(redis, settings)
+    settings = settings.replace(worker_concurrency=2, poll_seconds=60.0)
+    repository = RunRepository(redis, settings.redis.keys, settings.runs)
     queued = [new_run_id() for _ in range(7)]
     for run_id in queued:
-        assert await repository.create(run_id=run_id, session_id="s", request={})
-    handler = QueueTakingHandler(redis, Keys(settings.namespace).queue, len(queued))
-    worker = queue_worker(settings, handler, handle_signals=False)
+        assert await repository.create(NewRun(run_id, "s", TurnRequest()))
+    handler = QueueTakingHandler(redis, Keys(settings.redis.namespace).queue, len(queued))
+    worker = queue_worker(settings.redis, settings.worker, handler, handle_signals=False)
     task = worker.start()
     try:
         await asyncio.wait_for(handler.all_taken.wait(), 10)

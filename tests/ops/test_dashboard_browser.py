@@ -131,7 +131,7 @@ class LiveApi:
             method=method,
             data=json.dumps(body).encode() if body is not None else None,
             headers={
-                "Authorization": f"Bearer {self.settings.api_key}",
+                "Authorization": f"Bearer {self.settings.api.api_key}",
                 "Content-Type": "application/json",
             },
         )
@@ -273,7 +273,7 @@ def test_dashboard_follows_the_queue_and_tails_a_run(live: LiveApi, browser: Any
     driver.find_element(By.ID, "api-key").send_keys("not-the-key\n")
     until(driver, lambda d: "rejected" in text(d, "login-error"), "the wrong key's refusal")
     assert driver.find_element(By.ID, "login").is_displayed()
-    driver.find_element(By.ID, "api-key").send_keys(live.settings.api_key + "\n")
+    driver.find_element(By.ID, "api-key").send_keys(live.settings.api.api_key + "\n")
     until(driver, lambda d: text(d, "connection") == "live", "the queue stream")
     until(driver, lambda d: text(d, "workers-summary").startswith("1 live"), "the worker")
     assert [r["cells"][1:3] for r in rows(driver, "workers-body")] == [["8", "0"]]
@@ -371,7 +371,7 @@ def test_dashboard_lists_scheduled_jobs(live: LiveApi, browser: Any) -> None:
     driver = browser
     driver.get(f"{live.base_url}/dashboard")
     until(driver, lambda d: d.find_element(By.ID, "api-key").is_displayed(), "the key prompt")
-    driver.find_element(By.ID, "api-key").send_keys(live.settings.api_key + "\n")
+    driver.find_element(By.ID, "api-key").send_keys(live.settings.api.api_key + "\n")
     listed = until(
         driver,
         lambda d: (

@@ -91,7 +91,7 @@ async def test_metrics_follow_runs_queued_started_and_finished(ops_settings: Set
         assert depth(samples, "ready") == 2
 
         async with running_worker(settings) as worker:
-            port = settings.metrics_port
+            port = settings.metrics.port
             done = await eventually(
                 lambda: scrape_port(port),
                 lambda s: value(s, "hermes_queue_runs_total", outcome="completed") == 2,
@@ -115,7 +115,7 @@ async def test_metrics_follow_runs_queued_started_and_finished(ops_settings: Set
             )
             assert depth(busy, "ready") == 0
             assert value(busy, "hermes_queue_workers") == 1
-            slots = settings.worker_concurrency
+            slots = settings.worker.concurrency
             assert value(busy, "hermes_queue_worker_slots") == slots
             await eventually(
                 lambda: scrape_api(api),
@@ -208,7 +208,7 @@ async def test_a_failing_metric_observer_never_breaks_a_run(ops_settings: Settin
             return (await (await api.get(f"/v1/runs/{run_id}")).json())["status"]
 
         await eventually(status, lambda s: s == "completed", what="run completed")
-        samples = await scrape_port(ops_settings.metrics_port)
+        samples = await scrape_port(ops_settings.metrics.port)
         errors = "hermes_queue_observer_errors_total"
         assert value(samples, errors, observer="pickup_latency") == 1
         assert value(samples, errors, observer="time_to_first_event") == 1
@@ -220,9 +220,9 @@ async def test_a_worker_whose_metrics_port_is_taken_serves_on_the_next_and_says_
 ) -> None:
     """Several workers on one host: the second takes the next port of the range, and the
     queue snapshot (JSON API, CLI) tells operators which port is whose."""
-    base = ops_settings.metrics_port
+    base = ops_settings.metrics.port
     with socket.socket() as taken:
-        taken.bind((ops_settings.metrics_host, base))
+        taken.bind((ops_settings.metrics.host, base))
         taken.listen()
         async with running_api(ops_settings) as api, running_worker(ops_settings):
 
@@ -238,7 +238,7 @@ async def test_a_worker_whose_metrics_port_is_taken_serves_on_the_next_and_says_
                 what="the worker's metrics port in the registry",
             )
             port = queue["workers"]["data"][0]["metrics_port"]
-            assert base < port < base + ops_settings.metrics_port_span
+            assert base < port < base + ops_settings.metrics.port_span
             # This worker's own endpoint (its gauges; the histograms appear with the first run).
             assert "hermes_queue_worker_active_runs" in names(await scrape_port(port))
 
@@ -248,13 +248,13 @@ def test_no_free_port_in_the_range_is_logged_not_fatal(
 ) -> None:
     from hermes_queue.metrics import WorkerMetrics
 
-    base = ops_settings.metrics_port
+    base = ops_settings.metrics.port
     with socket.socket() as taken:
-        taken.bind((ops_settings.metrics_host, base))
+        taken.bind((ops_settings.metrics.host, base))
         taken.listen()
         metrics = WorkerMetrics()
         try:
-            assert metrics.serve(ops_settings.metrics_host, base, span=1) is None
+            assert metrics.serve(ops_settings.metrics.host, base, span=1) is None
         finally:
             metrics.close()
-    assert f"no free port on {ops_settings.metrics_host} in {base}-{base}" in caplog.text
+    assert f"no free port on {ops_settings.metrics.host} in {base}-{base}" in caplog.text

@@ -92,12 +92,12 @@ async def test_live_workers_and_their_slots(settings: Settings) -> None:
             what="the worker's heartbeat",
         )
         workers = body["workers"]
-        assert workers["slots"] == settings.worker_concurrency
-        assert workers["free_slots"] == settings.worker_concurrency
+        assert workers["slots"] == settings.worker.concurrency
+        assert workers["free_slots"] == settings.worker.concurrency
         assert workers["desired"] == 0
         (worker,) = workers["data"]
-        assert worker["slots"] == settings.worker_concurrency and worker["busy"] == 0
-        assert worker["seen_seconds_ago"] < settings.lease_seconds
+        assert worker["slots"] == settings.worker.concurrency and worker["busy"] == 0
+        assert worker["seen_seconds_ago"] < settings.runs.lease_seconds
 
 
 async def _json(api: TestClient, path: str) -> Any:

@@ -66,6 +66,17 @@ async def fill(redis: aioredis.Redis, keys: Keys, queued: int, leased: int, bloc
         await pipe.execute()
 
 
+def queue_snapshot(redis: aioredis.Redis, settings: Settings, limit: int = 0) -> Any:
+    """The snapshot as the API reads it for these settings (api/ops/operations.py)."""
+    return snapshot(
+        redis,
+        settings.redis.keys,
+        settings.runs.lease_seconds,
+        default_slots=settings.worker.concurrency,
+        limit=limit,
+    )
+
+
 async def commands_for(redis: aioredis.Redis, action: Callable[[], Awaitable[Any]]) -> int:
     """Commands Redis executed while ``action`` ran (INFO and CONFIG themselves excluded)."""
     await redis.config_resetstat()
@@ -84,7 +95,7 @@ async def test_snapshot_command_count_does_not_grow_with_the_queue(
     small, large = Keys(f"{namespace}s"), Keys(f"{namespace}l")
     await fill(private, small, queued=10, leased=PAGE + 10, blocked=2)
     await fill(private, large, queued=100_000, leased=10_000, blocked=5_000)
-    base = Settings(redis_url=private_redis_url, max_ready_depth=10, max_ready_age_seconds=30)
+    base = Settings.of(redis_url=private_redis_url, max_ready_depth=10, max_ready_age_seconds=30)
     counts: dict[str, list[int]] = {}
     snapshots = {}
     for keys in (small, large):
@@ -94,13 +105,18 @@ async def test_snapshot_command_count_does_not_grow_with_the_queue(
             await client.ping()  # connection set-up is not part of the bill
 
             async def full(settings: Settings = settings, client: aioredis.Redis = client) -> None:
-                snapshots[settings.namespace] = await snapshot(client, settings, limit=PAGE)
+                snapshots[settings.redis.namespace] = await queue_snapshot(
+                    client, settings, limit=PAGE
+                )
 
             async def scrape(settings: Settings = settings, client: aioredis.Redis = client) -> Any:
-                return await snapshot(client, settings)
+                return await queue_snapshot(client, settings)
 
             async def admit(settings: Settings = settings, client: aioredis.Redis = client) -> Any:
-                return await admission(client, settings)
+                api = settings.api
+                return await admission(
+                    client, settings.redis.keys, api.max_ready_depth, api.max_ready_age_seconds
+                )
 
             counts[keys.namespace] = [
                 await commands_for(client, full),

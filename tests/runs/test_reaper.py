@@ -8,16 +8,17 @@ from typing import Any
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import NewRun, RunStatus
 from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from tests.support.inprocess import running_worker
 from tests.support.polling import eventually
 
 
 async def create(repo: RunRepository) -> str:
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hello"})
+    assert await repo.create(NewRun(run_id, "s1", TurnRequest("hello")))
     return run_id
 
 
@@ -31,7 +32,7 @@ async def test_a_run_taken_by_a_worker_that_died_is_run_by_another(
 ) -> None:
     """The dead worker's pickup was its claim: the queue entry is gone and the lease lapses; a
     reaper requeues the run and a live worker completes it as attempt 2."""
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = await create(repo)
     assert await repo.claim(run_id, "dead-worker") is not None
     assert await redis.zscore(keys.queue, run_id) is None
@@ -51,7 +52,7 @@ async def test_an_older_workers_pickup_marker_does_not_hold_a_run_back(
     redis: Any, settings: Settings
 ) -> None:
     """arq's in-progress key, as a worker of an earlier version left it, is ignored."""
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = await create(repo)
     await redis.psetex(f"arq:in-progress:{run_id}", 600_000, b"1")
     try:

@@ -10,18 +10,20 @@ from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.runs.attempt import Attempt
-from hermes_queue.runs.model import FailReason, RunStatus
+from hermes_queue.runs.model import FailReason, NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.codec import decode_entry
 
 
 @pytest.fixture
 def repo(redis: Any, settings: Settings) -> RunRepository:
-    return RunRepository(redis, settings)
+    return RunRepository(redis, settings.redis.keys, settings.runs)
 
 
-async def create(repo: RunRepository, **kw: Any) -> str:
+async def create(repo: RunRepository) -> str:
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s1", request={"message": "hi"}, **kw)
+    assert await repo.create(NewRun(run_id, "s1", TurnRequest("hi")))
     return run_id
 
 
@@ -37,7 +39,7 @@ async def expire_lease(redis: Any, keys: Keys, run_id: str) -> None:
 
 
 async def events(redis: Any, keys: Keys, run_id: str) -> list[RunEvent]:
-    return [RunEvent.from_entry(run_id, i, f) for i, f in await redis.xrange(keys.events(run_id))]
+    return [decode_entry(run_id, i, f) for i, f in await redis.xrange(keys.events(run_id))]
 
 
 async def test_create_stores_the_record_and_queues_the_run_id_alone(
@@ -49,7 +51,7 @@ async def test_create_stores_the_record_and_queues_the_run_id_alone(
     assert await redis.zscore(keys.queue, run_id) is not None
     # The queue entry is the run id; nothing else is written per job (no arq job key).
     assert not await redis.exists(f"arq:job:{run_id}", f"arq:in-progress:{run_id}")
-    assert not await repo.create(run_id=run_id, session_id="s1", request={})
+    assert not await repo.create(NewRun(run_id, "s1", TurnRequest()))
 
 
 async def test_claim_is_exclusive_and_terminal_runs_are_no_ops(repo: RunRepository) -> None:
@@ -87,7 +89,7 @@ async def test_reaper_requeues_and_the_old_attempt_is_fenced(
 async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
     repo: RunRepository, redis: Any, keys: Keys, settings: Settings
 ) -> None:
-    repo = RunRepository(redis, settings.replace(max_attempts=1))
+    repo = RunRepository(redis, settings.redis.keys, settings.replace(max_attempts=1).runs)
     run_id = await create(repo)
     await repo.claim(run_id, "w1")
     await expire_lease(redis, keys, run_id)
@@ -96,7 +98,7 @@ async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
     assert record is not None and record.status == "failed" and record.reason == "worker_lost"
     last = (await events(redis, keys, run_id))[-1]
     assert last.type == "run.failed" and last.data["reason"] == "worker_lost"
-    assert await redis.ttl(keys.run(run_id)) <= settings.retention_seconds
+    assert await redis.ttl(keys.run(run_id)) <= settings.runs.retention_seconds
 
 
 async def test_live_lease_is_left_alone(repo: RunRepository) -> None:
@@ -305,17 +307,17 @@ async def test_a_live_runs_events_outlast_retention_and_expire_after_it_ends(
     attempt = await claimed(repo, run_id)
     stream = keys.events(run_id)
     assert await attempt.append([("run.started", {})])
-    assert 0 < await redis.ttl(stream) <= settings.retention_seconds
+    assert 0 < await redis.ttl(stream) <= settings.runs.retention_seconds
     await redis.expire(stream, 5)  # the retention nearly over, the run still going
     assert await attempt.append([("message.delta", {"delta": "a"})])
     assert await redis.ttl(stream) <= 5
     renew = redis.register_script(repo.leases.renew_script)
     renew_keys, renew_args = repo.leases.renew_args(run_id, attempt.number)
     assert await renew(keys=renew_keys, args=renew_args) == 0
-    assert await redis.ttl(stream) > settings.retention_seconds - 5
+    assert await redis.ttl(stream) > settings.runs.retention_seconds - 5
     await redis.expire(stream, 5)
     assert await attempt.complete(output="a", usage={}, messages=[], runtime=None)
-    assert await redis.ttl(stream) > settings.retention_seconds - 5
+    assert await redis.ttl(stream) > settings.runs.retention_seconds - 5
     assert [e.type for e in await events(redis, keys, run_id)][-2:] == [
         "assistant.completed",
         "run.completed",

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from hermes_queue.config import Settings
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import (
     TURN_REQUEST_VERSION,
@@ -29,10 +30,10 @@ RESPONSE_TURN = TurnRequest(
 async def test_a_turn_comes_back_from_the_run_record_as_written(
     redis: Any, settings: Settings
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     for turn in (RESPONSE_TURN, TurnRequest("hi", instructions=None, path_id="s_addressed")):
         run_id = new_run_id()
-        assert await repo.create(run_id=run_id, session_id="s", request=turn.to_json())
+        assert await repo.create(NewRun(run_id, "s", turn))
         record = await repo.get(run_id)
         assert record is not None and record.request == turn
 

@@ -19,9 +19,11 @@ import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
 from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.start import RunStarter
 from hermes_queue.schedules.definitions import parse_create, pause_changes, resume_changes
-from hermes_queue.schedules.firing import Firing, create_fire_run, tick_run_id
+from hermes_queue.schedules.firing import Firing, job_timezone, tick_run_id
 from hermes_queue.schedules.scheduler import Scheduler
 from hermes_queue.store import SessionStore, open_store
 from hermes_queue.store.jobs import JobRow
@@ -62,11 +64,13 @@ class Node:
 
 @contextlib.asynccontextmanager
 async def node(settings: Settings, clock: Clock) -> AsyncIterator[Node]:
-    redis = aioredis.Redis.from_url(settings.redis_url)
-    store = await open_store(settings)
-    repository = RunRepository(redis, settings)
+    redis = aioredis.Redis.from_url(settings.redis.url)
+    store = await open_store(settings.store, redis_url=settings.redis.url)
+    repository = RunRepository(redis, settings.redis.keys, settings.runs)
     metrics = WorkerMetrics()
-    scheduler = Scheduler(Firing(settings, store, repository, metrics), clock=clock)
+    tz = job_timezone(settings.schedules)
+    firing = Firing(store, RunStarter(repository), routing_config(settings.routing), tz, metrics)
+    scheduler = Scheduler(firing, clock=clock)
     try:
         yield Node(scheduler, store, repository, metrics)
     finally:
@@ -118,7 +122,9 @@ async def test_each_tick_fires_one_run_whoever_passes(
         assert len(recorded) == n
         row = await first.store.get_job(job.id)
         assert row is not None and row.next_run_at == tick + PERIOD
-    expected = [(tick_run_id(store_settings.namespace, job.id, t), "schedule", t) for t in ticks]
+    expected = [
+        (tick_run_id(store_settings.redis.namespace, job.id, t), "schedule", t) for t in ticks
+    ]
     assert await fires(first.store, job.id) == expected
     assert first.fired() + second.fired() == len(ticks)
     for run_id, _, _ in expected:
@@ -137,15 +143,15 @@ async def test_a_fire_cut_off_before_it_was_recorded_is_recorded_once(
     first, second = nodes
     job = await make_job(first.store, "every 30m", T0)
     tick = T0 + PERIOD
-    run_id = tick_run_id(store_settings.namespace, job.id, tick)
-    assert await create_fire_run(first.repository, store_settings, first.store, job, run_id)
+    run_id = tick_run_id(store_settings.redis.namespace, job.id, tick)
+    assert await first.firing.create_run(job, run_id)
     clock.now = tick + 1
     assert await second.scheduler.run_pass() == 1
     assert await first.scheduler.run_pass() == 0
     assert await fires(first.store, job.id) == [(run_id, "schedule", tick)]
     assert second.fired() == 0  # nobody created a second run
     # And the creation itself refuses a second run for the tick.
-    assert not await create_fire_run(second.repository, store_settings, second.store, job, run_id)
+    assert not await second.firing.create_run(job, run_id)
 
 
 async def test_ticks_missed_while_no_scheduler_ran_fire_once(

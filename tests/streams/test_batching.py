@@ -17,8 +17,9 @@ from hermes_queue.api.hermes.render import SessionStream, render_runs
 from hermes_queue.api.http import sse
 from hermes_queue.events import EventType, RunEvent, parse_stream_id
 from hermes_queue.keys import Keys
+from hermes_queue.streams.codec import decode_entry, decode_flat, published, split_published
 from hermes_queue.streams.hub import StreamHub, Subscription
-from hermes_queue.streams.reader import decode_entry, decode_flat, id_key, read_range
+from hermes_queue.streams.reader import id_key, read_range
 from tests.streams.conftest import MakeHub
 from tests.streams.test_hub import write_run, xadd
 from tests.support.polling import eventually
@@ -341,18 +342,26 @@ def test_a_renderer_with_state_renders_every_time() -> None:
     assert b'"seq": 1' in first and b'"seq": 2' in second
 
 
-def test_decode_entry_matches_from_entry() -> None:
+def test_every_form_of_an_entry_decodes_alike() -> None:
+    """The fast path (bytes keys), the general one (str keys), a raw XREAD row and the
+    published message give the same event."""
     flat = [b"t", b"message.delta", b"s", b"7", b"a", b"2", b"ts", b"1712345678.25", b"sid"]
     flat += [b"sess", b"d", json.dumps({"delta": "é"}).encode()]
     fields = dict(zip(flat[::2], flat[1::2], strict=True))
-    reference = RunEvent.from_entry("r", b"5-1", fields)
+    as_str = {k.decode(): v.decode() for k, v in fields.items()}
+    reference = decode_entry("r", "5-1", as_str)
+    assert reference == RunEvent(
+        "message.delta", "r", "sess", 7, 1712345678.25, 2, {"delta": "é"}, id="5-1"
+    )
     assert decode_entry("r", b"5-1", fields) == reference
     assert decode_flat("r", b"5-1", flat) == reference
-    as_str = {k.decode(): v.decode() for k, v in fields.items()}
-    assert decode_entry("r", "5-1", as_str) == reference
+    message = split_published(published("5-1", as_str).encode())
+    assert message is not None and message[:2] == (b"5-1", 7)
+    assert decode_flat("r", message[0], message[2]) == reference
+    assert split_published(b"not\0an entry") is None
     sparse = {b"t": b"run.cancelled"}
-    assert decode_entry("r", "5-2", sparse) == RunEvent.from_entry("r", "5-2", sparse)
-    assert decode_flat("r", "5-3", []) == RunEvent.from_entry("r", "5-3", {})
+    assert decode_entry("r", "5-2", sparse) == decode_entry("r", "5-2", {"t": "run.cancelled"})
+    assert decode_flat("r", "5-3", []) == RunEvent(type="", run_id="r", id="5-3")
     with pytest.raises(ValueError):
         decode_entry("r", "5-4", {b"t": b"message.delta", b"d": b"{not json"})
     with pytest.raises(ValueError):

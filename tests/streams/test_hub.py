@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from hermes_queue.events import EventType, RunEvent, encode_data
+from hermes_queue.events import EventType, RunEvent
 from hermes_queue.keys import Keys
+from hermes_queue.streams.codec import entry_fields, published
 from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import read_range
 from tests.streams.conftest import MakeHub
@@ -25,14 +26,13 @@ async def xadd(
     type_: str = EventType.MESSAGE_DELTA,
     data: dict[str, Any] | None = None,
 ) -> str:
-    """Append one entry the way the run scripts do (fields t, s, a, ts, sid, d), and publish it
-    on the stream's channel as they do (id and fields NUL-separated, ``runs/lua/prelude.lua``)."""
-    fields = [str(type_), str(seq), "1", repr(time.time()), "sess"]
-    fields.append(encode_data(data if data is not None else {"n": seq}))
-    names = ("t", "s", "a", "ts", "sid", "d")
-    raw_id = await redis.xadd(keys.events(run_id), dict(zip(names, fields, strict=True)))
+    """Append one entry the way the run scripts do, and publish it on the stream's channel as
+    they do (``streams/entry.lua``, mirrored by ``streams/codec.py``)."""
+    data = data if data is not None else {"n": seq}
+    fields = entry_fields(type_, seq, 1, time.time(), "sess", data)
+    raw_id = await redis.xadd(keys.events(run_id), dict(fields))
     entry_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
-    await redis.publish(keys.events(run_id), "\0".join([entry_id, *fields]))
+    await redis.publish(keys.events(run_id), published(entry_id, fields))
     return entry_id
 
 

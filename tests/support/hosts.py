@@ -27,6 +27,7 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redis_client import connect_url
 from hermes_queue.redis_server import bundled_redis_server
+from hermes_queue.streams.codec import decode_entry
 from tests.support.netns import Host, Network
 from tests.support.processes import REPO_ROOT, Cluster, Proc, wait_http
 from tests.support.redis_group import Node, SentinelGroup
@@ -56,7 +57,7 @@ class Spread:
 
     @property
     def keys(self) -> Keys:
-        return Keys(self.cluster.settings.namespace)
+        return Keys(self.cluster.settings.redis.namespace)
 
     async def start_api(self, host: Host) -> str:
         settings = self.cluster.settings.replace(host=host.address, port=API_PORT)
@@ -83,7 +84,7 @@ class Spread:
 
     async def stream(self, run_id: str) -> list[RunEvent]:
         entries = await self.redis.xrange(self.keys.events(run_id))
-        return [RunEvent.from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+        return [decode_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
     async def holder(self, run_id: str) -> Host | None:
         """The host of the worker that runs ``run_id`` now (its id carries the pid)."""
@@ -121,7 +122,7 @@ async def spread(
     sentinel: bool = False,
     replicas: int = 1,
 ) -> AsyncIterator[Spread]:
-    """Start everything on hosts of its own; ``settings.store_url``, when PostgreSQL, is
+    """Start everything on hosts of its own; ``settings.store.url``, when PostgreSQL, is
     reached through a proxy on a PostgreSQL host (its schema must exist). ``sentinel``: a
     primary, ``replicas`` replicas and three Sentinels on the Redis host."""
     network = Network().create()
@@ -130,7 +131,7 @@ async def spread(
         redis_host = network.add_host("redis")
         api_hosts = [network.add_host(f"api{i}") for i in range(apis)]
         worker_hosts = [network.add_host(f"worker{i}") for i in range(workers)]
-        store_url = settings.store_url
+        store_url = settings.store.url
         if store_url.startswith("postgresql://"):
             pg_host = network.add_host("pg")
             parts = urlsplit(store_url)
@@ -181,7 +182,7 @@ async def _on_hosts(
         node.start()
         redis_url = f"redis://{redis_host.address}:{REDIS_PORT}/0"
     cluster.settings = cluster.settings.replace(redis_url=redis_url)
-    headers = {"Authorization": f"Bearer {settings.api_key}"}
+    headers = {"Authorization": f"Bearer {settings.api.api_key}"}
     d = Spread(
         network=network,
         cluster=cluster,

@@ -17,10 +17,10 @@ from hermes_queue.workers.worker import build_worker
 
 @contextlib.asynccontextmanager
 async def running_api(settings: Settings) -> AsyncIterator[TestClient]:
-    """An API on a loopback port, its client sending ``settings.api_key``."""
+    """An API on a loopback port, its client sending ``settings.api.api_key``."""
     client = TestClient(TestServer(create_app(settings)))
     await client.start_server()
-    client.session.headers["Authorization"] = f"Bearer {settings.api_key}"
+    client.session.headers["Authorization"] = f"Bearer {settings.api.api_key}"
     try:
         yield client
     finally:

@@ -183,11 +183,11 @@ class Cluster:
             reap(proc.process, timeout)
 
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.settings.redis_url)
+        return redis.Redis.from_url(self.settings.redis.url)
 
     @property
     def keys(self) -> Keys:
-        return Keys(self.settings.namespace)
+        return Keys(self.settings.redis.namespace)
 
 
 class ProcessApi:

@@ -17,7 +17,10 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.runs.approvals import approval_message
 from hermes_queue.runs.attempt import Attempt
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.codec import decode_entry
 from hermes_queue.workers.sink import LeaseLost, RunEventSink, Wakeup
 from tests.support.polling import eventually
 
@@ -26,15 +29,15 @@ REQUEST = ApprovalRequest(command="rm -rf /tmp/x", description="delete", pattern
 
 async def _claimed(repo: RunRepository) -> Attempt:
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={"message": "m"})
+    await repo.create(NewRun(run_id, "s", TurnRequest("m")))
     attempt = await repo.claim(run_id, "w")
     assert attempt is not None
     return attempt
 
 
 async def _events(redis: Any, settings: Settings, run_id: str) -> list[RunEvent]:
-    entries = await redis.xrange(Keys(settings.namespace).events(run_id))
-    return [RunEvent.from_entry(run_id, entry_id, fields) for entry_id, fields in entries]
+    entries = await redis.xrange(Keys(settings.redis.namespace).events(run_id))
+    return [decode_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
 
 async def _wait_status(repo: RunRepository, run_id: str, status: str) -> None:
@@ -43,7 +46,9 @@ async def _wait_status(repo: RunRepository, run_id: str, status: str) -> None:
 
 
 async def test_answer_wakes_the_sink_and_the_run_resumes(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings.replace(heartbeat_seconds=5.0, lease_seconds=20.0))
+    repo = RunRepository(
+        redis, settings.redis.keys, settings.replace(heartbeat_seconds=5.0, lease_seconds=20.0).runs
+    )
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     wakeup = Wakeup()
@@ -82,7 +87,7 @@ async def test_answer_wakes_the_sink_and_the_run_resumes(redis: Any, settings: S
 
 
 async def test_a_lost_pubsub_message_only_delays_the_answer(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)  # heartbeat 0.5 s in tests
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)  # heartbeat 0.5 s in tests
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     sink = RunEventSink(attempt)
@@ -95,12 +100,12 @@ async def test_a_lost_pubsub_message_only_delays_the_answer(redis: Any, settings
 async def test_the_answer_is_published_on_the_control_channel(
     redis: Any, settings: Settings
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     await attempt.request_approval("apr_1", {"request_id": "apr_1"})
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(Keys(settings.namespace).control_channel)
+    await pubsub.subscribe(Keys(settings.redis.namespace).control_channel)
     try:
         await repo.approvals.answer(run_id, "once")
         message = await pubsub.get_message(timeout=2)
@@ -116,7 +121,9 @@ async def test_the_answer_is_published_on_the_control_channel(
 async def test_unanswered_request_is_denied_after_the_timeout(
     redis: Any, settings: Settings
 ) -> None:
-    repo = RunRepository(redis, settings.replace(approval_timeout_seconds=0.3))
+    repo = RunRepository(
+        redis, settings.redis.keys, settings.replace(approval_timeout_seconds=0.3).runs
+    )
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     sink = RunEventSink(attempt)
@@ -131,7 +138,7 @@ async def test_unanswered_request_is_denied_after_the_timeout(
 
 
 async def test_stop_request_ends_the_wait(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     token = CancelToken()
@@ -149,7 +156,7 @@ async def test_stop_request_ends_the_wait(redis: Any, settings: Settings) -> Non
 
 
 async def test_stopping_run_does_not_ask(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     await repo.request_stop(run_id)
@@ -160,7 +167,7 @@ async def test_stopping_run_does_not_ask(redis: Any, settings: Settings) -> None
 
 
 async def test_fifo_all_and_request_id(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     for request_id in ("apr_a", "apr_b", "apr_c", "apr_d"):
@@ -182,7 +189,7 @@ async def test_fifo_all_and_request_id(redis: Any, settings: Settings) -> None:
 
 
 async def test_retried_request_is_not_asked_twice(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     for _ in range(2):
@@ -192,12 +199,12 @@ async def test_retried_request_is_not_asked_twice(redis: Any, settings: Settings
 
 
 async def test_stale_attempt_cannot_ask_or_time_out(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     attempt = await _claimed(repo)
     run_id = attempt.run_id
     await attempt.request_approval("apr_old", {})
     # The attempt's lease lapses; the run is requeued and claimed again.
-    await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
+    await redis.zadd(Keys(settings.redis.namespace).leases, {run_id: 0})
     assert await repo.leases.reap(run_id) == "requeued"
     assert (await repo.approvals.answer(run_id, "once")).verdict == "not_active"
     live = await repo.claim(run_id, "w2")
@@ -214,7 +221,7 @@ async def test_stale_attempt_cannot_ask_or_time_out(redis: Any, settings: Settin
 
 
 async def test_answer_codes_for_missing_and_idle_runs(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     assert (await repo.approvals.answer("run_missing", "once")).verdict == "missing"
     run_id = (await _claimed(repo)).run_id
     assert (await repo.approvals.answer(run_id, "once")).verdict == "not_active"

@@ -18,7 +18,9 @@ from hermes_queue.agents.echo_tools import read_tool_log
 from hermes_queue.agents.steps import LOST_TOOL_RESULT
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.streams.reader import read_range
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.start import build_request
@@ -61,9 +63,9 @@ async def events_of(redis: Any, keys: Keys, run_id: str) -> list[Any]:
 async def test_a_resumed_turn_runs_no_finished_tool_again_and_declares_the_lost_one(
     redis: Any, settings: Settings, keys: Keys, tool_log: Path
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={"message": TURN})
+    await repo.create(NewRun(run_id, "s", TurnRequest(TURN)))
     await lose_first_attempt(repo, redis, keys, run_id, tool_log, until="call_2")
     record = await repo.get(run_id)
     # Model call 0, alpha's start and result, model call 1 (asking for beta), beta's start.
@@ -92,10 +94,10 @@ async def test_a_resumed_turn_runs_no_finished_tool_again_and_declares_the_lost_
 async def test_a_read_only_tool_in_flight_runs_again(
     redis: Any, settings: Settings, keys: Keys, tool_log: Path
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     message = "look [tool:read_file] [slowtool:0.3]"
-    await repo.create(run_id=run_id, session_id="s", request={"message": message})
+    await repo.create(NewRun(run_id, "s", TurnRequest(message)))
     await lose_first_attempt(repo, redis, keys, run_id, tool_log, until="call_1")
     runtime = WorkerRuntime("w2", repo, EchoBackend(tool_log=str(tool_log)))
     assert await run_turn(runtime, run_id) == "completed"
@@ -110,10 +112,10 @@ async def test_a_stopping_worker_hands_the_run_back_at_the_next_step(
 ) -> None:
     """The drain lasts one step: the turn is handed back as soon as the step in progress is
     recorded, and the next worker finishes it without running any tool again."""
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     message = "go [tool:alpha] [tool:beta] [tool:gamma] [slowtool:0.2]"
-    await repo.create(run_id=run_id, session_id="s", request={"message": message})
+    await repo.create(NewRun(run_id, "s", TurnRequest(message)))
     stopping = asyncio.Event()
     first = WorkerRuntime(
         "w1", repo, EchoBackend(tool_log=str(tool_log)), shutting_down=stopping.is_set
@@ -136,12 +138,12 @@ async def test_a_stopping_worker_hands_the_run_back_at_the_next_step(
 
 
 async def test_steps_are_fenced_by_attempt(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={"message": "x"})
+    await repo.create(NewRun(run_id, "s", TurnRequest("x")))
     stale = await repo.claim(run_id, "w1")
     assert stale is not None
-    await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
+    await redis.zadd(Keys(settings.redis.namespace).leases, {run_id: 0})
     assert await repo.leases.reap(run_id) == "requeued"
     live = await repo.claim(run_id, "w2")
     assert live is not None

@@ -12,7 +12,10 @@ from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redis_server import EmbeddedRedis, free_port
+from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.codec import decode_entry
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from tests.support.inprocess import running_api, running_worker
@@ -25,7 +28,7 @@ async def test_turn_over_its_time_limit_fails_with_timeout(settings: Settings) -
         run_id = (await (await api.post("/v1/runs", json={"input": "long [slow:0.5]"})).json())[
             "run_id"
         ]
-        async with HermesQueueClient(str(api.make_url("")), limited.api_key) as client:
+        async with HermesQueueClient(str(api.make_url("")), limited.api.api_key) as client:
             client.base_url = client.base_url.rstrip("/")
             events = [p async for _, p in client.iter_events(run_id)]
         status = await (await api.get(f"/v1/runs/{run_id}")).json()
@@ -48,16 +51,16 @@ class SignallingEcho(EchoBackend):
 async def test_stale_attempt_ending_does_not_untrack_the_live_one(
     redis: Any, settings: Settings
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     backend = SignallingEcho(0.05)
     runtime = WorkerRuntime(worker_id="w", repository=repo, backend=backend)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={"message": "a b c d e f g h i j"})
+    await repo.create(NewRun(run_id, "s", TurnRequest("a b c d e f g h i j")))
     first = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[1].wait()
     # Its lease lapses (say the process froze) and the reaper puts the run back in the queue;
     # the same worker takes it again as attempt 2.
-    await redis.zadd(Keys(settings.namespace).leases, {run_id: 0})
+    await redis.zadd(Keys(settings.redis.namespace).leases, {run_id: 0})
     assert await repo.leases.reap(run_id) == "requeued"
     second = asyncio.create_task(run_turn(runtime, run_id))
     await backend.started[2].wait()
@@ -69,9 +72,9 @@ async def test_stale_attempt_ending_does_not_untrack_the_live_one(
 
 
 async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Settings) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={})
+    await repo.create(NewRun(run_id, "s", TurnRequest()))
     attempt = await repo.claim(run_id, "w")
     assert attempt is not None
     calls = 0
@@ -93,8 +96,8 @@ async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Se
     await sink.reasoning("why")
     await sink.delta("last")
     await sink.flush()
-    entries = await redis.xrange(Keys(settings.namespace).events(run_id))
-    events = [RunEvent.from_entry(run_id, i, f) for i, f in entries]
+    entries = await redis.xrange(Keys(settings.redis.namespace).events(run_id))
+    events = [decode_entry(run_id, i, f) for i, f in entries]
     assert [e.type for e in events[:2]] == ["message.started", "message.delta"]
     assert events[1].data == {"delta": "first "}
     # Deltas that piled up behind an append in flight went out merged, in order, text intact;
@@ -115,19 +118,19 @@ async def test_coalescing_window_holds_only_deltas_that_follow_a_delta(
     (long here, so only the waiting can be seen) unless another event or flush() comes, which
     take them along at once, merged and in order."""
     settings = settings.replace(stream_coalesce_ms=30_000)
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    await repo.create(run_id=run_id, session_id="s", request={})
+    await repo.create(NewRun(run_id, "s", TurnRequest()))
     attempt = await repo.claim(run_id, "w")
     assert attempt is not None
-    stream = Keys(settings.namespace).events(run_id)
+    stream = Keys(settings.redis.namespace).events(run_id)
 
     async def stream_events(count: int) -> list[RunEvent]:
         """The stream once it holds ``count`` entries (10 s at most, far below the window)."""
         entries = await eventually(
             lambda: redis.xrange(stream), lambda got: len(got) >= count, within=10
         )
-        return [RunEvent.from_entry(run_id, i, f) for i, f in entries]
+        return [decode_entry(run_id, i, f) for i, f in entries]
 
     sink = RunEventSink(attempt)
     await sink.delta("a")

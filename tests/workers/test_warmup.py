@@ -14,8 +14,9 @@ from hermes_queue import cli_check
 from hermes_queue.agents.echo import EchoBackend
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker
-from hermes_queue.runs.model import RunStatus
+from hermes_queue.runs.model import NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers import worker as worker_module
 from hermes_queue.workers.warmup import probe
 from hermes_queue.workers.worker import build_worker
@@ -73,13 +74,13 @@ async def test_no_run_is_taken_and_the_probe_waits_until_the_warm_up_ends(
     redis: Any, settings: Settings, backend: GatedWarmUp
 ) -> None:
     settings = settings.replace(poll_seconds=0.05)
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
-    assert await repo.create(run_id=run_id, session_id="s", request={"message": "hi"})
-    assert not probe(settings.namespace).ok  # no worker here yet
+    assert await repo.create(NewRun(run_id, "s", TurnRequest("hi")))
+    assert not probe(settings.redis.namespace).ok  # no worker here yet
     async with started(settings):
         await asyncio.wait_for(backend.entered.wait(), 10)
-        report = probe(settings.namespace)
+        report = probe(settings.redis.namespace)
         assert not report.ok and report.detail == "still warming up"
         await asyncio.sleep(0.3)  # six poll periods: a worker taking jobs would have claimed it
         assert await status_of(repo, run_id) == RunStatus.QUEUED
@@ -87,18 +88,18 @@ async def test_no_run_is_taken_and_the_probe_waits_until_the_warm_up_ends(
         await wait_for(repo, run_id, RunStatus.COMPLETED)
         check = cli_check.warm_up_check(settings)
         assert check.ok and check.detail.startswith("warmed up")
-    assert probe(settings.namespace).detail.startswith("no worker process")
+    assert probe(settings.redis.namespace).detail.startswith("no worker process")
 
 
 @pytest.mark.parametrize("backend", [True], indirect=True)
 async def test_a_failed_warm_up_fails_the_probe_and_the_worker_runs_cold(
     redis: Any, settings: Settings, backend: GatedWarmUp
 ) -> None:
-    repo = RunRepository(redis, settings)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
     backend.release.set()
     async with started(settings):
         run_id = new_run_id()
-        assert await repo.create(run_id=run_id, session_id="s", request={"message": "hi"})
+        assert await repo.create(NewRun(run_id, "s", TurnRequest("hi")))
         await wait_for(repo, run_id, RunStatus.COMPLETED)
         check = cli_check.warm_up_check(settings)
         assert not check.ok

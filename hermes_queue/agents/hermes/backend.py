@@ -169,7 +169,7 @@ class HermesBackend:
         bridge = TurnBridge(
             loop, sink, request.run_id, agent.interrupt, scrub=runtime.provider.scrub
         )
-        self._prepare_turn(agent, bridge, request.options.get("model_options"))
+        self._prepare_turn(agent, bridge, request.route.model_options)
         if isinstance(sink, StepSink):  # record each step; a resumed attempt replays them
             DurableTurn(agent, bridge, StepJournal.of(request.steps)).install()
         before = (agent.session_prompt_tokens, agent.session_completion_tokens)
@@ -235,13 +235,13 @@ class HermesBackend:
                 self._release([agent])
 
     def _runtime(self, request: AgentRequest) -> _Runtime:
-        name = str(request.route.get("provider") or self.default_provider)
-        model = str(request.route.get("model") or self.default_model)
+        route = request.route
+        model = route.model or self.default_model
         if not model:
             raise AgentError("no model was resolved for this turn")
-        provider = self._provider(name)
-        fallback = request.route.get("fallback_model")
-        return _Runtime(provider, model, self._fallback(str(fallback)) if fallback else None)
+        provider = self._provider(route.provider or self.default_provider)
+        fallback = route.fallback_model
+        return _Runtime(provider, model, self._fallback(fallback) if fallback else None)
 
     def _provider(self, name: str) -> ProviderConfig:
         provider = self.providers.get(name)

@@ -24,7 +24,7 @@ async def answer_approval(request: web.Request) -> web.Response:
     if len(run_id) > MAX_ID_LENGTH:
         raise run_not_found(run_id[:MAX_ID_LENGTH])
     state = request.app[STATE]
-    fields = ApprovalBody.parse(await json_object(request, state.settings.body_timeout_seconds))
+    fields = ApprovalBody.parse(await json_object(request, state.settings.api.body_timeout_seconds))
     choice, request_id = fields.choice, fields.request_id
     resolve_all = fields.all or fields.resolve_all
     outcome = await state.runs.approvals.answer(

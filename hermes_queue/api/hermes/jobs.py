@@ -23,6 +23,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.bodies import read_body
 from hermes_queue.api.http.json_body import BodyError, decode
 from hermes_queue.api.state import STATE
+from hermes_queue.runs.start import RunStarter
 from hermes_queue.schedules.definitions import (
     JobInputError,
     job_json,
@@ -45,7 +46,9 @@ RECENT_RUNS = 20
 
 def _firing(request: web.Request) -> Firing:
     state = request.app[STATE]
-    return Firing(state.settings, state.store, state.runs, state.metrics)
+    # Run-now fires are read by nobody's request: started without this process's presence.
+    tz = job_timezone(state.settings.schedules)
+    return Firing(state.store, RunStarter(state.runs), state.routing, tz, state.metrics)
 
 
 def _error(message: str, status: int, headers: dict[str, str] | None = None) -> web.Response:
@@ -85,7 +88,7 @@ def _job_id(request: web.Request) -> str:
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
-    timeout = request.app[STATE].settings.body_timeout_seconds
+    timeout = request.app[STATE].settings.api.body_timeout_seconds
     try:
         body = decode(await read_body(request, timeout))
     except BodyError as exc:
@@ -105,7 +108,7 @@ async def _load(request: web.Request) -> JobRow:
 def _answer(request: web.Request, job: JobRow | None, **extra: Any) -> web.Response:
     if job is None:  # deleted meanwhile
         raise JobInputError("Job not found", 404)
-    tz = job_timezone(request.app[STATE].settings)
+    tz = job_timezone(request.app[STATE].settings.schedules)
     return web.json_response({"job": job_json(job, tz), **extra})
 
 
@@ -122,7 +125,7 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def create_job(request: web.Request) -> web.Response:
     body = await _body(request)
     origin = {"platform": "api_server", "chat_id": "api", "source_ip": request.remote}
-    tz = job_timezone(request.app[STATE].settings)
+    tz = job_timezone(request.app[STATE].settings.schedules)
     job = parse_create(body, now=time.time(), tz=tz, origin=origin)
     return _answer(request, await request.app[STATE].store.create_job(job))
 
@@ -142,7 +145,7 @@ async def get_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def update_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    tz = job_timezone(request.app[STATE].settings)
+    tz = job_timezone(request.app[STATE].settings.schedules)
     changes = patch_changes(job, await _body(request), now=time.time(), tz=tz)
     return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
@@ -164,7 +167,7 @@ async def pause_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def resume_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    changes = resume_changes(job, time.time(), job_timezone(request.app[STATE].settings))
+    changes = resume_changes(job, time.time(), job_timezone(request.app[STATE].settings.schedules))
     return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
 

@@ -41,9 +41,9 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
 async def start_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
     # Checked first, as upstream: 403 without an API key, 400 malformed; echoed on the 202.
-    session_key = session_key_header(request, state.settings.api_key)
+    session_key = session_key_header(request, state.settings.api.api_key)
     # Upstream's wording for a body that is not JSON, on this endpoint.
-    body = await json_object(request, state.settings.body_timeout_seconds, "Invalid JSON")
+    body = await json_object(request, state.settings.api.body_timeout_seconds, "Invalid JSON")
     turn = parse_run_body(body, state.routing)
     key_header = {"X-Hermes-Session-Key": session_key} if session_key else {}
     async with await state.idempotency.begin(request.headers, "runs", body) as idem:

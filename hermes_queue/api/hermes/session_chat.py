@@ -21,9 +21,10 @@ from hermes_queue.api.http.sse import open_stream, resume_cursor
 from hermes_queue.api.replies import controlled_reply, is_controlled_reply
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.runtime_selection import select_for_session
-from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, Strategy, turn_headers
+from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, turn_headers
 from hermes_queue.events import EventType
 from hermes_queue.routing import RoutingConfig
+from hermes_queue.runs.start import Strategy
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionRow
 
@@ -44,10 +45,10 @@ def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfi
 
 async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, dict[str, str]]:
     """Validate, admit and enqueue one turn; returns it and the response headers."""
-    session_key = session_key_header(request, state.settings.api_key)
+    session_key = session_key_header(request, state.settings.api.api_key)
     row = await load_session(state.store, request.match_info["session_id"])
     turn = parse_chat_body(
-        await json_object(request, state.settings.body_timeout_seconds), row, state.routing
+        await json_object(request, state.settings.api.body_timeout_seconds), row, state.routing
     )
     started = await state.turns.enqueue_turn(turn)
     return started, turn_headers(started.session_id, started.run_id, session_key)

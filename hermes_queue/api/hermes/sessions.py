@@ -89,7 +89,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 
 async def create_session(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    timeout = state.settings.body_timeout_seconds
+    timeout = state.settings.api.body_timeout_seconds
     body = await json_object(request, timeout) if request.can_read_body else {}
     fields = SessionCreateBody.parse(body)
     session_id = fields.id or new_session_id()
@@ -121,7 +121,7 @@ async def update_session(request: web.Request) -> web.Response:
     state = request.app[STATE]
     store = state.store
     row = await load_session(store, request.match_info["session_id"])
-    body = await json_object(request, state.settings.body_timeout_seconds)
+    body = await json_object(request, state.settings.api.body_timeout_seconds)
     unknown = sorted(set(body) - PATCHABLE_FIELDS)
     if unknown:
         raise ApiError(
@@ -208,7 +208,7 @@ async def fork_session(request: web.Request) -> web.Response:
     state = request.app[STATE]
     store = state.store
     source = await load_session(store, request.match_info["session_id"])
-    timeout = state.settings.body_timeout_seconds
+    timeout = state.settings.api.body_timeout_seconds
     body = await json_object(request, timeout) if request.can_read_body else {}
     fields = ForkBody.parse(body)
     new_id, title = fields.id or new_session_id(), fields.title
@@ -225,7 +225,7 @@ async def set_model_lock(request: web.Request) -> web.Response:
     """Persist a confirmed model lock (upstream-api.md §2, §6.3 rule 2)."""
     state = request.app[STATE]
     row = await load_session(state.store, request.match_info["session_id"])
-    body = await json_object(request, state.settings.body_timeout_seconds)
+    body = await json_object(request, state.settings.api.body_timeout_seconds)
     ModelLockBody.parse(body)  # the runtime fields themselves are routing's to check
     selection = lock_selection(state.routing, body)
     await persist_lock(state.store, row, selection)

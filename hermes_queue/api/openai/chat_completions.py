@@ -38,7 +38,6 @@ from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body
 from hermes_queue.api.turns.starter import NewTurn, RunSession, StoredSession, turn_headers
 from hermes_queue.booleans import coerce_bool
-from hermes_queue.config import Settings
 from hermes_queue.events import EventType
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import FailReason
@@ -104,12 +103,12 @@ def _client_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-def _session_header(request: web.Request, settings: Settings) -> str | None:
+def _session_header(request: web.Request, api_key: str) -> str | None:
     """The validated ``X-Hermes-Session-Id``, or None when the client sent none."""
     raw = request.headers.get(SESSION_HEADER)
     if raw is None:
         return None
-    if not settings.api_key:
+    if not api_key:
         raise ApiError(
             403,
             None,
@@ -145,13 +144,13 @@ def parse_completion(
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    session_key = session_key_header(request, state.settings.api_key)
-    continued = _session_header(request, state.settings)
-    body = await json_object(request, state.settings.body_timeout_seconds)
+    session_key = session_key_header(request, state.settings.api.api_key)
+    continued = _session_header(request, state.settings.api.api_key)
+    body = await json_object(request, state.settings.api.body_timeout_seconds)
     turn = parse_completion(body, continued, state.routing)
     stream = coerce_bool(body.get("stream"), False)
     # The response names the model the client asked for (upstream echoes its alias).
-    model = turn.named_model or state.settings.model_name
+    model = turn.named_model or state.settings.routing.model_name
     replayed: dict[str, str] = {}
     idempotency = state.idempotency
     async with await idempotency.begin(

@@ -98,7 +98,7 @@ async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
         raise ApiError(400, "invalid_request", "background requires store=true", param="store")
     settings = ResponseSettings(
         created_at=int(time.time()),
-        model=fields.model or state.settings.model_name,
+        model=fields.model or state.settings.routing.model_name,
         previous_response_id=plan.previous.id if plan.previous else None,
         conversation=plan.conversation,
         store=stored,
@@ -116,8 +116,8 @@ async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
 async def create_response(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     responses = StoredResponses.of(state)
-    session_key = session_key_header(request, state.settings.api_key)
-    body = await json_object(request, state.settings.body_timeout_seconds)
+    session_key = session_key_header(request, state.settings.api.api_key)
+    body = await json_object(request, state.settings.api.body_timeout_seconds)
     turn = await parse_response_body(state, body)
     stream = coerce_bool(body.get("stream"), False)
     if stream and turn.request.response is not None:  # its stored object is the stream's

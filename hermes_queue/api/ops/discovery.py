@@ -197,8 +197,8 @@ async def capabilities(request: web.Request) -> web.Response:
         {
             "object": "hermes.api_server.capabilities",
             "platform": PLATFORM,
-            "model": settings.model_name,
-            "auth": {"type": "bearer", "required": bool(settings.api_key)},
+            "model": settings.routing.model_name,
+            "auth": {"type": "bearer", "required": bool(settings.api.api_key)},
             "runtime": {
                 "mode": "server_agent",
                 "tool_execution": "server",
@@ -208,7 +208,7 @@ async def capabilities(request: web.Request) -> web.Response:
             # Upstream's ``cors``: whether any browser origin is allowed (cors_middleware).
             "features": {
                 **features(endpoints, catalog=catalog),
-                "cors": bool(settings.cors_origins),
+                "cors": bool(settings.api.cors_origins),
             },
             "endpoints": endpoints,
         }
@@ -220,7 +220,7 @@ async def models(request: web.Request) -> web.Response:
     the route's model, its ``parent`` the advertised name), as upstream lists them. Provider
     details and keys never leave."""
     settings = request.app[STATE].settings
-    name, now = settings.model_name, int(time.time())
+    name, now = settings.routing.model_name, int(time.time())
 
     def entry(model_id: str, root: str, parent: str | None) -> dict[str, Any]:
         return {
@@ -236,7 +236,7 @@ async def models(request: web.Request) -> web.Response:
     data = [entry(name, name, None)]
     data += [
         entry(alias, route.model or alias, name)
-        for alias, route in settings.model_routes.items()
+        for alias, route in settings.routing.model_routes.items()
         if alias != name
     ]
     return web.json_response({"object": "list", "data": data})
@@ -281,7 +281,7 @@ async def health_detailed(request: web.Request) -> web.Response:
         return {"status": status, "schema_version": version}
 
     async def check_workers() -> dict[str, Any]:
-        workers = await live_workers(redis, settings)
+        workers = await live_workers(redis, keys, settings.runs.lease_seconds)
         slots, busy = sum(w.slots for w in workers), sum(w.busy for w in workers)
         status = "ok" if workers else "error"
         return {"status": status, "count": len(workers), "slots": slots, "busy": busy}
@@ -307,6 +307,6 @@ async def health_detailed(request: web.Request) -> web.Response:
             "pid": os.getpid(),
             "queue": {"ready": queue_check.get("ready")},
             # An API without a key is open to anyone who reaches it (keyguard.OPEN_WARNING).
-            "warnings": [] if settings.api_key else [OPEN_WARNING],
+            "warnings": [] if settings.api.api_key else [OPEN_WARNING],
         }
     )

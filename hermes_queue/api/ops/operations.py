@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 from aiohttp import web
@@ -19,13 +20,27 @@ from redis.exceptions import RedisError
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.fields import RequestModel, as_is, checked
 from hermes_queue.api.http.sse import open_stream
-from hermes_queue.api.state import STATE
+from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.metrics import CONTENT_TYPE
-from hermes_queue.queue_state import MAX_PAGE, snapshot
+from hermes_queue.queue_state import MAX_PAGE, QueueSnapshot, snapshot
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PAGE = 50
+
+
+def _snapshot(state: ApiState, limit: int = 0, offset: int = 0) -> Awaitable[QueueSnapshot]:
+    """The queue snapshot as this deployment counts workers (live within a lease, each with
+    ``worker_concurrency`` slots when none is live)."""
+    settings = state.settings
+    return snapshot(
+        state.redis,
+        state.keys,
+        settings.runs.lease_seconds,
+        default_slots=settings.worker.concurrency,
+        limit=limit,
+        offset=offset,
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -33,7 +48,7 @@ async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
     registry = state.metrics
     try:
-        registry.queue.snapshot = await snapshot(state.redis, state.settings)
+        registry.queue.snapshot = await _snapshot(state)
     except Exception as exc:
         # A scrape must answer (with redis_up 0) precisely when Redis is in trouble.
         log.warning("metrics: queue state unavailable: %r", exc)
@@ -79,7 +94,7 @@ async def queue(request: web.Request) -> web.Response:
     """``hermes.queue``: depth by state, workers, throughput and a page of in-flight runs."""
     limit, offset = _page(request)
     state = request.app[STATE]
-    queued = await snapshot(state.redis, state.settings, limit=limit, offset=offset)
+    queued = await _snapshot(state, limit, offset)
     return web.json_response(queued.to_json())
 
 
@@ -91,11 +106,11 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
     """
     limit, offset = _page(request)
     state = request.app[STATE]
-    interval = state.settings.queue_stream_interval_seconds
+    interval = state.settings.api.queue_stream_interval_seconds
     response = await open_stream(request)
     while True:
         try:
-            queued = await snapshot(state.redis, state.settings, limit=limit, offset=offset)
+            queued = await _snapshot(state, limit, offset)
             data = json.dumps(queued.to_json(), separators=(",", ":"))
             frame = f"event: queue\ndata: {data}\n\n"
         except RedisError as exc:  # keep the stream: the next tick may read again

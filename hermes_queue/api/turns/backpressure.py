@@ -11,20 +11,31 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.config import Settings
+from hermes_queue.keys import Keys
 from hermes_queue.metrics import ApiMetrics
 from hermes_queue.queue_state import admission
 
 
 class Backpressure:
-    def __init__(self, redis: aioredis.Redis, settings: Settings, metrics: ApiMetrics) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        metrics: ApiMetrics,
+        *,
+        max_depth: int = 0,
+        max_age: float = 0.0,
+    ) -> None:
         self._redis = redis
-        self._settings = settings
+        self._keys = keys
         self._metrics = metrics
+        # max_ready_depth, max_ready_age_seconds (0: that limit is off).
+        self._max_depth = max_depth
+        self._max_age = max_age
 
     async def admit(self) -> None:
         """Raise 429 ``queue_full`` (with Retry-After) when the ready queue is over its limits."""
-        refusal = await admission(self._redis, self._settings)
+        refusal = await admission(self._redis, self._keys, self._max_depth, self._max_age)
         if refusal is None:
             return
         self._metrics.rejected(refusal.reason)

@@ -31,7 +31,6 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.config import Settings
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.runs.scripts import load_script
@@ -156,12 +155,15 @@ class Idempotency:
 class IdempotencyRecords:
     """The process's access to Idempotency-Key records (its settle script registered once)."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, settings: Settings) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, *, api_key: str, ttl_seconds: int, retention: int
+    ) -> None:
         self._redis = redis
         self._keys = keys
         self._settle = redis.register_script(load_script("idempotency_settle"))
-        self._ttl = max(1, min(settings.idempotency_ttl_seconds, settings.retention_seconds))
-        self._api_key = settings.api_key
+        # Capped at the runs' retention, so a replay always finds the run a record names.
+        self._ttl = max(1, min(ttl_seconds, retention))
+        self._api_key = api_key
 
     async def begin(
         self,

@@ -8,7 +8,8 @@ runs), then call :meth:`TurnStarter.enqueue_turn`, which
 2. prepares a stored session: persists a newly confirmed model lock, or creates the session on
    first use, and resolves its live tip (the session the turn runs on);
 3. writes what the endpoint keeps beside the run (a ``queued`` response), if anything;
-4. creates the run and its job in one script, under the one-active-run-per-session rule for a
+4. starts the run (``runs/start.py``, the one way runs are started, the scheduler's too): its
+   record and queue entry in one script, under the one-active-run-per-session rule for a
    stored session,
 
 and returns the run id and the session id, which the endpoint renders in its own dialect, with
@@ -19,23 +20,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.runtime_selection import persist_lock
 from hermes_queue.replication import NotReplicated
 from hermes_queue.routing import Selection
-from hermes_queue.runs.model import PERSIST_SESSION, PERSIST_TURN
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.model import NewRun, Persist
+from hermes_queue.runs.repository import new_run_id
+from hermes_queue.runs.start import RunStarter, Strategy
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists, SessionRow
 from hermes_queue.store.protocol import SessionStore
-from hermes_queue.streams.presence import ReaderPresence
-
-# What a second turn on a busy stored session does: refused (409), queued behind the active
-# one, or queued after stopping the active and waiting ones.
-Strategy = Literal["reject", "enqueue", "interrupt"]
 
 
 @dataclass(frozen=True)
@@ -109,19 +106,17 @@ def turn_headers(session_id: str, run_id: str, session_key: str | None) -> dict[
 class TurnStarter:
     def __init__(
         self,
-        runs: RunRepository,
+        runs: RunStarter,
         store: SessionStore,
         backpressure: Backpressure,
         default_model: str,
-        presence: ReaderPresence | None = None,
     ) -> None:
+        # Started with this process's readers of runs (streams/presence.py): the request
+        # that starts a stored-session turn reads it (a completion, a session chat).
         self._runs = runs
         self._store = store
         self._backpressure = backpressure
         self._default_model = default_model
-        # This process's readers of runs (streams/presence.py): the request that starts a
-        # stored-session turn reads it (a completion, a session chat).
-        self._presence = presence
 
     async def enqueue_turn(
         self,
@@ -173,36 +168,26 @@ class TurnStarter:
                 pass  # a concurrent first turn created it
 
     async def _create(self, turn: NewTurn, run_id: str, session_id: str) -> None:
-        selection, session = turn.selection, turn.session
-        request, route = turn.request.to_json(), selection.as_dict()
-        # What hermes.run reports: the model the client named, else the advertised name (as
-        # upstream's run status); the resolved one is the route's.
-        model = turn.named_model or self._default_model
-        shown_live = {"openai_stream": "1"} if turn.openai_stream else {}
+        session = turn.session
         if isinstance(session, RunSession):
-            persisted = {"persist": PERSIST_TURN} if session.persisted else {}
-            await self._runs.create(
-                run_id=run_id,
-                session_id=session_id,
-                request=request,
-                route=route,
-                model=model,
-                extra={**persisted, **shown_live},
-            )
-            return
-        presence = self._presence
-        if presence is not None:
-            await presence.flush()  # a reader of the active turn that left here is gone
-        admission = await self._runs.create_session_run(
+            persist = Persist.TURN if session.persisted else None
+        else:
+            persist = Persist.SESSION
+        run = NewRun(
             run_id=run_id,
             session_id=session_id,
-            strategy="reject" if session.strategy == "reject" else "enqueue",
-            request=request,
-            route=route,
-            model=model,
-            extra={"persist": PERSIST_SESSION, **shown_live},
-            read_by=presence.reader_id if presence is not None else None,
+            request=turn.request,
+            route=turn.selection,
+            # What hermes.run reports: the model the client named, else the advertised name
+            # (as upstream's run status); the resolved one is the route's.
+            model=turn.named_model or self._default_model,
+            persist=persist,
+            openai_stream=turn.openai_stream,
         )
+        if isinstance(session, RunSession):
+            await self._runs.start(run)
+            return
+        admission = await self._runs.start_in_session(run, session.strategy)
         if admission.verdict == "busy":
             raise ApiError(
                 409,
@@ -210,15 +195,3 @@ class TurnStarter:
                 "This session already has a turn in progress",
                 extra={"run_id": admission.blocking_run_id},
             )
-        if admission.verdict != "waiting":
-            return
-        if session.strategy == "interrupt":
-            active, waiting = await self._runs.session_runs(session_id)
-            for other in [active, *waiting]:
-                if other and other != run_id:
-                    await self._runs.request_stop(other)
-        elif admission.abandoned and admission.blocking_run_id:
-            # Nobody reads the active turn any more: it is superseded, not waited for
-            # (docs/compatibility.md, "Abandoned turns"); it stops within milliseconds and
-            # stores its reply as far as it went, then this one starts.
-            await self._runs.request_stop(admission.blocking_run_id)

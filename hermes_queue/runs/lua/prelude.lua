@@ -1,4 +1,5 @@
--- Shared by every run script (prepended when the scripts are loaded).
+-- Shared by every run script (prepended when the scripts are loaded, after
+-- streams/entry.lua: add_event, the one writer of a stream entry).
 -- Lease deadlines use the Redis server clock, so worker hosts with skewed clocks agree.
 local function now_ms()
   local t = redis.call('TIME')
@@ -14,18 +15,6 @@ local function count(stats, field)
   if redis.call('HINCRBY', stats, field, 1) == 1 then
     redis.call('EXPIRE', stats, 3900)
   end
-end
-
--- One stream entry: the canonical event's fields, in one place. Each entry is also published
--- on the channel named like the stream (keys.py: events), id and fields NUL-separated with the
--- JSON data last: API processes following the stream take it from there and read the stream
--- itself only to fill a gap (streams/hub.py).
-local function add_event(stream, etype, seq, attempt, ts, sid, data, maxlen)
-  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*',
-    't', etype, 's', seq, 'a', attempt, 'ts', ts, 'sid', sid, 'd', data)
-  redis.call('PUBLISH', stream,
-    table.concat({id, etype, seq, attempt, ts, sid, data}, '\0'))
-  return id
 end
 
 -- Append one canonical event. XADD and EXPIRE go together: EXPIRE before the stream exists
