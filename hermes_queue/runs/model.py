@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.tracing.carrier import trace_id_of
 
 
 class RunStatus(StrEnum):
@@ -153,4 +154,6 @@ class RunRecord:
             body["error"] = self.error or "run failed"
             if self.reason:
                 body["reason"] = self.reason
+        if (trace_id := trace_id_of(self.request.trace)) is not None:
+            body["trace_id"] = trace_id  # VN: the OpenTelemetry trace of the turn
         return body
