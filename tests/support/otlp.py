@@ -47,10 +47,10 @@ class OtlpReceiver:
     """``async with OtlpReceiver() as otlp``: ``otlp.endpoint`` for ``OTEL_EXPORTER_OTLP_
     ENDPOINT``, ``otlp.spans`` what arrived (every export request answered 200)."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None) -> None:
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
-        self.port = free_port()
+        self.port = port or free_port()
         self._runner: web.AppRunner | None = None
 
     @property
