@@ -169,20 +169,33 @@ class TurnTrace:
             span.set_attribute(names.APPROVAL_CHOICE, choice)
             return choice
 
-    # -- model calls (agents/hermes/durable.py; any thread) ------------------------------------
+    # -- model calls (any thread) ------------------------------------------------------------
+    def model_call(self, model: str = "") -> ModelCall:
+        """A span for one model request, a child of the attempt's (``ModelCall``)."""
+        model = model or self.model
+        attributes = {**self.base, names.OPERATION: "chat", names.REQUEST_MODEL: model}
+        if self.provider:
+            attributes[names.SYSTEM] = attributes[names.PROVIDER] = self.provider
+        span = self.tracer.start_span(
+            f"{names.MODEL_CALL} {model}",
+            context=self.context,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        return ModelCall(self, span)
+
     def model_calls(self, call: Callable[..., T], *, streaming: bool) -> Callable[..., T]:
-        """``call`` (one model request: ``call(api_kwargs, **kwargs)``) with a span each time;
-        a streaming call's ``on_first_delta`` also notes the time to the first chunk."""
+        """``call`` (Hermes' model request: ``call(api_kwargs, **kwargs)``, returning its
+        answer) with a span each time; a streaming call's ``on_first_delta`` also notes the
+        time to the first chunk (agents/hermes/durable.py)."""
 
         def traced(api_kwargs: dict[str, Any], **kwargs: Any) -> T:
-            model = str(api_kwargs.get("model") or self.model)
-            span = self._model_span(model)
-            started = time.monotonic()
+            model_call = self.model_call(str(api_kwargs.get("model") or ""))
             if streaming:
                 told = kwargs.get("on_first_delta")
 
                 def on_first_delta() -> None:
-                    span.set_attribute(names.TIME_TO_FIRST_CHUNK, time.monotonic() - started)
+                    model_call.first_chunk()
                     if told is not None:
                         told()
 
@@ -190,46 +203,77 @@ class TurnTrace:
             try:
                 response = call(api_kwargs, **kwargs)
             except BaseException as exc:  # Hermes' interrupts are BaseExceptions
-                span.set_attribute(names.ERROR_TYPE, type(exc).__name__)
-                span.set_status(Status(StatusCode.ERROR))
-                span.end()
+                model_call.failed(type(exc).__name__)
                 raise
-            self.model_answered(span, response)
+            usage = _field(response, "usage")
+            choices = _field(response, "choices")
+            model_call.answered(
+                _int(_field(usage, "prompt_tokens")) if usage is not None else None,
+                _int(_field(usage, "completion_tokens")) if usage is not None else None,
+                model=_field(response, "model"),
+                finish_reasons=[
+                    str(reason)
+                    for choice in (choices if isinstance(choices, list) else [])
+                    if (reason := _field(choice, "finish_reason"))
+                ],
+            )
             return response
 
         return traced
 
-    def _model_span(self, model: str) -> trace.Span:
-        attributes = {**self.base, names.OPERATION: "chat", names.REQUEST_MODEL: model}
-        if self.provider:
-            attributes[names.SYSTEM] = attributes[names.PROVIDER] = self.provider
-        return self.tracer.start_span(
-            f"{names.MODEL_CALL} {model}",
-            context=self.context,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-        )
-
-    def model_answered(self, span: trace.Span, response: Any) -> None:
-        """End a model call's span with what its answer reports (model, usage, finish)."""
-        usage = _field(response, "usage")
-        prompt = _int(_field(usage, "prompt_tokens"))
-        completion = _int(_field(usage, "completion_tokens"))
-        if usage is not None:
-            span.set_attribute(names.INPUT_TOKENS, prompt)
-            span.set_attribute(names.OUTPUT_TOKENS, completion)
-        if isinstance(model := _field(response, "model"), str) and model:
-            span.set_attribute(names.RESPONSE_MODEL, model)
-        choices = _field(response, "choices")
-        if isinstance(choices, list):
-            reasons = [str(r) for c in choices if (r := _field(c, "finish_reason"))]
-            if reasons:
-                span.set_attribute(names.FINISH_REASONS, reasons)
+    def _counted(self, input_tokens: int, output_tokens: int) -> None:
         with self._lock:
             self._model_calls += 1
-            self._input_tokens += prompt
-            self._output_tokens += completion
+            self._input_tokens += input_tokens
+            self._output_tokens += output_tokens
+
+
+class ModelCall:
+    """One model request's span: ``first_chunk()`` when its stream's first chunk arrives,
+    then ``answered(...)`` or ``failed(...)``, which end it (once)."""
+
+    def __init__(self, turn: TurnTrace, span: trace.Span) -> None:
+        self._turn = turn
+        self._span = span
+        self._started = time.monotonic()
+        self._first = False
+        self._ended = False
+
+    def first_chunk(self) -> None:
+        if not self._first:
+            self._first = True
+            elapsed = time.monotonic() - self._started
+            self._span.set_attribute(names.TIME_TO_FIRST_CHUNK, elapsed)
+
+    def answered(
+        self,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        *,
+        model: Any = None,
+        finish_reasons: list[str] | None = None,
+    ) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        span = self._span
+        if input_tokens is not None or output_tokens is not None:
+            span.set_attribute(names.INPUT_TOKENS, input_tokens or 0)
+            span.set_attribute(names.OUTPUT_TOKENS, output_tokens or 0)
+        if isinstance(model, str) and model:
+            span.set_attribute(names.RESPONSE_MODEL, model)
+        if finish_reasons:
+            span.set_attribute(names.FINISH_REASONS, finish_reasons)
+        self._turn._counted(input_tokens or 0, output_tokens or 0)
         span.end()
+
+    def failed(self, error_type: str) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._span.set_attribute(names.ERROR_TYPE, error_type)
+        self._span.set_status(Status(StatusCode.ERROR))
+        self._span.end()
 
 
 def _why_again(record: RunRecord, attempt: int) -> tuple[str, dict[str, Any]]:

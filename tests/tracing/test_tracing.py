@@ -3,10 +3,12 @@ spans of a turn through an in-process API and worker, exported to memory."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,13 +19,19 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hermes_queue import tracing
+from hermes_queue.agents.base import CancelToken
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.logs import JsonFormatter, TextFormatter, trace_id_var
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.tracing.attempts import TurnTrace
 from hermes_queue.tracing.carrier import carrier_of, trace_id_of
 from hermes_queue.tracing.spans import Tracing
+from tests.agents.test_echo import RecordingSink
+from tests.agents.test_openai_compat import KEY, make_backend
+from tests.agents.test_openai_compat import request as agent_request
+from tests.support.fake_llm import FakeLLM
 from tests.support.inprocess import running_api, running_worker
 from tests.support.polling import eventually
 
@@ -194,3 +202,43 @@ async def test_without_a_traceparent_a_request_starts_a_trace_of_its_own(
     post = by_name(list(spans.get_finished_spans()))["POST /v1/runs"][0]
     assert post.parent is None
     assert status["trace_id"] == f"{post.context.trace_id:032x}"
+
+
+async def test_each_request_of_the_openai_backend_is_a_model_call_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    """A retried request is two spans: the failed one and the answered one (with its usage
+    and time to first chunk), both children of the attempt's span."""
+    traced = tracing.active()
+    assert traced is not None
+    turn_request = TurnRequest("hello", trace={"traceparent": TRACEPARENT})
+    route = {"provider": "fake", "model": "gpt-fake"}
+    record = RunRecord("r1", "s1", "running", route=route, request=turn_request)
+    async with FakeLLM(expected_key=KEY) as fake:
+        backend = make_backend(fake)
+
+        async def attempt() -> Any:  # its own task, as the worker runs each job
+            turn = TurnTrace(traced, record, 1, "w1", time.time_ns())
+            turn.enter()
+            try:
+                return await backend.run_turn(
+                    agent_request("hello [flaky:1]"), RecordingSink(), CancelToken()
+                )
+            finally:
+                turn.end("completed")
+
+        try:
+            result = await asyncio.create_task(attempt())
+        finally:
+            await backend.aclose()
+    named = by_name(list(spans.get_finished_spans()))
+    (turn_span,) = named["agent.turn"]
+    failed, answered = sorted(named["chat gpt-fake"], key=lambda s: s.start_time or 0)
+    for span in (failed, answered):
+        assert span.parent is not None and span.parent.span_id == turn_span.context.span_id
+    assert (failed.attributes or {})["error.type"] == "_Transient"
+    attributes = dict(answered.attributes or {})
+    assert attributes["gen_ai.usage.output_tokens"] == result.usage.output_tokens > 0
+    assert attributes["gen_ai.response.time_to_first_chunk"] > 0
+    assert attributes["gen_ai.system"] == "fake"
+    assert (turn_span.attributes or {})["gen_ai.usage.output_tokens"] == result.usage.output_tokens
