@@ -17,7 +17,7 @@ The hooks, each a line or two where the thing it traces happens:
   attempt's ``TurnTrace`` is ``current_turn()`` for everything the job does;
 - ``workers/sink.py``: tool spans (``tool_started`` / ``tool_completed``), the approval wait;
 - ``runs/attempt.py``: the terminal transition (``finish_span``);
-- ``agents/hermes/durable.py``: one span per model call the agent makes live;
+- ``agents/hermes/durable.py``, ``agents/openai_compat.py``: one span per model request;
 - ``api/feed.py``: from the run's first event to a reader's first frame.
 """
 

@@ -11,9 +11,10 @@ another process), else a new trace. It writes, with their real times:
   after recorded steps, else ``run.restarted``), mirroring what ``workers/start.py`` tells
   readers;
 
-and, as the turn goes, its children: one ``chat <model>`` span per live model call
-(``model_calls``, in the agent's thread), one ``execute_tool <name>`` span per tool call (from
-the sink's ``tool.started`` to its ``tool.completed``), ``approval.wait`` and ``run.finish``.
+and, as the turn goes, its children: one ``chat <model>`` span per live model request
+(``model_call``; ``model_calls`` wraps Hermes' own, in the agent's thread), one
+``execute_tool <name>`` span per tool call (from the sink's ``tool.started`` to its
+``tool.completed``), ``approval.wait`` and ``run.finish``.
 """
 
 from __future__ import annotations
