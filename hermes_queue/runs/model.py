@@ -100,6 +100,8 @@ class RunRecord:
     # The client that started the run reads it as an OpenAI stream (chat completions,
     # Responses): it cannot take back text it was shown (workers/turn.py, resuming).
     openai_stream: bool = False
+    # Attempts that ended with their worker lost (reap.lua): why a later attempt exists.
+    lost: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -130,6 +132,7 @@ class RunRecord:
             steps=int(_text(raw, "steps") or 0),
             step_event=_text(raw, "step_event"),
             openai_stream=_text(raw, "openai_stream") == "1",
+            lost=int(_text(raw, "lost") or 0),
         )
 
     def to_status(self) -> dict[str, Any]:

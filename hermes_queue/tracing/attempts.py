@@ -31,6 +31,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from hermes_queue.logs import trace_id_var
 from hermes_queue.tracing import names, turn_var
+from hermes_queue.tracing.spans import quiet_span
 
 if TYPE_CHECKING:
     from hermes_queue.runs.model import RunRecord
@@ -38,7 +39,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-RETRIED_BECAUSE = "an earlier attempt ended without finishing the run (worker lost or drained)"
+# Why a later attempt exists, by how many earlier ones lost their worker (reap.lua counts them;
+# the others were handed back by a worker that was stopping).
+WORKER_LOST = "the previous attempt's worker was lost (its lease lapsed)"
+HANDED_BACK = "the previous attempt's worker was stopping and handed the run back"
+BOTH = "earlier attempts lost their worker or were handed back"
 
 
 class TurnTrace:
@@ -165,7 +170,7 @@ class TurnTrace:
 
     # -- approvals (workers/sink.py) -----------------------------------------------------------
     async def approval_wait(self, waiting: Awaitable[str]) -> str:
-        with self.tracer.start_as_current_span(names.APPROVAL, attributes=self.base) as span:
+        with quiet_span(self.tracer, names.APPROVAL, attributes=self.base) as span:
             choice = await waiting
             span.set_attribute(names.APPROVAL_CHOICE, choice)
             return choice
@@ -279,9 +284,12 @@ class ModelCall:
 
 def _why_again(record: RunRecord, attempt: int) -> tuple[str, dict[str, Any]]:
     """The event of a later attempt: what its readers are told (workers/start.py), and why."""
+    earlier = attempt - 1
+    reason = WORKER_LOST if record.lost >= earlier else HANDED_BACK if not record.lost else BOTH
     attributes: dict[str, Any] = {
-        names.PREVIOUS_ATTEMPT: attempt - 1,
-        names.REASON: RETRIED_BECAUSE,
+        names.PREVIOUS_ATTEMPT: earlier,
+        names.WORKERS_LOST: record.lost,
+        names.REASON: reason,
     }
     if record.seq > 0 and record.steps:
         attributes[names.STEPS] = record.steps

@@ -32,6 +32,7 @@ EVENT_SEQ = "hermes_queue.event.seq"
 STEPS = "hermes_queue.steps"
 VALID_THROUGH = "hermes_queue.valid_through"
 PREVIOUS_ATTEMPT = "hermes_queue.previous_attempt"
+WORKERS_LOST = "hermes_queue.workers_lost"
 REASON = "hermes_queue.reason"
 TOOL_LOST = "hermes_queue.tool.lost"
 

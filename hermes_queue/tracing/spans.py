@@ -36,6 +36,33 @@ class Created(Protocol):
 E = TypeVar("E", bound=Created)
 
 
+@contextlib.contextmanager
+def quiet_span(
+    tracer: trace.Tracer,
+    name: str,
+    *,
+    context: Any = None,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: Mapping[str, Any] | None = None,
+) -> Iterator[trace.Span]:
+    """A current span that, on an exception, records only its type (``error.type``): an
+    exception's text may quote a message or a provider's answer, which spans never carry."""
+    with tracer.start_as_current_span(
+        name,
+        context=context,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            span.set_attribute(names.ERROR_TYPE, type(exc).__name__)
+            span.set_status(Status(StatusCode.ERROR))
+            raise
+
+
 def hex_trace_id(span: trace.Span) -> str:
     return trace.format_trace_id(span.get_span_context().trace_id)
 
@@ -72,8 +99,8 @@ class Tracing:
             if route:
                 attributes[names.HTTP_ROUTE] = route
             name = f"{request.method} {route}" if route else request.method
-            with tracer.start_as_current_span(
-                name, context=parent, kind=SpanKind.SERVER, attributes=attributes
+            with quiet_span(
+                tracer, name, context=parent, kind=SpanKind.SERVER, attributes=attributes
             ) as span:
                 token = trace_id_var.set(hex_trace_id(span))
                 try:
@@ -97,7 +124,7 @@ class Tracing:
         span. The run carries the request's span context (the enqueue span's own when there
         is no request span), so the worker's spans are the request's children."""
         request_span = trace.get_current_span()
-        with self.tracer.start_as_current_span(names.ENQUEUE, kind=SpanKind.PRODUCER) as span:
+        with quiet_span(self.tracer, names.ENQUEUE, kind=SpanKind.PRODUCER) as span:
             parent = request_span if request_span.get_span_context().is_valid else span
             carrier: dict[str, str] = {}
             self.propagator.inject(carrier, context=trace.set_span_in_context(parent))
@@ -136,5 +163,5 @@ class Tracing:
         turn = turn_var.get()
         if turn is not None:
             turn.finishing(status, attributes.get(names.FAIL_REASON))
-        with self.tracer.start_as_current_span(names.FINISH, attributes=attributes):
+        with quiet_span(self.tracer, names.FINISH, attributes=attributes):
             yield

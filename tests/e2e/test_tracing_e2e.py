@@ -114,12 +114,19 @@ async def test_a_tool_calling_turn_is_one_trace_from_both_processes(traced: Trac
         lambda: traced.otlp.of_trace(TRACE_ID), complete(run_id, 3, 2), what="the turn's spans"
     )
     assert_no_orphans(spans)
+    elsewhere = [
+        s.name
+        for s in traced.otlp.spans
+        if s.attributes.get("hermes_queue.run.id") == run_id and s.trace_id != TRACE_ID
+    ]
+    assert not elsewhere, elsewhere
     services = {span.service for span in spans}
     assert services == {"hermes-queue-api", "hermes-queue-worker"}
     post = named(spans, "POST /v1/runs")[0]
     assert post.parent_id == CALLER_SPAN and post.service == "hermes-queue-api"
     turn_span = named(spans, "agent.turn")[0]
     assert turn_span.service == "hermes-queue-worker" and turn_span.parent_id == post.span_id
+    assert turn_span.trace_state == "tester=1"  # the caller's tracestate went along
     for name in ("queue.wait", "run.claim"):
         assert named(spans, name)[0].parent_id == post.span_id
     assert turn_span.attributes["hermes_queue.outcome"] == "completed"
@@ -166,6 +173,8 @@ async def test_the_attempt_after_a_sigkill_is_in_the_same_trace(traced: Traced) 
     assert second[0].attributes["hermes_queue.outcome"] == "completed"
     event, attributes = second[0].events[0]
     assert event == "run.resumed" and attributes["hermes_queue.previous_attempt"] == 1
+    assert attributes["hermes_queue.workers_lost"] == 1
+    assert "lost" in attributes["hermes_queue.reason"]
     assert attributes["hermes_queue.steps"] >= 3
     # Everything of the second attempt hangs off its own turn span or the request.
     ours = [s for s in spans if s.attributes.get("hermes_queue.attempt") == 2]

@@ -24,6 +24,7 @@ class ReceivedSpan:
     trace_id: str
     span_id: str
     parent_id: str  # "" for a root
+    trace_state: str
     start_ns: int
     end_ns: int
     attributes: dict[str, Any] = field(default_factory=dict)
@@ -75,6 +76,7 @@ class OtlpReceiver:
                             trace_id=span.trace_id.hex(),
                             span_id=span.span_id.hex(),
                             parent_id=span.parent_span_id.hex(),
+                            trace_state=span.trace_state,
                             start_ns=span.start_time_unix_nano,
                             end_ns=span.end_time_unix_nano,
                             attributes=_attributes(span.attributes),
