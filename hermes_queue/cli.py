@@ -23,6 +23,16 @@ def _settings(**overrides: Any) -> Settings:
         raise click.ClickException(str(exc)) from None
 
 
+def _trace(role: str) -> None:
+    """OpenTelemetry traces when the standard OTEL_* variables name an endpoint (tracing/)."""
+    from hermes_queue import tracing
+
+    try:
+        tracing.install(os.environ, role)
+    except ValueError as exc:  # an OTEL_* value this installation cannot honour
+        raise click.ClickException(str(exc)) from None
+
+
 @click.group()
 @click.version_option(package_name="hermes-queue")
 def main() -> None:
@@ -43,6 +53,7 @@ def api(host: str | None, port: int | None) -> None:
         secrets=(settings.api.api_key,),
         urls=(settings.redis.url, settings.store.url),
     )
+    _trace("api")
     _run(serve_api(settings), settings.process.event_loop)
 
 
@@ -59,6 +70,7 @@ def worker(concurrency: int | None) -> None:
         secrets=(settings.api.api_key,),
         urls=(settings.redis.url, settings.store.url),
     )
+    _trace("worker")
     _run(serve_worker(settings), settings.process.event_loop)
 
 
@@ -76,6 +88,7 @@ def dev(host: str | None, port: int | None) -> None:
         secrets=(settings.api.api_key,),
         urls=(settings.redis.url, settings.store.url),
     )
+    _trace("dev")
     _run(
         serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ),
         settings.process.event_loop,

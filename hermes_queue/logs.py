@@ -28,6 +28,8 @@ run_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("run_id", defau
 session_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("session_id", default="")
 attempt_var: contextvars.ContextVar[int | None] = contextvars.ContextVar("attempt", default=None)
 worker_var: contextvars.ContextVar[str] = contextvars.ContextVar("worker", default="")
+# The OpenTelemetry trace id of the request or turn, when the process traces (tracing/).
+trace_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="")
 
 # Record attribute -> variable, in the order the text format shows them.
 _CONTEXT: dict[str, contextvars.ContextVar[str] | contextvars.ContextVar[int | None]] = {
@@ -36,8 +38,11 @@ _CONTEXT: dict[str, contextvars.ContextVar[str] | contextvars.ContextVar[int | N
     "session_id": session_id_var,
     "attempt": attempt_var,
     "worker": worker_var,
+    "trace_id": trace_id_var,
 }
-_LABELS = {"request_id": "req", "run_id": "run", "session_id": "session"}  # today's short names
+_LABELS = {"request_id": "req", "run_id": "run", "session_id": "session", "trace_id": "trace"}
+# Shown by the text format only when set (most deployments do not trace).
+_TEXT_WHEN_SET = frozenset({"trace_id"})
 
 # Shorter values would mask ordinary words all over the logs; no real key is that short.
 MIN_SECRET_LENGTH = 8
@@ -136,7 +141,9 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         record.context = " ".join(
-            f"{_LABELS.get(name, name)}={_value(record, name) or '-'}" for name in _CONTEXT
+            f"{_LABELS.get(name, name)}={_value(record, name) or '-'}"
+            for name in _CONTEXT
+            if name not in _TEXT_WHEN_SET or _value(record, name)
         )
         return super().format(record)
 

@@ -23,10 +23,11 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
+from hermes_queue import tracing
 from hermes_queue.agents.base import (
     AgentError,
     AgentRequest,
@@ -38,6 +39,9 @@ from hermes_queue.agents.base import (
     Usage,
 )
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.attempts import ModelCall
 
 T = TypeVar("T")
 
@@ -185,9 +189,28 @@ class _Attempt:
     finish_reason: str = ""
     done: bool = False
     streamed: bool = False  # something reached the sink: retrying would duplicate output
+    call: ModelCall | None = None  # its span, when the worker traces (hermes_queue/tracing/)
 
     async def run(self, session: aiohttp.ClientSession, payload: bytes) -> None:
         """Send the request and read its stream; ``_Transient`` for what a retry might fix."""
+        turn = tracing.current_turn()
+        if turn is None:
+            return await self._request(session, payload)
+        self.call = call = turn.model_call(self.model)
+        try:
+            await self._request(session, payload)
+        except BaseException as exc:
+            call.failed(type(exc).__name__)
+            raise
+        reasons = [self.finish_reason] if self.finish_reason else None
+        call.answered(
+            self.usage.input_tokens,
+            self.usage.output_tokens,
+            model=self.reported_model,
+            finish_reasons=reasons,
+        )
+
+    async def _request(self, session: aiohttp.ClientSession, payload: bytes) -> None:
         provider = self.provider
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if provider.api_key:
@@ -280,6 +303,8 @@ class _Attempt:
             return  # ignored, as SSE clients ignore what they do not understand
         if chunk.get("error"):
             raise _Transient(f"stream error: {_error_message(chunk)[:500]}")
+        if self.call is not None:
+            self.call.first_chunk()
         self.reported_model = self.reported_model or str(chunk.get("model") or "")
         if isinstance(usage := chunk.get("usage"), dict):
             prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")

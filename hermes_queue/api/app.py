@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from hermes_queue import tracing
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api.endpoint import SERVED
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
@@ -38,7 +39,9 @@ def _lifetime(settings: Settings) -> Callable[[web.Application], AsyncIterator[N
 
 
 def create_app(settings: Settings) -> web.Application:
-    app = web.Application(middlewares=MIDDLEWARES, client_max_size=settings.api.body_limit_bytes)
+    traced = tracing.active()  # a server span per request, outermost, when tracing is on
+    middlewares = MIDDLEWARES if traced is None else [traced.http_middleware(), *MIDDLEWARES]
+    app = web.Application(middlewares=middlewares, client_max_size=settings.api.body_limit_bytes)
     app.cleanup_ctx.append(_lifetime(settings))
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(ROUTES)

@@ -24,6 +24,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue import tracing
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.client_gone import on_client_gone
 from hermes_queue.api.http.sse import (
@@ -199,6 +200,7 @@ class RunFeed:
     ) -> bool:
         idle = 0
         checked = self._hub.connection_losses  # changed: Redis was away, may have lost the run
+        traced = tracing.active()  # notes the first frame's delay, then None
         while True:
             events = await subscription.get_many(timeout=self._keepalive, max_items=MAX_BATCH)
             if not events:
@@ -216,6 +218,9 @@ class RunFeed:
                 await response.write(KEEPALIVE)
                 continue
             idle = 0
+            if traced is not None:
+                traced.first_frame(run_id, events[0].ts, events[0].seq)
+                traced = None
             chunks: list[bytes] = []
             try:
                 for event in events:

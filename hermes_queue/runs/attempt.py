@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
+from hermes_queue import tracing
 from hermes_queue.config import RunSettings
 from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
@@ -210,7 +211,8 @@ class Attempt:
         """The terminal event and status (after ``before``, in the same script); False when
         not written (logged, see above)."""
         try:
-            written = await self._finish(status, event_type, data, fields or {}, before or [])
+            with tracing.finish_span(status, data):
+                written = await self._finish(status, event_type, data, fields or {}, before or [])
         except Exception:
             log.exception("run %s: could not write its terminal event", self.run_id)
             return False

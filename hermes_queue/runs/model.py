@@ -12,6 +12,7 @@ from typing import Any
 
 from hermes_queue.routing import Selection
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.tracing.carrier import trace_id_of
 
 
 class RunStatus(StrEnum):
@@ -156,6 +157,8 @@ class RunRecord:
     # The client that started the run reads it as an OpenAI stream (chat completions,
     # Responses): it cannot take back text it was shown (workers/turn.py, resuming).
     openai_stream: bool = False
+    # Attempts that ended with their worker lost (reap.lua): why a later attempt exists.
+    lost: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -190,6 +193,7 @@ class RunRecord:
             steps=int(_text(raw, "steps") or 0),
             step_event=_text(raw, "step_event"),
             openai_stream=_text(raw, "openai_stream") == "1",
+            lost=int(_text(raw, "lost") or 0),
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -214,4 +218,6 @@ class RunRecord:
             body["error"] = self.error or "run failed"
             if self.reason:
                 body["reason"] = self.reason
+        if (trace_id := trace_id_of(self.request.trace)) is not None:
+            body["trace_id"] = trace_id  # VN: the OpenTelemetry trace of the turn
         return body

@@ -21,7 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-TURN_REQUEST_VERSION = 1
+from hermes_queue.tracing.carrier import carrier_of
+
+# 2: ``trace`` (the W3C trace context of the request that started the turn) may be present.
+TURN_REQUEST_VERSION = 2
 
 # A message's content: text, or content parts (Chat Completions vision parts and the like).
 Content = str | list[dict[str, Any]]
@@ -87,6 +90,9 @@ class TurnRequest:
     path_id: str | None = None
     # ``/v1/responses`` only: what its response object says besides its output.
     response: ResponseSettings | None = None
+    # The W3C trace context (``traceparent``, ``tracestate``) the turn's worker spans continue
+    # (hermes_queue/tracing/), when the API that accepted it traces.
+    trace: dict[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -99,6 +105,8 @@ class TurnRequest:
             data["path_id"] = self.path_id
         if self.response is not None:
             data["response"] = self.response.to_json()
+        if self.trace:
+            data["trace"] = dict(self.trace)
         return data
 
     @classmethod
@@ -118,4 +126,5 @@ class TurnRequest:
             instructions=_optional_text(data.get("instructions")),
             path_id=_optional_text(data.get("path_id")),
             response=ResponseSettings.from_json(response) if isinstance(response, dict) else None,
+            trace=carrier_of(data.get("trace")),
         )

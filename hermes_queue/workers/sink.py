@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue import tracing
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
 from hermes_queue.agents.steps import HandBack
 from hermes_queue.events import EventType, message_id_for
@@ -284,6 +285,8 @@ class RunEventSink:
         args: Any = None,
         emoji: str | None = None,
     ) -> None:
+        if (turn := tracing.current_turn()) is not None:
+            turn.tool_started(name, call_id)
         await self._ensure_message()
         data = {"tool": name, "tool_call_id": call_id, "preview": preview, "args": args}
         if emoji:
@@ -298,6 +301,8 @@ class RunEventSink:
         error: bool = False,
         result: str | None = None,
     ) -> None:
+        if (turn := tracing.current_turn()) is not None:
+            turn.tool_completed(name, call_id, error)
         await self._ensure_message()
         await self.emit(
             EventType.TOOL_COMPLETED,
@@ -317,6 +322,12 @@ class RunEventSink:
 
     async def approval(self, request: ApprovalRequest) -> str:
         """Ask for consent, park the turn until an answer, a stop or the timeout (then deny)."""
+        turn = tracing.current_turn()
+        if turn is not None:
+            return await turn.approval_wait(self._approval(request))
+        return await self._approval(request)
+
+    async def _approval(self, request: ApprovalRequest) -> str:
         if self.cancel.cancelled:
             raise TurnCancelled(self.cancel.reason)
         await self.flush()  # the request follows everything the agent emitted before it

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_queue import tracing
 from hermes_queue.agents.base import (
     AgentBackend,
     AgentError,
@@ -154,9 +155,13 @@ class FirstEventProbe:
 async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
     """One delivery of a run's job (the queue delivers at least once)."""
     run_id_var.set(run_id)
+    traced = tracing.active()
+    claim_started = time.time_ns() if traced is not None else 0
     attempt = await _claim(runtime, run_id)
     if attempt is None:
         return "skipped"
+    # The attempt's spans, children of the request that started the run (tracing/attempts.py).
+    turn_trace = traced.begin_turn(attempt, runtime.worker_id, claim_started) if traced else None
     # Every log line of this attempt (agent, store, sink) then names it; the queue runs each
     # job in its own task, so these settings end with the job.
     session_id_var.set(attempt.record.session_id)
@@ -170,9 +175,12 @@ async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
     if runtime.keeper is not None:
         runtime.keeper.track(attempt)
     timer = asyncio.get_running_loop().call_later(runtime.turn_timeout, _time_out, active)
+    ended = "interrupted"
     try:
         ended = await _drive(runtime, active)
     finally:
+        if turn_trace is not None:
+            turn_trace.end(ended)
         timer.cancel()
         # A later delivery of the same run may have replaced this entry: leave that one alone.
         if runtime.active.get(run_id) is active:

@@ -22,6 +22,7 @@ import click
 import pytest
 import yaml
 
+from hermes_queue import tracing
 from hermes_queue.cli import main
 from hermes_queue.config import CONFIG_FILE_VAR, ENV_PREFIX, Settings, load_settings
 from hermes_queue.metrics import OUTCOMES, QUEUE_STATES, ApiMetrics, WorkerMetrics
@@ -549,6 +550,40 @@ def test_compose_mounts_and_build_paths_exist() -> None:
                 assert (DEPLOY / source).exists(), f"{name}: {source} does not exist"
             else:
                 assert source in doc["volumes"], f"{name}: undeclared volume {source}"
+
+
+def compose_env(service: str, **given: str) -> dict[str, str]:
+    """A service's environment as compose would give it, ``given`` standing for the shell's."""
+    raw = compose()["services"][service].get("environment", {})
+    env = {k: _interpolate(v) for k, v in raw.items()}
+    for name, value in given.items():
+        if name in env:
+            env[name] = value
+    return env
+
+
+def test_compose_traces_only_when_asked_and_offers_a_backend() -> None:
+    """Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT is given; the optional Jaeger (profile
+    ``tracing``) receives OTLP where the docs say, and Grafana has it as a data source."""
+    services = compose()["services"]
+    for name in ("api", "worker"):
+        assert not tracing.wanted(compose_env(name)), f"{name} traces by default"
+        env = compose_env(name, OTEL_EXPORTER_OTLP_ENDPOINT="http://jaeger:4318")
+        assert tracing.wanted(env) and env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"
+        # The image has the otel extra, so the variable is all it takes.
+        assert "otel" in _interpolate(services[name]["build"]["args"]["EXTRAS"])
+    jaeger = services["jaeger"]
+    assert jaeger["profiles"] == ["tracing"], "the trace backend is optional"
+    assert "4318" in {str(port) for port in jaeger["expose"]}
+    assert "http://jaeger:4318" in (DEPLOY / "docker-compose.yml").read_text()
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318" in DOCS.read_text()
+    (datasources,) = load_yaml(DEPLOY / "grafana" / "provisioning" / "datasources" / "jaeger.yml")
+    (source,) = datasources["datasources"]
+    assert source["type"] == "jaeger"
+    host, port = source["url"].removeprefix("http://").split(":")
+    assert host in services and any(p.endswith(f":{port}") for p in services[host]["ports"])
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r"^otel = \[", pyproject, re.MULTILINE), "the otel extra"
 
 
 def _mount_targets(service: str) -> set[str]:

@@ -402,3 +402,29 @@ def test_dashboard_lists_scheduled_jobs(live: LiveApi, browser: Any) -> None:
     until(driver, lambda d: text(d, "run-id") == run_id, "the job run's view")
     until(driver, lambda d: text(d, "run-status") == "completed", "its completed status")
     assert text(driver, "run-session") == nightly["session_id"]
+
+
+def test_the_run_view_shows_the_runs_trace(live: LiveApi, browser: Any) -> None:
+    """A run started while the API traces carries its trace id to the run view."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from selenium.webdriver.common.by import By
+
+    from hermes_queue import tracing
+    from hermes_queue.tracing.spans import Tracing
+
+    previous = tracing.use(Tracing(TracerProvider()))  # traced, exported nowhere
+    try:
+        run_id = live.start_run("traced turn")
+    finally:
+        tracing.use(previous)
+    trace_id = live.call("GET", f"/v1/runs/{run_id}")["trace_id"]
+    assert len(trace_id) == 32
+
+    driver = browser
+    driver.get(f"{live.base_url}/dashboard")
+    until(driver, lambda d: d.find_element(By.ID, "api-key").is_displayed(), "the key prompt")
+    driver.find_element(By.ID, "api-key").send_keys(live.settings.api.api_key + "\n")
+    until(driver, lambda d: text(d, "connection") == "live", "the queue stream")
+    driver.execute_script(f"location.hash = '#run/{run_id}'")
+    until(driver, lambda d: text(d, "run-id") == run_id, "the run's view")
+    until(driver, lambda d: text(d, "run-trace") == trace_id, "its trace id")

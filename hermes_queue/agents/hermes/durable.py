@@ -19,6 +19,9 @@ agent is kept):
   each new tool result is recorded there;
 - ``tool_start_callback``: the start of each live tool call is recorded just before it runs.
 
+When the worker traces, each live model call (not a replayed one) is also a span
+(``tracing.current_turn().model_calls``).
+
 Each record goes through ``TurnBridge.checkpoint``, which blocks the agent's thread until the
 worker has stored it with the events before it; what stops the attempt (a lost lease, Redis
 away, the worker handing the run back) comes back as ``StepInterrupted``, a ``BaseException``,
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from hermes_queue import tracing
 from hermes_queue.agents.hermes.bridge import TurnBridge
 from hermes_queue.agents.steps import (
     LOST_TOOL_RESULT,
@@ -137,6 +141,9 @@ class DurableTurn:
         streaming = cls._interruptible_streaming_api_call.__get__(agent)
         plain = cls._interruptible_api_call.__get__(agent)
         flush = cls._flush_messages_to_session_db.__get__(agent)
+        if (turn := tracing.current_turn()) is not None:  # a span per live model call
+            streaming = turn.model_calls(streaming, streaming=True)
+            plain = turn.model_calls(plain, streaming=False)
         agent._interruptible_streaming_api_call = self._model_call(streaming)
         agent._interruptible_api_call = self._model_call(plain)
         agent._execute_tool_calls = self._execute_tool_calls

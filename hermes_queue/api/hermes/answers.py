@@ -23,6 +23,10 @@ class RunStatus(AnswerModel):
     run_id: str
     status: str
     session_id: str | None = None
+    trace_id: str | None = Field(
+        default=None,
+        description="The turn's OpenTelemetry trace id (32 hex), when the API traces.",
+    )
 
 
 class RunStopping(AnswerModel):

@@ -490,6 +490,7 @@ async function showRunStatus(runId, signal) {
     $('run-status').dataset.status = run.status;
     $('run-session').textContent = run.session_id;
     $('run-attempt').textContent = run.attempt;
+    $('run-trace').textContent = run.trace_id || '–';
   } catch (err) {
     if (err instanceof AuthError) askForKey(err.message);
     else if (!signal.aborted) $('run-status').textContent = err.message;
@@ -503,7 +504,7 @@ function openRun(runId) {
   $('queue-view').hidden = true;
   $('run-view').hidden = false;
   $('run-id').textContent = runId;
-  for (const id of ['run-status', 'run-session', 'run-attempt']) $(id).textContent = '–';
+  for (const id of ['run-status', 'run-session', 'run-attempt', 'run-trace']) $(id).textContent = '–';
   $('run-output').textContent = '';
   $('run-events').replaceChildren();
   $('run-event-count').textContent = '';

@@ -18,10 +18,12 @@ and returns the run id and the session id, which the endpoint renders in its own
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from hermes_queue import tracing
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.runtime_selection import persist_lock
@@ -95,6 +97,11 @@ class Enqueued:
     session_id: str
 
 
+def with_trace(turn: NewTurn, carrier: dict[str, str]) -> NewTurn:
+    """``turn`` carrying the trace context ``carrier`` (hermes_queue/tracing/)."""
+    return dataclasses.replace(turn, request=dataclasses.replace(turn.request, trace=carrier))
+
+
 def turn_headers(session_id: str, run_id: str, session_key: str | None) -> dict[str, str]:
     """The ``X-Hermes-*`` headers of an answer about a turn."""
     headers = {"X-Hermes-Session-Id": session_id, "X-Hermes-Run-Id": run_id}
@@ -129,6 +136,14 @@ class TurnStarter:
         the run id as soon as the run exists (an ``Idempotency-Key`` record), even when the
         request then fails because too few replicas acknowledged it: the run stands on the
         primary, so a retry must find it rather than start a second one."""
+        traced = tracing.active()
+        if traced is not None and turn.request.trace is None:
+            # Under an enqueue span, the run carrying the request's trace context.
+            return await traced.enqueue(
+                lambda carrier: self.enqueue_turn(
+                    with_trace(turn, carrier), beside=beside, created=created
+                )
+            )
         await self._backpressure.admit()
         run_id = new_run_id()
         session_id = await self._session_for(turn, run_id)

@@ -1,0 +1,167 @@
+"""``Tracing``: one process's tracer and the spans of its API side (the request, the enqueue,
+a reader's first frame); the worker's attempt spans are ``attempts.TurnTrace``'s."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from hermes_queue.logs import trace_id_var
+from hermes_queue.tracing import names, turn_var
+from hermes_queue.tracing.carrier import TRACEPARENT
+
+if TYPE_CHECKING:
+    from hermes_queue.runs.attempt import Attempt
+    from hermes_queue.tracing.attempts import TurnTrace
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Created(Protocol):
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+
+E = TypeVar("E", bound=Created)
+
+
+@contextlib.contextmanager
+def quiet_span(
+    tracer: trace.Tracer,
+    name: str,
+    *,
+    context: Any = None,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: Mapping[str, Any] | None = None,
+) -> Iterator[trace.Span]:
+    """A current span that, on an exception, records only its type (``error.type``): an
+    exception's text may quote a message or a provider's answer, which spans never carry."""
+    with tracer.start_as_current_span(
+        name,
+        context=context,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            span.set_attribute(names.ERROR_TYPE, type(exc).__name__)
+            span.set_status(Status(StatusCode.ERROR))
+            raise
+
+
+def hex_trace_id(span: trace.Span) -> str:
+    return trace.format_trace_id(span.get_span_context().trace_id)
+
+
+def route_of(request: web.Request) -> str:
+    """The route template (``/v1/runs/{run_id}``), never the ids in the path."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else ""
+
+
+class Tracing:
+    def __init__(self, provider: trace.TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer("hermes_queue")
+        self.propagator = TraceContextTextMapPropagator()
+
+    def shutdown(self) -> None:
+        """Flush and stop the provider's exporters (tests; processes flush at exit)."""
+        shutdown = getattr(self.provider, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    # -- the API side ------------------------------------------------------------------------
+    def http_middleware(self) -> Middleware:
+        """The server span of every request, child of the caller's ``traceparent`` if it sent
+        a valid one (else a new trace); its trace id is in every log line of the request."""
+        tracer, extract = self.tracer, self.propagator.extract
+
+        @web.middleware
+        async def trace_request(request: web.Request, handler: Handler) -> web.StreamResponse:
+            parent = extract(request.headers) if TRACEPARENT in request.headers else None
+            route = route_of(request)
+            attributes = {names.HTTP_METHOD: request.method, names.URL_PATH: request.path}
+            if route:
+                attributes[names.HTTP_ROUTE] = route
+            name = f"{request.method} {route}" if route else request.method
+            with quiet_span(
+                tracer, name, context=parent, kind=SpanKind.SERVER, attributes=attributes
+            ) as span:
+                token = trace_id_var.set(hex_trace_id(span))
+                try:
+                    response = await handler(request)
+                except web.HTTPException as exc:
+                    span.set_attribute(names.HTTP_STATUS, exc.status)
+                    raise
+                finally:
+                    trace_id_var.reset(token)
+                span.set_attribute(names.HTTP_STATUS, response.status)
+                if request_id := response.headers.get("X-Request-Id"):
+                    span.set_attribute(names.REQUEST_ID, request_id)
+                if response.status >= 500:
+                    span.set_status(Status(StatusCode.ERROR))
+                return response
+
+        return trace_request
+
+    async def enqueue(self, start: Callable[[dict[str, str]], Awaitable[E]]) -> E:
+        """Create a run (``start``, given the trace context it must carry) under an enqueue
+        span. The run carries the request's span context (the enqueue span's own when there
+        is no request span), so the worker's spans are the request's children."""
+        request_span = trace.get_current_span()
+        with quiet_span(self.tracer, names.ENQUEUE, kind=SpanKind.PRODUCER) as span:
+            parent = request_span if request_span.get_span_context().is_valid else span
+            carrier: dict[str, str] = {}
+            self.propagator.inject(carrier, context=trace.set_span_in_context(parent))
+            created = await start(carrier)
+            ids = {names.RUN_ID: created.run_id, names.SESSION_ID: created.session_id}
+            span.set_attributes(ids)
+            if parent is not span:
+                parent.set_attributes(ids)
+            return created
+
+    def first_frame(self, run_id: str, first_event_ts: float, seq: int) -> None:
+        """From the first event a reader is sent being written to its first frame leaving
+        (the reader's request span is the parent)."""
+        start = int(first_event_ts * 1e9) if first_event_ts > 0 else time.time_ns()
+        span = self.tracer.start_span(
+            names.FIRST_FRAME,
+            start_time=min(start, time.time_ns()),
+            attributes={names.RUN_ID: run_id, names.EVENT_SEQ: seq},
+        )
+        span.end()
+
+    # -- the worker side ---------------------------------------------------------------------
+    def begin_turn(self, attempt: Attempt, worker_id: str, claim_started_ns: int) -> TurnTrace:
+        """The claimed attempt's spans (``attempts.TurnTrace``), entered for this job."""
+        from hermes_queue.tracing.attempts import TurnTrace
+
+        turn = TurnTrace(self, attempt.record, attempt.number, worker_id, claim_started_ns)
+        turn.enter()
+        return turn
+
+    @contextlib.contextmanager
+    def finish_span(self, status: str, data: Mapping[str, Any]) -> Iterator[None]:
+        attributes: dict[str, Any] = {names.RUN_STATUS: str(status)}
+        if reason := data.get("reason"):
+            attributes[names.FAIL_REASON] = str(reason)
+        turn = turn_var.get()
+        if turn is not None:
+            turn.finishing(status, attributes.get(names.FAIL_REASON))
+        with quiet_span(self.tracer, names.FINISH, attributes=attributes):
+            yield
