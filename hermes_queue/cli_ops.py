@@ -161,13 +161,21 @@ async def read_status(redis: aioredis.Redis, settings: Settings) -> StatusView:
     keys = settings.redis.keys
     minute = int(snap.at // 60)
     buckets = [minute - i for i in range(STATS_MINUTES)]
+    shards = list(keys.shard_ids)  # each minute summed over every shard
     async with redis.pipeline(transaction=False) as pipe:
         for m in buckets:
-            pipe.hmget(keys.stats(m), list(STATS_FIELDS))
+            for shard in shards:
+                pipe.hmget(keys.stats_at(shard, m), list(STATS_FIELDS))
         rows = await pipe.execute()
     minutes = [
-        (m, {f: int(v or 0) for f, v in zip(STATS_FIELDS, row, strict=True)})
-        for m, row in zip(buckets, rows, strict=True)
+        (
+            m,
+            {
+                f: sum(int(row[i] or 0) for row in rows[j * len(shards) : (j + 1) * len(shards)])
+                for i, f in enumerate(STATS_FIELDS)
+            },
+        )
+        for j, m in enumerate(buckets)
     ]
     return StatusView(snap.to_json(), minutes)
 

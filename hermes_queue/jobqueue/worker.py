@@ -27,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from arq.connections import create_pool
+from arq.connections import ArqRedis, create_pool
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
@@ -37,6 +37,7 @@ from hermes_queue.config import RedisSettings, WorkerSettings
 from hermes_queue.jobqueue.connection import redis_settings
 from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
 from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.redis_client import connect
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class WakeableWorker(Worker):
         self.handler: JobHandler | None = None
         # Set by build_worker; tests reach the worker's metrics through it.
         self.metrics: WorkerMetrics | None = None
+        # Every shard's queue (keys.py), polled together; one without a Redis Cluster.
+        self.queue_names: list[str] = [self.queue_name]
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -120,8 +123,7 @@ class WakeableWorker(Worker):
         # finished run's freed slot triggers) have anything to find.
         self.queue_may_hold_more = free <= 0
         if self.allow_pick_jobs and free > 0:
-            ids = await self.pool.zrange(self.queue_name, 0, free - 1)
-            self.queue_may_hold_more = len(ids) == free
+            ids = await self._queue_heads(free)
             for raw in ids:
                 run_id = raw.decode()
                 if run_id in self.tasks or self.job_counter >= self.max_jobs:
@@ -134,6 +136,22 @@ class WakeableWorker(Worker):
             if task.done():
                 del self.tasks[run_id]
         await self.heart_beat()
+
+    async def _queue_heads(self, free: int) -> list[bytes]:
+        """Up to ``free`` queued run ids, oldest first. On a cluster every shard's queue head
+        is read in one pipelined call (a round trip per node, in parallel) and the oldest ids
+        of them all are taken, so no shard waits behind another."""
+        if len(self.queue_names) == 1:
+            ids: list[bytes] = await self.pool.zrange(self.queue_names[0], 0, free - 1)
+            self.queue_may_hold_more = len(ids) == free
+            return ids
+        async with self.pool.pipeline(transaction=False) as pipe:
+            for name in self.queue_names:
+                pipe.zrange(name, 0, free - 1, withscores=True)
+            pages: list[list[tuple[bytes, float]]] = await pipe.execute()
+        merged = sorted((entry for page in pages for entry in page), key=lambda entry: entry[1])
+        self.queue_may_hold_more = len(merged) > free or any(len(p) == free for p in pages)
+        return [run_id for run_id, _queued_at in merged[:free]]
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
         self.job_counter -= 1
@@ -208,7 +226,7 @@ class WakeableWorker(Worker):
         if 0 <= self.max_burst_jobs <= self._jobs_started():
             await asyncio.gather(*self.tasks.values())
             return True
-        if await self.pool.zcard(self.queue_name) == 0:
+        if sum([await self.pool.zcard(name) for name in self.queue_names]) == 0:
             await asyncio.gather(*self.tasks.values())
             return True
         return False
@@ -249,9 +267,13 @@ def queue_worker(
         await handler.stop()
 
     keys = redis.keys
+    # On a Redis Cluster arq's own pool (a plain client) cannot serve every shard: the loop
+    # runs on a cluster client instead, for the single-key calls arq makes (its health line).
+    pool = cast("ArqRedis", connect(redis)) if redis.cluster else None
     worker = WakeableWorker(
         functions=[func(run_turn, name=RUN_TURN)],
-        queue_name=keys.queue,
+        queue_name=keys.queue_at(0),
+        redis_pool=pool,
         redis_settings=redis_settings(redis),
         burst=burst,
         on_startup=on_startup,
@@ -269,4 +291,5 @@ def queue_worker(
         log_results=False,
     )
     worker.handler = handler
+    worker.queue_names = [keys.queue_at(shard) for shard in keys.shard_ids]
     return worker

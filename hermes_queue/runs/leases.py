@@ -37,13 +37,14 @@ class Leases:
         # Told of each run a reap ends (failed or cancelled): the repository's metrics hook.
         self._on_finished = on_finished
         self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(load_script(name)) for name in ("expired", "reap")
+            name: redis.register_script(load_script(name, sharded=keys.cluster))
+            for name in ("expired", "reap")
         }
 
     def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
         """Keys and args of one lease renewal (the lease keeper pipelines many)."""
         return (
-            [self.keys.run(run_id), self.keys.leases, self.keys.events(run_id)],
+            [self.keys.run(run_id), self.keys.leases_of(run_id), self.keys.events(run_id)],
             [
                 run_id,
                 attempt,
@@ -54,12 +55,15 @@ class Leases:
 
     @property
     def renew_script(self) -> str:
-        return load_script("renew")
+        return load_script("renew", sharded=self.keys.cluster)
 
     async def expired(self, limit: int = 100) -> list[str]:
-        """Runs whose lease deadline passed, oldest first."""
-        ids = await self._scripts["expired"](keys=[self.keys.leases], args=[limit])
-        return [decode(run_id) for run_id in ids]
+        """Runs whose lease deadline passed, oldest first in each shard (every shard's)."""
+        found: list[str] = []
+        for shard in self.keys.shard_ids:
+            ids = await self._scripts["expired"](keys=[self.keys.leases_at(shard)], args=[limit])
+            found += [decode(run_id) for run_id in ids]
+        return found
 
     async def reap(self, run_id: str) -> str:
         """Settle one run whose lease expired: requeue, fail (worker_lost) or cancel it."""
@@ -67,9 +71,9 @@ class Leases:
             keys=[
                 self.keys.run(run_id),
                 self.keys.events(run_id),
-                self.keys.leases,
-                self.keys.queue,
-                current_stats_key(self.keys),
+                self.keys.leases_of(run_id),
+                self.keys.queue_of(run_id),
+                current_stats_key(self.keys, run_id),
             ],
             args=[
                 run_id,

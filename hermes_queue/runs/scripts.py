@@ -16,18 +16,31 @@ from hermes_queue.streams.codec import ENTRY_WRITER
 Outcomes = Callable[[str], None]
 
 
-def load_script(name: str, *preludes: str) -> str:
+# How the entry writer publishes an entry; on a cluster, on the stream's sharded channel.
+_PUBLISH = "redis.call('PUBLISH', stream,"
+_SPUBLISH = "redis.call('SPUBLISH', stream,"
+
+
+def load_script(name: str, *preludes: str, sharded: bool = False) -> str:
     """The stream entry's writer (``streams/entry.lua``, beside its decoder), ``prelude.lua``
-    (shared helpers), then any further preludes, then the script itself."""
+    (shared helpers), then any further preludes, then the script itself. ``sharded`` (a Redis
+    Cluster, ``Keys.cluster``): entries go out with ``SPUBLISH``, which only the node holding
+    the stream's slot (and its replicas) relays, rather than ``PUBLISH``, which every node of
+    a cluster relays, so the cost of an event stays on one shard."""
     folder = resources.files("hermes_queue.runs") / "lua"
     parts = ("prelude", *preludes, name)
     scripts = [(folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts]
-    return "\n".join([ENTRY_WRITER, *scripts])
+    writer = ENTRY_WRITER
+    if sharded:
+        assert _PUBLISH in writer, "streams/entry.lua publishes as runs/scripts.py expects"
+        writer = writer.replace(_PUBLISH, _SPUBLISH)
+    return "\n".join([writer, *scripts])
 
 
-def current_stats_key(keys: Keys) -> str:
-    """This minute's outcome counters (the claim, finish, stop and reap scripts feed them)."""
-    return keys.stats(int(time.time() // 60))
+def current_stats_key(keys: Keys, run_id: str) -> str:
+    """This minute's outcome counters of the run's shard (the claim, finish, stop and reap
+    scripts feed them)."""
+    return keys.stats_of(run_id, int(time.time() // 60))
 
 
 def decode(value: Any) -> str:

@@ -60,6 +60,7 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._client = connect_sync(redis_settings)
         self._renew = self._client.register_script(leases.renew_script)
+        self._loaded = False
         self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
 
     def start(self) -> None:
@@ -100,10 +101,18 @@ class LeaseKeeper:
     def beat(self) -> None:
         with self._lock:
             runs = list(self._runs.items())
+        if self.keys.cluster and not self._loaded:  # raw EVALSHAs below load nothing
+            self._client.script_load(self._renew.script)
+            self._loaded = True
         with self._client.pipeline(transaction=False) as pipe:
             for run_id, attempt in runs:
                 keys, args = self.leases.renew_args(run_id, attempt)
-                self._renew(keys=keys, args=args, client=pipe)
+                if self.keys.cluster:  # a cluster pipeline takes scripts only as commands
+                    pipe.execute_command(  # type: ignore[no-untyped-call]
+                        "EVALSHA", self._renew.sha, len(keys), *keys, *args
+                    )
+                else:
+                    self._renew(keys=keys, args=args, client=pipe)
             now_ms = int(time.time() * 1000)
             pipe.zadd(self.keys.workers, {self.worker_id: now_ms})
             pipe.hset(
@@ -111,7 +120,13 @@ class LeaseKeeper:
                 mapping={**self._record, "busy": len(runs), "seen_ms": now_ms},
             )
             pipe.expire(self.keys.worker(self.worker_id), int(self.settings.lease_seconds * 3))
-            results = pipe.execute()
+            try:
+                results = pipe.execute()
+            except redis.exceptions.NoScriptError:
+                # A node without the script (a promoted replica): load it everywhere; the
+                # next beat renews (a lease outlasts several beats).
+                self._loaded = False
+                raise
         for (run_id, _attempt), verdict in zip(runs, results[: len(runs)], strict=True):
             if verdict in (LEASE_LOST, STOP_REQUESTED):
                 self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))

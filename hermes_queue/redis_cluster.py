@@ -1,0 +1,162 @@
+"""A Redis Cluster behind ``redis+cluster://host:port[,host:port…]``: its clients.
+
+``redis_client`` hands a cluster URL here. The clients, by what they serve:
+
+* :func:`connect_cluster` / :func:`connect_cluster_sync`: redis-py's ``RedisCluster``, which
+  routes each command (and each script call, by its first key) to the primary of its slot and
+  follows ``MOVED`` and failovers on its own. Every run script names keys of one slot
+  (``keys.py``), so it runs there unchanged.
+* :func:`connect_node`: a plain client whose connections go to one node, looked up each time
+  one connects: the primary serving a slot (the stream hub's follower of one shard, which
+  ``SSUBSCRIBE``\\ s and ``XREAD``\\ s there), or any node (the wake-up and control channels,
+  published with ``PUBLISH``, which every node of a cluster relays). redis-py 5's asyncio
+  ``RedisCluster`` has no pub/sub of its own. After the first connection each new one
+  refreshes the cluster's slot table first, so a connection lost to a failover reconnects to
+  the promoted replica.
+
+The seeds in the URL are only where the slot table is first asked for: list several nodes so
+that one being down does not stop a process from starting. The credentials are every node's;
+a cluster has only database 0.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio as aioredis
+import redis.cluster
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+CLUSTER_SCHEME = "redis+cluster"
+DEFAULT_PORT = 6379
+
+Resolve = Callable[[], Awaitable[tuple[str, int]]]
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A ``redis+cluster://`` URL, parsed."""
+
+    seeds: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_cluster_url(url: str) -> ClusterTarget | None:
+    """The cluster ``url`` names; None for any other URL. ValueError when malformed (the
+    message never repeats the password)."""
+    if url.partition("://")[0].lower() != CLUSTER_SCHEME:
+        return None
+    parts = urlsplit(url)
+    if parts.query or parts.fragment:
+        raise ValueError("a redis+cluster URL takes no query or fragment")
+    if parts.path not in ("", "/", "/0"):
+        raise ValueError("a Redis Cluster has only database 0")
+    seeds = tuple(_host_port(item) for item in parts.netloc.rpartition("@")[2].split(","))
+    return ClusterTarget(
+        seeds=seeds,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+    )
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    item = item.strip()
+    if item.startswith("["):  # [ipv6]:port
+        host, _, port = item[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+    if not host:
+        raise ValueError(f"cluster node address {item!r} has no host")
+    if port and not port.isdigit():
+        raise ValueError(f"cluster node address {item!r} has a bad port")
+    return host, int(port) if port else DEFAULT_PORT
+
+
+def connect_cluster(target: ClusterTarget, **options: Any) -> AsyncRedisCluster:
+    """An asyncio cluster client; ``max_connections`` bounds each node's pool."""
+    options.pop("timeout", None)  # a pool's wait for a free connection: not a cluster option
+    options.pop("health_check_interval", None)
+    client: AsyncRedisCluster = AsyncRedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in target.seeds],
+        username=target.username,
+        password=target.password,
+        **options,
+    )
+    return client
+
+
+def connect_cluster_sync(target: ClusterTarget, **options: Any) -> redis.cluster.RedisCluster:
+    """A synchronous cluster client (the lease keeper's thread)."""
+    nodes = [redis.cluster.ClusterNode(host, port) for host, port in target.seeds]  # type: ignore[no-untyped-call]
+    client: redis.cluster.RedisCluster = redis.cluster.RedisCluster(
+        startup_nodes=nodes,
+        username=target.username,
+        password=target.password,
+        **options,
+    )
+    return client
+
+
+class NodeConnection(aioredis.Connection):
+    """A connection that asks ``resolve`` which node to reach each time it connects."""
+
+    def __init__(self, *, resolve: Resolve, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.resolve = resolve
+
+    async def _connect(self) -> None:
+        self.host, self.port = await self.resolve()
+        await super()._connect()  # type: ignore[no-untyped-call]
+
+
+def node_resolver(cluster: AsyncRedisCluster, slot: int | None) -> Resolve:
+    """Where a node connection goes: the primary of ``slot``, or (None) any primary. The first
+    lookup uses the slot table as it is; every later one (a reconnect) refreshes it first."""
+    refresh = False
+
+    async def resolve() -> tuple[str, int]:
+        nonlocal refresh
+        await cluster.initialize()
+        if refresh:
+            await cluster.nodes_manager.initialize()
+        refresh = True
+        if slot is None:
+            node = random.choice(cluster.get_primaries())
+        else:
+            node = cluster.nodes_manager.get_node_from_slot(slot)
+        return node.host, int(node.port)
+
+    return resolve
+
+
+def connect_node(cluster: AsyncRedisCluster, slot: int | None, **options: Any) -> aioredis.Redis:
+    """A plain client of the node serving ``slot`` (None: any primary), re-resolved on every
+    new connection, with the cluster client's credentials; ``options`` as for a plain client
+    (timeouts)."""
+    credentials = {name: cluster.connection_kwargs.get(name) for name in ("username", "password")}
+    pool = aioredis.ConnectionPool(
+        connection_class=NodeConnection,
+        resolve=node_resolver(cluster, slot),
+        **credentials,
+        **options,
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
+__all__ = [
+    "CLUSTER_SCHEME",
+    "ClusterTarget",
+    "NodeConnection",
+    "connect_cluster",
+    "connect_cluster_sync",
+    "connect_node",
+    "parse_cluster_url",
+]
