@@ -34,6 +34,8 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
             finally:
                 await load.cancel()
             await load.settle_records(within=30)
+            async with session.get(f"{urls[1]}/v1/queue?limit=10") as answer:
+                queue = await answer.json()
         logs = "\n".join(p.log()[-1500:] for p in deployment.procs)
     finally:
         deployment.stop_all()
@@ -52,6 +54,10 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
     }
     primaries = {node.port for node in redis_cluster.primary_nodes()}
     assert ports == primaries, "the runs did not spread over every primary"
+    # The operator surface sums over every shard (queue_state.py).
+    assert queue["depth"] == {"ready": 0, "deferred": 0, "running": 0, "blocked": 0}
+    assert queue["throughput"]["claimed"] == queue["throughput"]["completed"] == 40
+    assert queue["workers"]["count"] == 2 and queue["in_flight"]["data"] == []
 
 
 async def test_a_sessions_turns_run_in_order(cluster_settings: Settings) -> None:

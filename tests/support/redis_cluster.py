@@ -130,23 +130,27 @@ class RedisCluster:
         return node
 
     async def wait_for_failover(self, old: Node, slot: int, within: float = 30.0) -> Node:
-        """Await a replica of ``old`` serving ``slot`` and the cluster ok again."""
+        """Await another node serving ``slot`` as a primary (``old``'s replica, promoted), as
+        every live node sees it, and the cluster ok again."""
+
+        def owner(node: Node) -> int | None:
+            with contextlib.suppress(redis.RedisError), node.client(timeout=1) as client:
+                info = client.execute_command("CLUSTER", "INFO")
+                text = info.decode() if isinstance(info, bytes) else str(info)
+                if "cluster_state:ok" not in text:
+                    return None
+                for low, high, primary, *_replicas in client.execute_command("CLUSTER", "SLOTS"):
+                    if int(low) <= slot <= int(high):
+                        return int(primary[1])
+            return None
 
         def promoted() -> Node | None:
-            for node in self.nodes:
-                if node is old or not node.alive:
-                    continue
-                with contextlib.suppress(redis.RedisError), node.client(timeout=1) as client:
-                    nodes = client.execute_command("CLUSTER", "SHARDS")
-                    info = client.execute_command("CLUSTER", "INFO")
-                    text = info.decode() if isinstance(info, bytes) else str(info)
-                    if "cluster_state:ok" not in text or not nodes:
-                        return None
-                    if client.info("replication").get("role") == "master":
-                        keyslot = client.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot)
-                        if keyslot is not None:
-                            return node
-            return None
+            live = [node for node in self.nodes if node.alive]
+            owners = {owner(node) for node in live}
+            if len(owners) != 1 or None in owners or old.port in owners:
+                return None
+            port = owners.pop()
+            return next(node for node in live if node.port == port)
 
         node = await eventually(promoted, within=within, every=0.1, what="a replica promoted")
         assert node is not None

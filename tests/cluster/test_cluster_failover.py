@@ -1,0 +1,62 @@
+"""SIGKILL one primary of a Redis Cluster under load (issue 25): three primaries with a replica
+each, two API processes and two workers, runs with SSE readers (half of them on the other
+replica, every second one dropping its connection and resuming with ``Last-Event-ID``). The
+killed primary's replica is promoted; every accepted run ends terminal, no reader sees a frame
+twice, and new runs go through again, with no hermes-queue process restarted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from hermes_queue.config import Settings
+from tests.support.load import Load, record_problems
+from tests.support.processes import Cluster
+from tests.support.redis_cluster import RedisCluster
+
+
+@pytest.fixture
+def replicated() -> Iterator[RedisCluster]:
+    with RedisCluster(primaries=3, replicas=1) as started:
+        yield started
+
+
+@pytest.mark.timeout(240)
+async def test_a_primary_killed_under_load(settings: Settings, replicated: RedisCluster) -> None:
+    deployment = Cluster(settings.replace(redis_url=replicated.url, max_attempts=3))
+    keys = deployment.settings.redis.keys
+    try:
+        urls = [await deployment.start_api(), await deployment.start_api()]
+        for _ in range(2):
+            await deployment.start_worker()
+        headers = {"Authorization": f"Bearer {deployment.settings.api.api_key}"}
+        async with aiohttp.ClientSession(headers=headers) as session:
+            load = Load(session, urls, clients=4, max_runs=120)
+            load.start()
+            try:
+                await load.wait_for_completed(6)
+                old = replicated.kill_primary_of(keys.shard_slot(0))
+                await replicated.wait_for_failover(old, keys.shard_slot(0))
+                back = time.monotonic()
+                await load.wait_for_completed(6, since=back)
+                await load.finish()
+            finally:
+                await load.cancel()
+            await load.settle_records(within=deployment.settings.runs.lease_seconds * 4 + 10)
+        logs = "\n".join(p.log()[-1500:] for p in deployment.procs)
+    finally:
+        deployment.stop_all()
+
+    assert load.hangs == 0, f"{load.hangs} run creation(s) hung"
+    unexpected = {k: v for k, v in load.refused.items() if k != "503 redis_unavailable"}
+    assert not unexpected, f"refusals other than 503 redis_unavailable: {unexpected}"
+    for trace in load.accepted:
+        assert not record_problems(trace), (trace.run_id, record_problems(trace), logs)
+        assert not trace.problems(), (trace.run_id, trace.problems(), trace.events)
+    assert any(trace.resumes for trace in load.accepted), "no reader resumed"
+    killed_shard = [t for t in load.accepted if keys.shard_of(t.run_id) == 0]
+    assert killed_shard, "no run lived on the killed primary's shard"
+    assert load.completed_since(back) >= 6
