@@ -20,7 +20,7 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from hermes_queue.config import ConfigError, RunSettings
+from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
@@ -82,10 +82,6 @@ class RunRepository:
         settings: RunSettings,
         on_finished: Outcomes | None = None,
     ) -> None:
-        if keys.cluster and settings.min_replicas:
-            # WAIT must follow the script on its node's connection; the cluster client
-            # routes each command on its own (docs/deploy.md, Redis Cluster).
-            raise ConfigError("redis_min_replicas is not supported on a Redis Cluster yet")
         self.redis = redis
         self.settings = settings
         self.keys = keys

@@ -1,8 +1,11 @@
 """SIGKILL one primary of a Redis Cluster under load (issue 25): three primaries with a replica
-each, two API processes and two workers, runs with SSE readers (half of them on the other
-replica, every second one dropping its connection and resuming with ``Last-Event-ID``). The
-killed primary's replica is promoted; every accepted run ends terminal, no reader sees a frame
-twice, and new runs go through again, with no hermes-queue process restarted."""
+each, two API processes and two workers configured with ``redis_min_replicas = 1``, runs with
+SSE readers (half of them on the other replica, every second one dropping its connection and
+resuming with ``Last-Event-ID``). The killed primary's replica is promoted; every accepted run
+ends terminal, no reader sees a frame twice, and new runs go through again, with no
+hermes-queue process restarted. Until the killed node is back (as the promoted one's replica)
+the writes of its shard that wait for a replica answer 503 ``redis_unavailable``, as with
+Sentinel (tests/failover)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ def replicated() -> Iterator[RedisCluster]:
 
 @pytest.mark.timeout(240)
 async def test_a_primary_killed_under_load(settings: Settings, replicated: RedisCluster) -> None:
-    deployment = Cluster(settings.replace(redis_url=replicated.url, max_attempts=3))
+    deployment = Cluster(
+        settings.replace(redis_url=replicated.url, redis_min_replicas=1, max_attempts=3)
+    )
     keys = deployment.settings.redis.keys
     try:
         urls = [await deployment.start_api(), await deployment.start_api()]
@@ -40,6 +45,7 @@ async def test_a_primary_killed_under_load(settings: Settings, replicated: Redis
                 await load.wait_for_completed(6)
                 old = replicated.kill_primary_of(keys.shard_slot(0))
                 await replicated.wait_for_failover(old, keys.shard_slot(0))
+                await replicated.restart(old)  # the promoted primary's replica again
                 back = time.monotonic()
                 await load.wait_for_completed(6, since=back)
                 await load.finish()

@@ -16,6 +16,7 @@ from hermes_queue.config import Settings
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.queue_state import snapshot
 from hermes_queue.redis_client import connect_url
+from hermes_queue.replication import NotReplicated
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.model import FailReason, NewRun, Persist
 from hermes_queue.runs.repository import RunRepository, new_run_id
@@ -142,3 +143,21 @@ async def test_each_tick_fires_once_on_a_cluster(cluster_settings: Settings) -> 
         for fire in fires:
             assert keys.in_session_shard(fire.run_id, job.session_id)
             assert await one.firing.repository.get(fire.run_id) is not None
+
+
+async def test_acknowledged_writes_wait_on_the_runs_node(cluster_settings: Settings) -> None:
+    """``redis_min_replicas`` on a cluster: the script and ``WAIT`` go to the primary of the
+    run's slot; with no replica there the write stands and says so (replication.py)."""
+    settings = cluster_settings.replace(redis_min_replicas=1)
+    redis = connect_url(settings.redis.url)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
+    try:
+        run_id = new_run_id()
+        with pytest.raises(NotReplicated) as refused:
+            await repo.create(new_run(run_id))
+        assert refused.value.acknowledged == 0
+        record = await repo.get(run_id)
+        assert record is not None and record.status == "queued"
+    finally:
+        await repo.aclose()
+        await redis.aclose()

