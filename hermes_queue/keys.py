@@ -196,15 +196,29 @@ class Keys:
 
     # -- global sets and channels ------------------------------------------------------------
 
+    def wake_channel_at(self, shard: int) -> str:
+        """Pub/sub: "a job was enqueued" in the shard, so idle workers poll at once instead of
+        every 0.5 s. On a cluster a sharded channel (``SSUBSCRIBE``), like the shard's keys."""
+        return f"{self._base(shard)}:wake"
+
+    def control_channel_at(self, shard: int) -> str:
+        """Pub/sub: stop requests and approval answers of the shard's runs, so the worker
+        running a run hears of them at once. On a cluster a sharded channel."""
+        return f"{self._base(shard)}:control"
+
+    def wake_channel_of(self, run_id: str) -> str:
+        return self.wake_channel_at(self.shard_of(run_id))
+
+    def control_channel_of(self, run_id: str) -> str:
+        return self.control_channel_at(self.shard_of(run_id))
+
     @property
     def wake_channel(self) -> str:
-        """Pub/sub: "a job was enqueued", so idle workers poll at once instead of every 0.5 s."""
-        return f"{self.namespace}:wake"
+        return self.wake_channel_at(self._only_shard())
 
     @property
     def control_channel(self) -> str:
-        """Pub/sub: stop requests, so the worker running a run hears of it at once."""
-        return f"{self.namespace}:control"
+        return self.control_channel_at(self._only_shard())
 
     @property
     def workers(self) -> str:

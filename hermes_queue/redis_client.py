@@ -41,7 +41,6 @@ from hermes_queue.config import RedisSettings
 from hermes_queue.redis_cluster import (
     connect_cluster,
     connect_cluster_sync,
-    connect_node,
     parse_cluster_url,
 )
 from hermes_queue.redis_pool import BoundedPool
@@ -176,11 +175,9 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
     }
     cluster = parse_cluster_url(settings.url)
     if cluster is not None:
+        # Pub/sub on a cluster is per shard, on the node serving it (redis_cluster.connect_node).
+        assert not for_pubsub, "no cluster-wide pub/sub client: subscribe per shard"
         client = connect_cluster(cluster, **options)
-        if for_pubsub:  # pub/sub: a plain connection to any node, which every node relays
-            for pool_only in ("max_connections", "timeout"):
-                options.pop(pool_only)
-            return connect_node(client, None, **options)
         return cast("aioredis.Redis", client)
     target = parse_sentinel_url(settings.url)
     if target is not None:

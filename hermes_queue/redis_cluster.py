@@ -6,13 +6,12 @@
   routes each command (and each script call, by its first key) to the primary of its slot and
   follows ``MOVED`` and failovers on its own. Every run script names keys of one slot
   (``keys.py``), so it runs there unchanged.
-* :func:`connect_node`: a plain client whose connections go to one node, looked up each time
-  one connects: the primary serving a slot (the stream hub's follower of one shard, which
-  ``SSUBSCRIBE``\\ s and ``XREAD``\\ s there), or any node (the wake-up and control channels,
-  published with ``PUBLISH``, which every node of a cluster relays). redis-py 5's asyncio
-  ``RedisCluster`` has no pub/sub of its own. After the first connection each new one
-  refreshes the cluster's slot table first, so a connection lost to a failover reconnects to
-  the promoted replica.
+* :func:`connect_node`: a plain client whose connections go to the primary serving a slot,
+  looked up each time one connects: a shard's sharded pub/sub (``SSUBSCRIBE``; redis-py 5's
+  asyncio ``RedisCluster`` has no pub/sub of its own) and the stream hub's ``XREAD``\\ s of one
+  shard (``streams/sharded.py``, ``workers/shard_listener.py``). After the first connection
+  each new one refreshes the cluster's slot table first, so a connection lost to a failover
+  reconnects to the promoted replica.
 
 The seeds in the URL are only where the slot table is first asked for: list several nodes so
 that one being down does not stop a process from starting. The credentials are every node's;
@@ -21,7 +20,6 @@ a cluster has only database 0.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -117,9 +115,9 @@ class NodeConnection(aioredis.Connection):
         await super()._connect()  # type: ignore[no-untyped-call]
 
 
-def node_resolver(cluster: AsyncRedisCluster, slot: int | None) -> Resolve:
-    """Where a node connection goes: the primary of ``slot``, or (None) any primary. The first
-    lookup uses the slot table as it is; every later one (a reconnect) refreshes it first."""
+def node_resolver(cluster: AsyncRedisCluster, slot: int) -> Resolve:
+    """Where a node connection goes: the primary of ``slot``. The first lookup uses the slot
+    table as it is; every later one (a reconnect) refreshes it first."""
     refresh = False
 
     async def resolve() -> tuple[str, int]:
@@ -128,19 +126,15 @@ def node_resolver(cluster: AsyncRedisCluster, slot: int | None) -> Resolve:
         if refresh:
             await cluster.nodes_manager.initialize()
         refresh = True
-        if slot is None:
-            node = random.choice(cluster.get_primaries())
-        else:
-            node = cluster.nodes_manager.get_node_from_slot(slot)
+        node = cluster.nodes_manager.get_node_from_slot(slot)
         return node.host, int(node.port)
 
     return resolve
 
 
-def connect_node(cluster: AsyncRedisCluster, slot: int | None, **options: Any) -> aioredis.Redis:
-    """A plain client of the node serving ``slot`` (None: any primary), re-resolved on every
-    new connection, with the cluster client's credentials; ``options`` as for a plain client
-    (timeouts)."""
+def connect_node(cluster: AsyncRedisCluster, slot: int, **options: Any) -> aioredis.Redis:
+    """A plain client of the node serving ``slot``, re-resolved on every new connection, with
+    the cluster client's credentials; ``options`` as for a plain client (timeouts)."""
     credentials = {name: cluster.connection_kwargs.get(name) for name in ("username", "password")}
     pool = aioredis.ConnectionPool(
         connection_class=NodeConnection,

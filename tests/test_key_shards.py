@@ -30,6 +30,8 @@ def test_without_a_cluster_the_names_are_todays() -> None:
     assert keys.stats(5) == keys.stats_of("r", 5) == "hq:stats:5"
     assert keys.session_active("s") == "hq:session:{s}:active"
     assert keys.session_pending("s") == "hq:session:{s}:pending"
+    assert (keys.wake_channel, keys.control_channel) == ("hq:wake", "hq:control")
+    assert keys.wake_channel_of("r") == "hq:wake" and keys.control_channel_of("r") == "hq:control"
     assert Settings.of(redis_url="redis://127.0.0.1:6379/0").redis.keys == keys
     assert "'PUBLISH'" in load_script("append") and "SPUBLISH" not in load_script("append")
 
@@ -38,7 +40,8 @@ def test_a_cluster_url_shards_the_keys() -> None:
     settings = Settings.of(redis_url="redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
     keys = settings.redis.keys
     assert keys.cluster and list(keys.shard_ids) == list(range(SHARDS))
-    assert "SPUBLISH" in load_script("append", sharded=True)
+    sharded = load_script("create", sharded=True)
+    assert "SPUBLISH" in sharded and "'PUBLISH'" not in sharded
 
 
 def test_shards_spread_evenly_over_the_slot_space() -> None:
@@ -64,6 +67,8 @@ def test_every_key_a_run_script_names_is_in_the_runs_slot() -> None:
             keys.leases_of(run_id),
             keys.blocked_of(run_id),
             keys.stats_of(run_id, 29_000_000),
+            keys.wake_channel_of(run_id),  # sharded channels: checked against the slot too
+            keys.control_channel_of(run_id),
         ]
         assert len({slot(name) for name in names}) == 1, names
         assert all(name.startswith("hq:") for name in names)
@@ -100,7 +105,7 @@ def test_session_run_ids_are_drawn_into_the_sessions_shard() -> None:
 
 def test_shard_names_need_a_cluster() -> None:
     keys = Keys("hq", shards=SHARDS, cluster=True)
-    for name in ("queue", "leases", "blocked"):
+    for name in ("queue", "leases", "blocked", "wake_channel", "control_channel"):
         try:
             getattr(keys, name)
         except ValueError:

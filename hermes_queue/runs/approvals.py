@@ -123,7 +123,7 @@ class Approvals:
                 repr(time.time()),
                 self.settings.stream_maxlen,
                 self.settings.retention_seconds,
-                self.keys.control_channel,
+                self.keys.control_channel_of(run_id),
                 approval_message(run_id),
             ],
         )

@@ -263,7 +263,7 @@ class Attempt:
         keys = self.scripts.keys
         result = await self.scripts.release(
             keys=[keys.run(self.run_id), keys.leases_of(self.run_id), keys.queue_of(self.run_id)],
-            args=[self.run_id, self.number, repr(time.time()), keys.wake_channel],
+            args=[self.run_id, self.number, repr(time.time()), keys.wake_channel_of(self.run_id)],
         )
         return decode(result)
 

@@ -81,7 +81,7 @@ class Leases:
                 repr(time.time()),
                 self.settings.retention_seconds,
                 self.settings.stream_maxlen,
-                self.keys.wake_channel,
+                self.keys.wake_channel_of(run_id),
                 encode_data({"error": WORKER_LOST_ERROR, "reason": FailReason.WORKER_LOST}),
                 encode_data({"reason": FailReason.WORKER_LOST}),
                 WORKER_LOST_ERROR,

@@ -120,7 +120,12 @@ class RunRepository:
         """Store the run and queue it atomically; False if the id already exists."""
         created = await self._acked["create"](
             keys=[self.keys.run(run.run_id), self.keys.queue_of(run.run_id)],
-            args=[run.run_id, self._record_ttl, self.keys.wake_channel, *_flat(run.fields())],
+            args=[
+                run.run_id,
+                self._record_ttl,
+                self.keys.wake_channel_of(run.run_id),
+                *_flat(run.fields()),
+            ],
         )
         return bool(created)
 
@@ -146,7 +151,7 @@ class RunRepository:
             args=[
                 run_id,
                 self._record_ttl,
-                self.keys.wake_channel,
+                self.keys.wake_channel_of(run_id),
                 strategy,
                 read_by or "",
                 PRESENCE_TTL_MS,
@@ -231,7 +236,7 @@ class RunRepository:
                 repr(time.time()),
                 self.settings.retention_seconds,
                 self.settings.stream_maxlen,
-                self.keys.control_channel,
+                self.keys.control_channel_of(run_id),
             ],
         )
         verdict = _decode(result[0])

@@ -16,25 +16,26 @@ from hermes_queue.streams.codec import ENTRY_WRITER
 Outcomes = Callable[[str], None]
 
 
-# How the entry writer publishes an entry; on a cluster, on the stream's sharded channel.
-_PUBLISH = "redis.call('PUBLISH', stream,"
-_SPUBLISH = "redis.call('SPUBLISH', stream,"
+# How the scripts publish (entries, wake-ups, stop requests); on a cluster, sharded.
+_PUBLISH = "redis.call('PUBLISH',"
+_SPUBLISH = "redis.call('SPUBLISH',"
 
 
 def load_script(name: str, *preludes: str, sharded: bool = False) -> str:
     """The stream entry's writer (``streams/entry.lua``, beside its decoder), ``prelude.lua``
     (shared helpers), then any further preludes, then the script itself. ``sharded`` (a Redis
-    Cluster, ``Keys.cluster``): entries go out with ``SPUBLISH``, which only the node holding
-    the stream's slot (and its replicas) relays, rather than ``PUBLISH``, which every node of
-    a cluster relays, so the cost of an event stays on one shard."""
+    Cluster, ``Keys.cluster``): every message (an entry on its stream's channel, a wake-up or
+    a stop request on its shard's) goes out with ``SPUBLISH``, which only the node holding the
+    channel's slot (and its replicas) relays, rather than ``PUBLISH``, which every node of a
+    cluster relays, so the cost of a message stays on its shard."""
     folder = resources.files("hermes_queue.runs") / "lua"
     parts = ("prelude", *preludes, name)
     scripts = [(folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts]
-    writer = ENTRY_WRITER
+    text = "\n".join([ENTRY_WRITER, *scripts])
     if sharded:
-        assert _PUBLISH in writer, "streams/entry.lua publishes as runs/scripts.py expects"
-        writer = writer.replace(_PUBLISH, _SPUBLISH)
-    return "\n".join([writer, *scripts])
+        assert _PUBLISH in ENTRY_WRITER, "streams/entry.lua publishes as runs/scripts.py expects"
+        text = text.replace(_PUBLISH, _SPUBLISH)
+    return text
 
 
 def current_stats_key(keys: Keys, run_id: str) -> str:

@@ -9,8 +9,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC
+from typing import cast
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from hermes_queue.config import Settings
 from hermes_queue.metrics import WorkerMetrics
@@ -27,6 +29,7 @@ from hermes_queue.schedules.firing import Firing, job_timezone, tick_run_id
 from hermes_queue.schedules.scheduler import Scheduler
 from hermes_queue.store import open_store
 from hermes_queue.store.jobs import JobRow
+from hermes_queue.workers.shard_listener import listen_shards
 from tests.support.polling import eventually
 
 T0 = 1_900_000_000.0
@@ -161,3 +164,28 @@ async def test_acknowledged_writes_wait_on_the_runs_node(cluster_settings: Setti
     finally:
         await repo.aclose()
         await redis.aclose()
+
+
+async def test_wake_ups_and_stops_reach_the_shard_listeners(repository: RunRepository) -> None:
+    """Creating a run wakes workers on its shard's sharded channel; a stop request of a running
+    run goes out on its shard's control channel (workers/shard_listener.py)."""
+    keys = repository.keys
+    heard: list[tuple[str, str]] = []
+    subscribed: list[None] = []
+    cluster = cast("RedisCluster", repository.redis)
+    listening = asyncio.create_task(
+        listen_shards(cluster, keys, lambda *m: heard.append(m), lambda: subscribed.append(None))
+    )
+    try:
+        await eventually(lambda: len(subscribed) >= len(keys.shard_ids), within=10)
+        run_ids = [new_run_id() for _ in range(8)]
+        for run_id in run_ids:
+            assert await repository.create(new_run(run_id))
+        await eventually(lambda: {d for k, d in heard if k == "wake"} == set(run_ids))
+        assert await repository.claim(run_ids[0], "w1") is not None
+        assert (await repository.request_stop(run_ids[0])).status == "stopping"
+        await eventually(lambda: ("control", run_ids[0]) in heard)
+    finally:
+        listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listening
