@@ -20,6 +20,8 @@ a cluster has only database 0.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,19 +117,54 @@ class NodeConnection(aioredis.Connection):
         await super()._connect()  # type: ignore[no-untyped-call]
 
 
+class SlotMap:
+    """Which primary serves which slot, for the node clients: a cluster client of its own that
+    sends nothing but ``CLUSTER SLOTS``, so refreshing it never disturbs the commands in flight
+    on the process's cluster client (redis-py replaces and disconnects a refreshed client's
+    nodes). One refresh at a time, at most one per :data:`REFRESH_INTERVAL`."""
+
+    REFRESH_INTERVAL = 0.25
+
+    def __init__(self, cluster: AsyncRedisCluster) -> None:
+        seeds = [ClusterNode(n.host, n.port) for n in cluster.nodes_manager.startup_nodes.values()]
+        credentials = {k: cluster.connection_kwargs.get(k) for k in ("username", "password")}
+        self._client = AsyncRedisCluster(startup_nodes=seeds, **credentials)
+        self._lock = asyncio.Lock()
+        self._refreshed_at = 0.0
+
+    async def primary(self, slot: int, *, refresh: bool) -> tuple[str, int]:
+        """The address of the primary serving ``slot``; ``refresh``: ask the cluster first (a
+        reconnect: the node may have failed over)."""
+        async with self._lock:
+            await self._client.initialize()
+            now = asyncio.get_running_loop().time()
+            if refresh and now - self._refreshed_at >= self.REFRESH_INTERVAL:
+                self._refreshed_at = now
+                await self._client.nodes_manager.initialize()
+        node = self._client.nodes_manager.get_node_from_slot(slot)
+        return node.host, int(node.port)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+# One slot map per cluster client (the process's), shared by all its node clients.
+_slot_maps: weakref.WeakKeyDictionary[AsyncRedisCluster, SlotMap] = weakref.WeakKeyDictionary()
+
+
 def node_resolver(cluster: AsyncRedisCluster, slot: int) -> Resolve:
     """Where a node connection goes: the primary of ``slot``. The first lookup uses the slot
     table as it is; every later one (a reconnect) refreshes it first."""
-    refresh = False
+    slots = _slot_maps.get(cluster)
+    if slots is None:
+        slots = _slot_maps[cluster] = SlotMap(cluster)
+    connected = False
 
     async def resolve() -> tuple[str, int]:
-        nonlocal refresh
-        await cluster.initialize()
-        if refresh:
-            await cluster.nodes_manager.initialize()
-        refresh = True
-        node = cluster.nodes_manager.get_node_from_slot(slot)
-        return node.host, int(node.port)
+        nonlocal connected
+        address = await slots.primary(slot, refresh=connected)
+        connected = True
+        return address
 
     return resolve
 

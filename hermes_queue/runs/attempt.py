@@ -27,7 +27,7 @@ from hermes_queue import tracing
 from hermes_queue.config import RunSettings
 from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
-from hermes_queue.redis_pipeline import ClusterScripts, PipelinedConnection
+from hermes_queue.redis_pipeline import PipelinedConnection, SlotPipelines
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
@@ -66,9 +66,11 @@ class FencedScripts:
         self.release = redis.register_script(load_script("release", sharded=keys.cluster))
         # Appends are the hot path of a turn: pipelined on one connection of their own
         # (connected on first use, so API processes never open it).
-        # On a cluster each goes through the cluster client, to its run's shard.
-        self.appends: PipelinedConnection | ClusterScripts = (
-            ClusterScripts() if keys.cluster else PipelinedConnection(redis, "hermes-queue:appends")
+        # On a cluster one such connection per shard, to the node serving it.
+        self.appends: PipelinedConnection | SlotPipelines = (
+            SlotPipelines(redis, "hermes-queue:appends")
+            if keys.cluster
+            else PipelinedConnection(redis, "hermes-queue:appends")
         )
 
     async def aclose(self) -> None:

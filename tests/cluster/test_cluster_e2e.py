@@ -6,6 +6,7 @@ view exact; the runs spread over every primary; a session's turns in order."""
 from __future__ import annotations
 
 import aiohttp
+import pytest
 from redis.crc import key_slot
 
 from hermes_queue.client import iter_sse
@@ -16,6 +17,7 @@ from tests.support.processes import Cluster
 from tests.support.redis_cluster import RedisCluster
 
 
+@pytest.mark.timeout(180)
 async def test_runs_through_two_replicas_and_two_workers_are_exact(
     cluster_settings: Settings, redis_cluster: RedisCluster
 ) -> None:
@@ -60,27 +62,31 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
     assert queue["workers"]["count"] == 2 and queue["in_flight"]["data"] == []
 
 
+@pytest.mark.timeout(120)
 async def test_a_sessions_turns_run_in_order(cluster_settings: Settings) -> None:
     deployment = Cluster(cluster_settings)
     try:
         first, second = await deployment.start_api(), await deployment.start_api()
         for _ in range(2):
-            await deployment.start_worker(echo_token_delay=0.01)
+            await deployment.start_worker(echo_token_delay=0.05)  # turns overlap: parked
         headers = {"Authorization": f"Bearer {cluster_settings.api.api_key}"}
         async with aiohttp.ClientSession(headers=headers) as http:
             created = await http.post(f"{first}/api/sessions", json={"id": "ordered"})
             assert created.status == 201
-            run_ids = []
+            # Every turn's stream stays open and is read to its end (a turn nobody reads any
+            # more would be superseded by the next one: streams/presence.py).
+            responses = []
             for turn in range(4):
                 response = await http.post(
                     f"{(first, second)[turn % 2]}/api/sessions/ordered/chat/stream",
                     json={"message": f"turn {turn}", "multitask_strategy": "enqueue"},
                 )
                 assert response.status == 200, await response.text()
-                run_ids.append(response.headers["X-Hermes-Run-Id"])
-                if turn == 3:  # the last turn is read to its end; the ones before finish first
-                    frames = [f async for f in iter_sse(response) if f.data]
-                    assert frames[-2].event == "run.completed"
+                responses.append(response)
+            run_ids = [response.headers["X-Hermes-Run-Id"] for response in responses]
+            for response in responses:
+                frames = [f async for f in iter_sse(response) if f.data]
+                assert frames[-2].event == "run.completed"
                 response.close()
 
             async def messages() -> list[dict[str, str]]:
