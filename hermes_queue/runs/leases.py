@@ -9,17 +9,22 @@ no run can be picked up and then lost before its lease exists.)
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import FailReason, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
 from hermes_queue.streams.codec import encode_data
+
+log = logging.getLogger(__name__)
 
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
@@ -61,7 +66,16 @@ class Leases:
         """Runs whose lease deadline passed, oldest first in each shard (every shard's)."""
         found: list[str] = []
         for shard in self.keys.shard_ids:
-            ids = await self._scripts["expired"](keys=[self.keys.leases_at(shard)], args=[limit])
+            try:
+                ids = await self._scripts["expired"](
+                    keys=[self.keys.leases_at(shard)], args=[limit]
+                )
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                if not self.keys.cluster:
+                    raise
+                # A primary failing over: the other shards' runs are still reaped.
+                log.warning("shard %d: lapsed leases not read (%s)", shard, exc)
+                continue
             found += [decode(run_id) for run_id in ids]
         return found
 

@@ -28,8 +28,8 @@ from hermes_queue.redis_pipeline import dedicated_connection
 
 log = logging.getLogger(__name__)
 
-# (channel kind: "wake" or "control", the message) for every message heard.
-OnMessage = Callable[[str, str], None]
+# (channel kind: "wake" or "control", the shard, the message) for every message heard.
+OnMessage = Callable[[str, int, str], None]
 
 
 async def listen_shards(
@@ -71,7 +71,7 @@ async def _listen_shard(
                     delay = 0.1
                     on_subscribed()
                 elif kind == b"smessage" and channel in kinds:
-                    on_message(kinds[channel], _text(reply[2]))
+                    on_message(kinds[channel], shard, _text(reply[2]))
                 elif kind == b"sunsubscribe":  # the slot moved: follow it to its node
                     raise aioredis.ConnectionError(f"{channel} unsubscribed by Redis")
         except (OSError, aioredis.RedisError) as exc:

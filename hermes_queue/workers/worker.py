@@ -65,9 +65,9 @@ async def _listen_cluster(
                 worker.listening.set()
         worker.wake()  # anything enqueued while that shard was not heard
 
-    def heard(kind: str, data: str) -> None:
+    def heard(kind: str, shard: int, data: str) -> None:
         if kind == "wake":
-            worker.wake()
+            worker.wake(shard)  # its next poll reads that shard's queue
         else:
             _on_control(rt, data)
 

@@ -25,7 +25,8 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
     try:
         urls = [await deployment.start_api(), await deployment.start_api()]
         for _ in range(2):
-            await deployment.start_worker(echo_token_delay=0.01)
+            # A slow timed poll: runs are picked up at once only if the shards' wake-ups work.
+            await deployment.start_worker(echo_token_delay=0.01, poll_seconds=5.0)
         headers = {"Authorization": f"Bearer {cluster_settings.api.api_key}"}
         async with aiohttp.ClientSession(headers=headers) as session:
             load = Load(session, urls, clients=4, interval=0.2, max_runs=40)
@@ -49,6 +50,8 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
         assert not trace.problems(), (trace.run_id, trace.problems(), trace.events, logs)
         assert "stream.gap" not in trace.events and "run.restarted" not in trace.events
     assert any(trace.resumes for trace in load.accepted), "no reader resumed"
+    waits = sorted((t.first_at or 0) - t.created_at for t in load.accepted)
+    assert waits[len(waits) // 2] < 1.0, f"runs waited for the timed poll: {waits}"
     keys = cluster_settings.redis.keys
     ports = {
         redis_cluster.node_of_slot(key_slot(keys.run(t.run_id).encode())).port

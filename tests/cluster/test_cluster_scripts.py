@@ -174,7 +174,12 @@ async def test_wake_ups_and_stops_reach_the_shard_listeners(repository: RunRepos
     subscribed: list[None] = []
     cluster = cast("RedisCluster", repository.redis)
     listening = asyncio.create_task(
-        listen_shards(cluster, keys, lambda *m: heard.append(m), lambda: subscribed.append(None))
+        listen_shards(
+            cluster,
+            keys,
+            lambda kind, _shard, data: heard.append((kind, data)),
+            lambda: subscribed.append(None),
+        )
     )
     try:
         await eventually(lambda: len(subscribed) >= len(keys.shard_ids), within=10)
