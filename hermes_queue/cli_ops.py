@@ -40,7 +40,7 @@ from hermes_queue.cli_check import mask_url
 from hermes_queue.cli_jobs import JobsView, job_store, read_jobs, render_jobs
 from hermes_queue.config import Settings
 from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, QueueSnapshot, snapshot
-from hermes_queue.redis_client import connect
+from hermes_queue.redis_client import close, connect
 from hermes_queue.runs.model import RunRecord, RunStatus
 from hermes_queue.runs.repository import RunRepository
 
@@ -77,7 +77,7 @@ async def redis_session(settings: Settings) -> AsyncIterator[aioredis.Redis]:
         # The class only: a reply's text can quote keys or data.
         raise OpsError(f"Redis at {where} failed ({type(exc).__name__})") from None
     finally:
-        await client.aclose(close_connection_pool=True)
+        await close(client)
 
 
 async def _bounded(awaitable: Awaitable[T]) -> T:

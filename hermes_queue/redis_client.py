@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.sentinel import Sentinel as SyncSentinel
 
@@ -186,6 +187,14 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
     return aioredis.Redis(connection_pool=pool)
 
 
+async def close(client: aioredis.Redis) -> None:
+    """Close a client of :func:`connect` and its pool (a cluster client owns its nodes')."""
+    if isinstance(client, AsyncRedisCluster):
+        await client.aclose()
+    else:
+        await client.aclose(close_connection_pool=True)
+
+
 def connect_url(url: str) -> aioredis.Redis:
     """An unbounded async client for ``url`` (any form), with redis-py's defaults."""
     cluster = parse_cluster_url(url)
@@ -220,6 +229,7 @@ __all__ = [
     "COMMAND_TIMEOUT",
     "CONNECT_TIMEOUT",
     "SentinelTarget",
+    "close",
     "connect",
     "connect_sync",
     "connect_url",

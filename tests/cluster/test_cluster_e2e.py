@@ -5,6 +5,11 @@ view exact; the runs spread over every primary; a session's turns in order."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
+
 import aiohttp
 import pytest
 from redis.crc import key_slot
@@ -13,7 +18,7 @@ from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from tests.support.load import Load, record_problems
 from tests.support.polling import eventually
-from tests.support.processes import Cluster
+from tests.support.processes import Cluster, child_env
 from tests.support.redis_cluster import RedisCluster
 
 
@@ -39,6 +44,13 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
             await load.settle_records(within=30)
             async with session.get(f"{urls[1]}/v1/queue?limit=10") as answer:
                 queue = await answer.json()
+        status = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "hermes_queue", "status", "--json"),
+            env=child_env(cluster_settings),
+            stdout=subprocess.PIPE,
+        )
+        printed = json.loads((await status.communicate())[0])
         logs = "\n".join(p.log()[-1500:] for p in deployment.procs)
     finally:
         deployment.stop_all()
@@ -63,6 +75,7 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
     assert queue["depth"] == {"ready": 0, "deferred": 0, "running": 0, "blocked": 0}
     assert queue["throughput"]["claimed"] == queue["throughput"]["completed"] == 40
     assert queue["workers"]["count"] == 2 and queue["in_flight"]["data"] == []
+    assert printed["throughput"]["completed"] == 40  # hermes-queue status, the same sums
 
 
 @pytest.mark.timeout(120)
