@@ -8,10 +8,12 @@
   (``keys.py``), so it runs there unchanged.
 * :func:`connect_node`: a plain client whose connections go to the primary serving a slot,
   looked up each time one connects: a shard's sharded pub/sub (``SSUBSCRIBE``; redis-py 5's
-  asyncio ``RedisCluster`` has no pub/sub of its own) and the stream hub's ``XREAD``\\ s of one
-  shard (``streams/sharded.py``, ``workers/shard_listener.py``). After the first connection
-  each new one refreshes the cluster's slot table first, so a connection lost to a failover
-  reconnects to the promoted replica.
+  asyncio ``RedisCluster`` has no pub/sub of its own), the stream hub's ``XREAD``\\ s of one
+  shard and a worker's pipelined appends to it (``streams/sharded.py``,
+  ``workers/shard_listener.py``, ``redis_pipeline.SlotPipelines``). Where a slot is served is
+  asked of a :class:`SlotMap` (a cluster client of its own); after the first connection each
+  new one asks the cluster again, so a connection lost to a failover reconnects to the promoted
+  replica.
 
 The seeds in the URL are only where the slot table is first asked for: list several nodes so
 that one being down does not stop a process from starting. The credentials are every node's;
