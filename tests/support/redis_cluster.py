@@ -170,7 +170,11 @@ class RedisCluster:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> RedisCluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # nodes already started, and the directory, go too
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
