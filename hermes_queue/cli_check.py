@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from hermes_queue.config import Settings
-from hermes_queue.redis_client import connect
+from hermes_queue.redis_client import close, connect
 from hermes_queue.store import create_store
 from hermes_queue.store.migrations import LATEST_VERSION
 
@@ -82,7 +82,7 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
             await client.ping()
             return f"{(time.perf_counter() - started) * 1000:.1f} ms"
         finally:
-            await client.aclose(close_connection_pool=True)
+            await close(client)
 
     async def store_probe() -> str:
         try:

@@ -40,7 +40,7 @@ from hermes_queue.cli_check import mask_url
 from hermes_queue.cli_jobs import JobsView, job_store, read_jobs, render_jobs
 from hermes_queue.config import Settings
 from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, QueueSnapshot, snapshot
-from hermes_queue.redis_client import connect
+from hermes_queue.redis_client import close, connect
 from hermes_queue.runs.model import RunRecord, RunStatus
 from hermes_queue.runs.repository import RunRepository
 
@@ -77,7 +77,7 @@ async def redis_session(settings: Settings) -> AsyncIterator[aioredis.Redis]:
         # The class only: a reply's text can quote keys or data.
         raise OpsError(f"Redis at {where} failed ({type(exc).__name__})") from None
     finally:
-        await client.aclose(close_connection_pool=True)
+        await close(client)
 
 
 async def _bounded(awaitable: Awaitable[T]) -> T:
@@ -161,13 +161,21 @@ async def read_status(redis: aioredis.Redis, settings: Settings) -> StatusView:
     keys = settings.redis.keys
     minute = int(snap.at // 60)
     buckets = [minute - i for i in range(STATS_MINUTES)]
+    shards = list(keys.shard_ids)  # each minute summed over every shard
     async with redis.pipeline(transaction=False) as pipe:
         for m in buckets:
-            pipe.hmget(keys.stats(m), list(STATS_FIELDS))
+            for shard in shards:
+                pipe.hmget(keys.stats_at(shard, m), list(STATS_FIELDS))
         rows = await pipe.execute()
     minutes = [
-        (m, {f: int(v or 0) for f, v in zip(STATS_FIELDS, row, strict=True)})
-        for m, row in zip(buckets, rows, strict=True)
+        (
+            m,
+            {
+                f: sum(int(row[i] or 0) for row in rows[j * len(shards) : (j + 1) * len(shards)])
+                for i, f in enumerate(STATS_FIELDS)
+            },
+        )
+        for j, m in enumerate(buckets)
     ]
     return StatusView(snap.to_json(), minutes)
 

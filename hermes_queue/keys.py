@@ -1,52 +1,126 @@
 """Every Redis key name hermes-queue uses. Nothing else formats a key.
 
 All keys live under one namespace so deployments (and tests) can share a Redis without
-colliding. The keys of one run share a hash tag (``{run_id}``) so they sit in one Redis Cluster
-slot and the Lua scripts that touch several of them stay legal there.
+colliding. The queue is one sorted set of run ids; no per-job key exists (``jobqueue/jobs.py``).
 
-The queue is one sorted set of run ids; no per-job key exists (``jobqueue/jobs.py``).
+On one Redis (plain or Sentinel) there is one shard: a run's keys share the hash tag
+``{run_id}``, and the queue, leases, blocked set and stats are single keys, as they always were
+(a running deployment upgrades without losing in-flight runs).
+
+On a Redis Cluster (``cluster=True``) there are ``shards`` virtual shards. Each has one hash tag,
+chosen so that the shards' slots are spread evenly over the slot space (:func:`shard_tag`), so
+any even split of slots between primaries gives each primary its share of shards. A run belongs
+to the shard its id hashes to (:meth:`Keys.shard_of`), and its own keys (record, events, steps,
+readers) carry that shard's tag, as do the shard's queue, leases, blocked set and stats: every
+run script then touches one slot. A session belongs to the shard its id hashes to, and the ids
+of its runs are drawn into that shard (:meth:`Keys.in_session_shard`), so the scripts that keep
+its one-turn-at-a-time rule stay single-slot too.
 """
 
 from __future__ import annotations
 
+import functools
+import zlib
 from dataclasses import dataclass
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+
+@functools.lru_cache(maxsize=1024)
+def shard_tag(shard: int, shards: int) -> str:
+    """The hash tag of ``shard`` of ``shards``: the first ``s<shard>.<n>`` whose slot falls in
+    the shard's own 1/``shards`` of the slot space (deterministic, found in ~``shards`` tries)."""
+    low = shard * REDIS_CLUSTER_HASH_SLOTS // shards
+    high = (shard + 1) * REDIS_CLUSTER_HASH_SLOTS // shards
+    n = 0
+    while True:
+        tag = f"s{shard}.{n}"
+        if low <= key_slot(tag.encode()) < high:
+            return tag
+        n += 1
+
+
+def _hash(text: str, shards: int) -> int:
+    return zlib.crc32(text.encode()) % shards
 
 
 @dataclass(frozen=True)
 class Keys:
     namespace: str
+    # Virtual shards on a Redis Cluster (``redis_cluster_shards``); one without a cluster.
+    shards: int = 1
+    cluster: bool = False
+
+    # -- shards --------------------------------------------------------------------------------
+    @property
+    def shard_ids(self) -> range:
+        """Every shard: what workers poll, reapers scan and operator surfaces sum over."""
+        return range(self.shards if self.cluster else 1)
+
+    def shard_of(self, run_id: str) -> int:
+        """The shard a run belongs to (0 without a cluster)."""
+        return _hash(run_id, self.shards) if self.cluster else 0
+
+    def session_shard(self, session_id: str) -> int:
+        """The shard a session's active and pending keys, and so its runs, belong to."""
+        return _hash(session_id, self.shards) if self.cluster else 0
+
+    def shard_slot(self, shard: int) -> int:
+        """The cluster slot of every key of ``shard`` (the node serving it holds them all)."""
+        return int(key_slot(self._base(shard).encode()))
+
+    def in_session_shard(self, run_id: str, session_id: str) -> bool:
+        """Whether ``run_id`` may be a run of ``session_id`` (always, without a cluster)."""
+        return self.shard_of(run_id) == self.session_shard(session_id)
+
+    def _base(self, shard: int) -> str:
+        """The namespace, followed on a cluster by the shard's hash tag."""
+        if not self.cluster:
+            return self.namespace
+        return f"{self.namespace}:{{{shard_tag(shard, self.shards)}}}"
+
+    def _run_base(self, run_id: str) -> str:
+        if not self.cluster:
+            return f"{self.namespace}:run:{{{run_id}}}"
+        return f"{self._base(self.shard_of(run_id))}:run:{run_id}"
 
     # -- per run (one hash tag) --------------------------------------------------------------
     def run(self, run_id: str) -> str:
         """Hash: the run record (status, attempt, request, output...)."""
-        return f"{self.namespace}:run:{{{run_id}}}"
+        return self._run_base(run_id)
 
     def events(self, run_id: str) -> str:
         """Stream: the run's canonical events, in order. Also the name of the pub/sub channel
-        on which the scripts that append to it publish each entry (streams/hub.py)."""
-        return f"{self.namespace}:run:{{{run_id}}}:events"
+        on which the scripts that append to it publish each entry (streams/hub.py); on a
+        cluster a sharded channel (``SPUBLISH``), served by the node holding the stream."""
+        return f"{self._run_base(run_id)}:events"
 
     def steps(self, run_id: str) -> str:
         """List (JSON): the run's recorded agent steps, in order (agents/steps.py): each model
         call with the message it produced, each tool call's start and result. Appended with
         the events before them in one fenced script (``append_step.lua``); a later attempt
         resumes after the last one. Never trimmed; kept as long as the run record."""
-        return f"{self.namespace}:run:{{{run_id}}}:steps"
+        return f"{self._run_base(run_id)}:steps"
 
     def readers(self, run_id: str) -> str:
         """Sorted set: the API processes whose clients read the run's events -> until when
         (ms, Redis clock; streams/presence.py). A run started by a request that reads it is
         abandoned once nobody does, and the next turn of its session supersedes it."""
-        return f"{self.namespace}:run:{{{run_id}}}:readers"
+        return f"{self._run_base(run_id)}:readers"
 
     # -- per session --------------------------------------------------------------------
+    def _session_base(self, session_id: str) -> str:
+        if not self.cluster:
+            return f"{self.namespace}:session:{{{session_id}}}"
+        return f"{self._base(self.session_shard(session_id))}:session:{session_id}"
+
     def session_active(self, session_id: str) -> str:
         """String: the record key of the session's active run (at most one at a time)."""
-        return f"{self.namespace}:session:{{{session_id}}}:active"
+        return f"{self._session_base(session_id)}:active"
 
     def session_pending(self, session_id: str) -> str:
         """List: record keys of runs waiting behind the active one (multitask "enqueue")."""
-        return f"{self.namespace}:session:{{{session_id}}}:pending"
+        return f"{self._session_base(session_id)}:pending"
 
     # -- per client request ------------------------------------------------------------------
     def idempotency(self, scope: str, route: str, key_digest: str) -> str:
@@ -57,39 +131,94 @@ class Keys:
         the client's Idempotency-Key (any length)."""
         return f"{self.namespace}:idem:{scope}:{route}:{key_digest}"
 
-    # -- global sets and channels ------------------------------------------------------------
+    # -- per shard (one key each without a cluster) ------------------------------------------
+    def queue_at(self, shard: int) -> str:
+        """Sorted set: the shard's queued run ids, scored by the time they were queued (ms,
+        Redis clock)."""
+        return f"{self._base(shard)}:queue"
+
+    def leases_at(self, shard: int) -> str:
+        """Sorted set: the shard's running run id -> lease deadline (ms). Reapers scan its
+        head."""
+        return f"{self._base(shard)}:leases"
+
+    def blocked_at(self, shard: int) -> str:
+        """Sorted set: record keys of the shard's session runs parked behind their session's
+        active run (multitask "enqueue") -> parked at (ms). The scripts that park and promote
+        keep it in step with the pending lists, so the blocked depth is one ZCARD a shard,
+        never a scan."""
+        return f"{self._base(shard)}:blocked"
+
+    def stats_at(self, shard: int, minute: int) -> str:
+        """Hash: the shard's counters of one minute (unix time // 60): ``claimed``,
+        ``completed``, ``failed``, ``cancelled``. Written by the run scripts, kept an hour;
+        read (summed over shards) for throughput and the drain rate behind backpressure."""
+        return f"{self._base(shard)}:stats:{minute}"
+
+    # The shard's keys of one run's own shard: what its scripts name beside the run's keys.
+    def queue_of(self, run_id: str) -> str:
+        return self.queue_at(self.shard_of(run_id))
+
+    def leases_of(self, run_id: str) -> str:
+        return self.leases_at(self.shard_of(run_id))
+
+    def blocked_of(self, run_id: str) -> str:
+        return self.blocked_at(self.shard_of(run_id))
+
+    def stats_of(self, run_id: str, minute: int) -> str:
+        return self.stats_at(self.shard_of(run_id), minute)
+
+    # Without a cluster, the one shard's keys by their historic names (tests, tools).
     @property
     def queue(self) -> str:
-        """Sorted set: queued run ids, scored by the time they were queued (ms, Redis clock)."""
-        return f"{self.namespace}:queue"
+        return self.queue_at(self._only_shard())
 
     @property
     def leases(self) -> str:
-        """Sorted set: running run id -> lease deadline (ms). The reaper scans its head."""
-        return f"{self.namespace}:leases"
+        return self.leases_at(self._only_shard())
 
     @property
     def blocked(self) -> str:
-        """Sorted set: record keys of session runs parked behind their session's active run
-        (multitask "enqueue") -> parked at (ms). The scripts that park and promote keep it in
-        step with the pending lists, so the blocked depth is one ZCARD, never a scan."""
-        return f"{self.namespace}:blocked"
+        return self.blocked_at(self._only_shard())
 
     def stats(self, minute: int) -> str:
-        """Hash: counters of one minute (unix time // 60): ``claimed``, ``completed``,
-        ``failed``, ``cancelled``. Written by the run scripts, kept an hour; read for
-        throughput and for the drain rate behind backpressure's Retry-After."""
-        return f"{self.namespace}:stats:{minute}"
+        return self.stats_at(self._only_shard(), minute)
+
+    def _only_shard(self) -> int:
+        if self.cluster:
+            raise ValueError("on a cluster every shard has its own key: name the shard")
+        return 0
+
+    def tick(self, base_run_id: str) -> str:
+        """String (cluster only): the run id one scheduled tick fires as, pinned by the first
+        worker (``SET NX``) so every worker creates the same run in its session's shard."""
+        return f"{self._base(0)}:tick:{base_run_id}"
+
+    # -- global sets and channels ------------------------------------------------------------
+
+    def wake_channel_at(self, shard: int) -> str:
+        """Pub/sub: "a job was enqueued" in the shard, so idle workers poll at once instead of
+        every 0.5 s. On a cluster a sharded channel (``SSUBSCRIBE``), like the shard's keys."""
+        return f"{self._base(shard)}:wake"
+
+    def control_channel_at(self, shard: int) -> str:
+        """Pub/sub: stop requests and approval answers of the shard's runs, so the worker
+        running a run hears of them at once. On a cluster a sharded channel."""
+        return f"{self._base(shard)}:control"
+
+    def wake_channel_of(self, run_id: str) -> str:
+        return self.wake_channel_at(self.shard_of(run_id))
+
+    def control_channel_of(self, run_id: str) -> str:
+        return self.control_channel_at(self.shard_of(run_id))
 
     @property
     def wake_channel(self) -> str:
-        """Pub/sub: "a job was enqueued", so idle workers poll at once instead of every 0.5 s."""
-        return f"{self.namespace}:wake"
+        return self.wake_channel_at(self._only_shard())
 
     @property
     def control_channel(self) -> str:
-        """Pub/sub: stop requests, so the worker running a run hears of it at once."""
-        return f"{self.namespace}:control"
+        return self.control_channel_at(self._only_shard())
 
     @property
     def workers(self) -> str:

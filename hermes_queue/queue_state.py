@@ -180,7 +180,15 @@ def _text(value: Any) -> str:
 def _stats_keys(keys: Keys, now: float) -> tuple[list[str], float]:
     minute = int(now // 60)
     window = (STATS_MINUTES - 1) * 60 + (now - minute * 60)
-    return [keys.stats(minute - i) for i in range(STATS_MINUTES)], window
+    shards = keys.shard_ids
+    return [keys.stats_at(s, minute - i) for i in range(STATS_MINUTES) for s in shards], window
+
+
+def _lease_page(rows: list[list[tuple[bytes, float]]], offset: int, limit: int) -> list[bytes]:
+    """Entries ``offset`` to ``offset + limit`` of the lease sets together, soonest deadline
+    first (each row: one shard's head, up to ``offset + limit`` entries, with scores)."""
+    merged = sorted((entry for row in rows for entry in row), key=lambda entry: entry[1])
+    return [run_id for run_id, _deadline in merged[offset : offset + limit]]
 
 
 def _throughput(rows: list[list[Any]], window: float) -> Throughput:
@@ -264,25 +272,33 @@ async def snapshot(
     now = time.time()
     now_ms = int(now * 1000)
     stats_keys, window = _stats_keys(keys, now)
+    shards = list(keys.shard_ids)  # one without a cluster; summed over on a cluster
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.zcount(keys.queue, "-inf", now_ms)
-        pipe.zcard(keys.queue)
-        pipe.zrange(keys.queue, 0, 0, withscores=True)
-        pipe.zcard(keys.leases)
-        pipe.zcard(keys.blocked)
+        for shard in shards:
+            pipe.zcount(keys.queue_at(shard), "-inf", now_ms)
+            pipe.zcard(keys.queue_at(shard))
+            pipe.zrange(keys.queue_at(shard), 0, 0, withscores=True)
+            pipe.zcard(keys.leases_at(shard))
+            pipe.zcard(keys.blocked_at(shard))
         _ask_live_workers(pipe, keys, now, lease_seconds)
         for key in stats_keys:
             pipe.hmget(key, list(STATS_FIELDS))
         if limit:
-            pipe.zrange(keys.leases, offset, offset + limit - 1)
+            for shard in shards:
+                pipe.zrange(keys.leases_at(shard), 0, offset + limit - 1, withscores=True)
         first = await pipe.execute()
-    ready, total, head, running, blocked, workers = first[:6]
-    stats_rows = first[6 : 6 + STATS_MINUTES]
-    page: list[bytes] = first[6 + STATS_MINUTES] if limit else []
+    per_shard = [first[5 * i : 5 * i + 5] for i in range(len(shards))]
+    rest = first[5 * len(shards) :]
+    ready, total, running, blocked = (sum(row[i] for row in per_shard) for i in (0, 1, 3, 4))
+    workers = rest[0]
+    stats_rows = rest[1 : 1 + len(stats_keys)]
+    page: list[bytes] = _lease_page(rest[1 + len(stats_keys) :], offset, limit) if limit else []
+    heads = [row[2][0] for row in per_shard if row[2]]
 
     oldest = 0.0
-    if head and head[0][1] <= now_ms:
-        oldest = round(max(0.0, now_ms - head[0][1]) / 1000, 3)
+    head = min(heads, key=lambda entry: entry[1]) if heads else None
+    if head is not None and head[1] <= now_ms:
+        oldest = round(max(0.0, now_ms - head[1]) / 1000, 3)
     depth = Depth(ready, max(0, total - ready), running, blocked, oldest)
 
     worker_rows: list[Any] = []
@@ -330,12 +346,16 @@ async def admission(
     now = time.time()
     now_ms = int(now * 1000)
     stats_keys, window = _stats_keys(keys, now)
+    shards = list(keys.shard_ids)
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.zcount(keys.queue, "-inf", now_ms)
-        pipe.zcount(keys.queue, "-inf", f"({now_ms - int(max_age * 1000)}")
+        for shard in shards:
+            pipe.zcount(keys.queue_at(shard), "-inf", now_ms)
+            pipe.zcount(keys.queue_at(shard), "-inf", f"({now_ms - int(max_age * 1000)}")
         for key in stats_keys:
             pipe.hget(key, "claimed")
-        ready, overdue, *claims = await pipe.execute()
+        replies = await pipe.execute()
+    counts, claims = replies[: 2 * len(shards)], replies[2 * len(shards) :]
+    ready, overdue = sum(counts[0::2]), sum(counts[1::2])
     over_depth = ready - max_depth + 1 if max_depth and ready >= max_depth else 0
     overdue = overdue if max_age else 0
     if not over_depth and not overdue:

@@ -6,7 +6,11 @@
 * ``redis+sentinel://[[user]:password@]host1[:port1][,host2[:port2]…]/<service>[/<db>]``: the
   primary of Sentinel service ``<service>``, asked of the Sentinels listed (port 26379 by
   default). The credentials and ``db`` are the data nodes'; the Sentinels are queried without
-  AUTH (arq, which runs the worker's job loop, cannot authenticate to them).
+  AUTH (arq, which runs the worker's job loop, cannot authenticate to them);
+* ``redis+cluster://[[user]:password@]host1[:port1][,host2[:port2]…]``: a Redis Cluster
+  (``redis_cluster.py``). Its clients are redis-py's ``RedisCluster``, handed out under the
+  plain client's type: they take the same calls for everything hermes-queue sends them
+  (single-key commands, script calls whose keys share a slot, non-transactional pipelines).
 
 Discovery is redis-py's (and arq's) own: a connection asks the Sentinels for the primary each
 time it connects, so after a failover every process reaches the new primary on its next
@@ -24,16 +28,22 @@ the same primary.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.sentinel import Sentinel as SyncSentinel
 
 from hermes_queue.addresses import is_loopback
 from hermes_queue.config import RedisSettings
+from hermes_queue.redis_cluster import (
+    connect_cluster,
+    connect_cluster_sync,
+    parse_cluster_url,
+)
 from hermes_queue.redis_pool import BoundedPool
 
 COMMAND_TIMEOUT = 5.0
@@ -107,7 +117,10 @@ def on_this_host(url: str) -> bool:
     """Whether every Redis address ``url`` names is a loopback one (or a Unix socket): then the
     processes sharing it share this host too."""
     target = parse_sentinel_url(url)
-    if target is not None:
+    cluster = parse_cluster_url(url)
+    if cluster is not None:
+        hosts = [host for host, _port in cluster.seeds]
+    elif target is not None:
         hosts = [host for host, _port in target.sentinels]
     else:
         parts = urlsplit(url)
@@ -161,6 +174,12 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
         "socket_connect_timeout": CONNECT_TIMEOUT,
         "health_check_interval": 30,
     }
+    cluster = parse_cluster_url(settings.url)
+    if cluster is not None:
+        # Pub/sub on a cluster is per shard, on the node serving it (redis_cluster.connect_node).
+        assert not for_pubsub, "no cluster-wide pub/sub client: subscribe per shard"
+        client = connect_cluster(cluster, **options)
+        return cast("aioredis.Redis", client)
     target = parse_sentinel_url(settings.url)
     if target is not None:
         return _through_sentinel(target, **options)
@@ -168,8 +187,19 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
     return aioredis.Redis(connection_pool=pool)
 
 
+async def close(client: aioredis.Redis) -> None:
+    """Close a client of :func:`connect` and its pool (a cluster client owns its nodes')."""
+    if isinstance(client, AsyncRedisCluster):
+        await client.aclose()
+    else:
+        await client.aclose(close_connection_pool=True)
+
+
 def connect_url(url: str) -> aioredis.Redis:
-    """An unbounded async client for ``url`` (either form), with redis-py's defaults."""
+    """An unbounded async client for ``url`` (any form), with redis-py's defaults."""
+    cluster = parse_cluster_url(url)
+    if cluster is not None:
+        return cast("aioredis.Redis", connect_cluster(cluster))
     target = parse_sentinel_url(url)
     return aioredis.Redis.from_url(url) if target is None else _through_sentinel(target)
 
@@ -182,6 +212,9 @@ def connect_sync(
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT,
     }
+    cluster = parse_cluster_url(settings.url)
+    if cluster is not None:
+        return cast("redis.Redis", connect_cluster_sync(cluster, **options))
     target = parse_sentinel_url(settings.url)
     if target is None:
         return redis.Redis.from_url(settings.url, **options)
@@ -196,6 +229,7 @@ __all__ = [
     "COMMAND_TIMEOUT",
     "CONNECT_TIMEOUT",
     "SentinelTarget",
+    "close",
     "connect",
     "connect_sync",
     "connect_url",

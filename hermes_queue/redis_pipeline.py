@@ -26,9 +26,12 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from hermes_queue.redis_cluster import connect_node
 
 log = logging.getLogger(__name__)
 
@@ -156,3 +159,53 @@ class PipelinedConnection:
             waiter = self._pending.popleft()
             if not waiter.done():
                 waiter.set_exception(error or RedisConnectionError(f"connection lost: {exc!r}"))
+
+
+# Error replies of a node that no longer serves a key's slot: nothing ran, ask again.
+_MOVED = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN")
+
+
+class SlotPipelines:
+    """``PipelinedConnection``'s script calls on a Redis Cluster: one pipelined connection per
+    slot written to (one per shard, keys.py), to the primary serving it, so the worker's appends
+    keep their latency there. A connection lost (a failover) fails its calls as on one primary
+    (the callers retry; every call is idempotent) and the next call connects to the node serving
+    the slot then (``redis_cluster.connect_node`` refreshes the slot table); a reply saying the
+    slot moved (nothing ran) is retried once on a new connection."""
+
+    def __init__(self, cluster: Any, client_name: str) -> None:
+        self.cluster = cluster
+        self.client_name = client_name
+        self._by_slot: dict[int, PipelinedConnection] = {}
+
+    async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+        slot = int(key_slot(str(keys[0]).encode()))
+        for attempt in range(2):
+            conn = self._connection(slot)
+            try:
+                return await conn.evalsha(script, keys, args)
+            except ResponseError as exc:
+                if str(exc).split(" ", 1)[0] not in _MOVED or attempt:
+                    raise
+                await self._drop(slot, conn)
+            except (RedisConnectionError, RedisTimeoutError):
+                await self._drop(slot, conn)
+                raise
+        raise AssertionError("unreachable")
+
+    def _connection(self, slot: int) -> PipelinedConnection:
+        conn = self._by_slot.get(slot)
+        if conn is None:
+            node = connect_node(self.cluster, slot)
+            conn = self._by_slot[slot] = PipelinedConnection(node, f"{self.client_name}:{slot}")
+        return conn
+
+    async def _drop(self, slot: int, conn: PipelinedConnection) -> None:
+        if self._by_slot.get(slot) is conn:
+            del self._by_slot[slot]
+        await conn.aclose()
+        await conn.redis.aclose()
+
+    async def aclose(self) -> None:
+        for slot, conn in list(self._by_slot.items()):
+            await self._drop(slot, conn)

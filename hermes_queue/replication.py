@@ -5,7 +5,8 @@ Sentinel promotes a replica that never saw them. With ``redis_min_replicas`` = n
 a client is told about (run creation, stop, an approval answer, the terminal transition) are
 followed by ``WAIT n timeout`` on the same connection, in the same round trip (a pipeline, not
 a transaction): Redis answers ``WAIT`` once n replicas acknowledged everything written on that
-connection so far, which includes the script's writes.
+connection so far, which includes the script's writes. On a Redis Cluster both go to the primary
+serving the script's slot, on one of its connections.
 
 When fewer replicas acknowledge within :data:`WAIT_TIMEOUT_MS` the write still happened on the
 primary (Redis cannot take it back): :class:`NotReplicated` then says so. It is a redis-py
@@ -22,8 +23,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import AskError, MovedError, NoScriptError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 log = logging.getLogger(__name__)
@@ -59,13 +62,19 @@ async def call_replicated(
     if replicas <= 0:
         return await script(keys=keys, args=args)
     timeout_ms = WAIT_TIMEOUT_MS if timeout_ms is None else timeout_ms
+    client = script.registered_client
     for _ in range(2):
-        pipe = script.registered_client.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *args)
-        pipe.execute_command("WAIT", replicas, timeout_ms)
-        result, acknowledged = await pipe.execute(raise_on_error=False)
+        if isinstance(client, RedisCluster):
+            result, acknowledged = await _on_node(client, script, keys, args, replicas, timeout_ms)
+        else:
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", replicas, timeout_ms)
+            result, acknowledged = await pipe.execute(raise_on_error=False)
         if isinstance(result, NoScriptError):  # not run: load it (a restart, a new primary)
-            await script.registered_client.script_load(script.script)
+            await client.script_load(script.script)
+            continue
+        if isinstance(result, MovedError | AskError):  # the slot moved (table refreshed): again
             continue
         if isinstance(result, Exception):
             raise result
@@ -76,7 +85,40 @@ async def call_replicated(
                 raise NotReplicated(result, int(acknowledged), replicas)
             log.warning("write acknowledged by %s of %d replica(s)", acknowledged, replicas)
         return result
+    if isinstance(result, Exception):  # moved again, or still missing after SCRIPT LOAD
+        raise result
     raise NoScriptError("script missing right after SCRIPT LOAD")
+
+
+async def _on_node(
+    cluster: RedisCluster,
+    script: AsyncScript,
+    keys: list[Any],
+    args: list[Any],
+    replicas: int,
+    timeout_ms: int,
+) -> tuple[Any, Any]:
+    """On a Redis Cluster: the script and ``WAIT`` on one connection of the primary serving
+    the script's slot (the cluster client would route ``WAIT``, which names no key, anywhere).
+    A lost connection refreshes the slot table before it raises, so a retry after a failover
+    reaches the promoted replica."""
+    await cluster.initialize()
+    node = cluster.get_node_from_key(keys[0])
+    if node is None:
+        raise RedisConnectionError(f"no primary serves the slot of {keys[0]!r}")
+    commands = [
+        PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
+        PipelineCommand(1, "WAIT", replicas, timeout_ms),
+    ]
+    try:
+        await node.execute_pipeline(commands)
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        await node.disconnect()
+        await cluster.nodes_manager.initialize()
+        raise
+    if isinstance(commands[0].result, MovedError | AskError):
+        await cluster.nodes_manager.initialize()
+    return commands[0].result, commands[1].result
 
 
 ScriptCall = Callable[..., Awaitable[Any]]

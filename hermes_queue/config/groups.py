@@ -68,10 +68,21 @@ class RedisSettings(_Group):
     namespace: str = "hq"
     # Connections per process pool (requests wait for one rather than open more).
     pool_size: int = _named("redis_pool_size", 32)
+    # Virtual shards on a Redis Cluster (a ``redis+cluster://`` URL): runs, queues, leases and
+    # stats are spread over this many hash tags (keys.py), so over up to this many primaries.
+    # Changing it moves run ids to other shards: change it only on an empty deployment.
+    cluster_shards: int = _named("redis_cluster_shards", 16)
+
+    @property
+    def cluster(self) -> bool:
+        """Whether ``url`` names a Redis Cluster (``redis+cluster://``)."""
+        return self.url.partition("://")[0].lower() == "redis+cluster"
 
     @property
     def keys(self) -> Keys:
-        """The key names of this namespace (``keys.py``)."""
+        """The key names of this namespace (``keys.py``), sharded on a cluster."""
+        if self.cluster:
+            return Keys(self.namespace, shards=self.cluster_shards, cluster=True)
         return Keys(self.namespace)
 
     def validate(self) -> None:
@@ -79,6 +90,7 @@ class RedisSettings(_Group):
             raise ConfigError(
                 f"namespace {self.namespace!r} must be non-empty without {{}}, ':' or spaces"
             )
+        _at_least(self.cluster_shards, 1, "redis_cluster_shards")
 
 
 @dataclass(frozen=True, repr=False)

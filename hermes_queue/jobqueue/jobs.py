@@ -1,14 +1,14 @@
 """What the queue holds, the queue's own time limit, and arq's serializer.
 
-The queue is one sorted set (``keys.queue``) of run ids scored by the time they were queued
-(ms). The run record holds the accepted turn and its resolved route, so a queue entry carries
-nothing else, and nothing secret. The run scripts (``runs/lua``) add entries in the same step as
-the run's state changes (create, requeue, hand-back, a parked session run's turn), and the claim
-script removes one as a worker takes it: that removal is the pickup, so there is no per-job key,
-no in-progress marker and no retry counter for a worker to keep (arq keeps all three per job;
-its worker loop is used here only as the process shell, see ``worker.py``). How long a run may
-wait in the queue is the run record's business (``runs/model.py`` ``QUEUE_WAIT_SECONDS``): the
-queue only holds ids.
+The queue is one sorted set (``keys.queue_at``, one per shard on a Redis Cluster) of run ids
+scored by the time they were queued (ms). The run record holds the accepted turn and its
+resolved route, so a queue entry carries nothing else, and nothing secret. The run scripts
+(``runs/lua``) add entries in the same step as the run's state changes (create, requeue,
+hand-back, a parked session run's turn), and the claim script removes one as a worker takes it:
+that removal is the pickup, so there is no per-job key, no in-progress marker and no retry
+counter for a worker to keep (arq keeps all three per job; its worker loop is used here only as
+the process shell, see ``worker.py``). How long a run may wait in the queue is the run record's
+business (``runs/model.py`` ``QUEUE_WAIT_SECONDS``): the queue only holds ids.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ starts a delivery per id, which is the handler's claim and turn; nothing else is
 arq polls every ``poll_delay`` (0.5 s by default), so a job could wait that long. Pickup
 latency is a product feature here, so ``wake()`` (called when the enqueue script's pub/sub
 message arrives, or when a slot frees) makes the loop poll at once; the timed poll stays as a
-fallback, one ``ZRANGE`` per ``poll_delay`` on an idle worker.
+fallback, one ``ZRANGE`` per ``poll_delay`` on an idle worker. On a Redis Cluster the queue is
+one sorted set per shard: a wake-up names its shard and the next poll reads that shard's head;
+the timed poll reads every shard's (one pipelined call, a round trip per node).
 
 ``WakeableWorker`` replaces arq's ``main``, ``_poll_iteration`` and ``close`` and reaches into
 arq's ``Worker`` state (``tasks``, ``job_counter``, ``allow_pick_jobs``, ``_pool``...):
@@ -27,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from arq.connections import create_pool
+from arq.connections import ArqRedis, create_pool
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
@@ -37,6 +39,7 @@ from hermes_queue.config import RedisSettings, WorkerSettings
 from hermes_queue.jobqueue.connection import redis_settings
 from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
 from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.redis_client import connect
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +57,18 @@ class WakeableWorker(Worker):
         self.handler: JobHandler | None = None
         # Set by build_worker; tests reach the worker's metrics through it.
         self.metrics: WorkerMetrics | None = None
+        # Every shard's queue (keys.py), polled together; one without a Redis Cluster.
+        self.queue_names: list[str] = [self.queue_name]
+        # The shards the next poll reads: those woken since the last one; None: every shard
+        # (the timed poll, a freed slot, a listener that reconnected, or a wake naming none).
+        self._poll_due: set[int] | None = None
 
-    def wake(self) -> None:
+    def wake(self, shard: int | None = None) -> None:
+        """Poll at once: ``shard``'s queue (a wake-up of that shard), or (None) every one."""
+        if shard is None:
+            self._poll_due = None
+        elif self._poll_due is not None:
+            self._poll_due.add(shard)
         self.wake_event.set()
 
     @property
@@ -92,6 +105,7 @@ class WakeableWorker(Worker):
             except (RedisError, OSError) as exc:
                 # Redis away: keep the process and its running turns; poll again shortly.
                 log.warning("queue poll failed (%s); retrying in %.1fs", exc, backoff)
+                self._poll_due = None  # read every shard again: the woken ones were not
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
@@ -109,6 +123,8 @@ class WakeableWorker(Worker):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.poll_delay_s):
                     await self.wake_event.wait()
+            if not self.wake_event.is_set():
+                self._poll_due = None  # the timed poll reads every shard
 
     async def _poll_iteration(self) -> None:
         """Start a delivery for each queued run id at the head of the queue, up to the free
@@ -120,8 +136,7 @@ class WakeableWorker(Worker):
         # finished run's freed slot triggers) have anything to find.
         self.queue_may_hold_more = free <= 0
         if self.allow_pick_jobs and free > 0:
-            ids = await self.pool.zrange(self.queue_name, 0, free - 1)
-            self.queue_may_hold_more = len(ids) == free
+            ids = await self._queue_heads(free)
             for raw in ids:
                 run_id = raw.decode()
                 if run_id in self.tasks or self.job_counter >= self.max_jobs:
@@ -134,6 +149,30 @@ class WakeableWorker(Worker):
             if task.done():
                 del self.tasks[run_id]
         await self.heart_beat()
+
+    async def _queue_heads(self, free: int) -> list[bytes]:
+        """Up to ``free`` queued run ids, oldest first. On a cluster the queue heads of the
+        shards due (woken since the last poll; every shard on the timed poll or after a full
+        page) are read in one pipelined call (a round trip per node, in parallel) and the
+        oldest ids of them all are taken, so no shard waits behind another, and a wake-up
+        costs one read, not one per shard."""
+        due, self._poll_due = self._poll_due, set()
+        if len(self.queue_names) == 1:
+            ids: list[bytes] = await self.pool.zrange(self.queue_names[0], 0, free - 1)
+            self.queue_may_hold_more = len(ids) == free
+            return ids
+        names = self.queue_names if due is None else [self.queue_names[s] for s in sorted(due)]
+        if not names:
+            return []
+        async with self.pool.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.zrange(name, 0, free - 1, withscores=True)
+            pages: list[list[tuple[bytes, float]]] = await pipe.execute()
+        merged = sorted((entry for page in pages for entry in page), key=lambda entry: entry[1])
+        self.queue_may_hold_more = len(merged) > free or any(len(p) == free for p in pages)
+        if self.queue_may_hold_more:
+            self._poll_due = None  # what was left behind may be in any shard read
+        return [run_id for run_id, _queued_at in merged[:free]]
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
         self.job_counter -= 1
@@ -208,7 +247,7 @@ class WakeableWorker(Worker):
         if 0 <= self.max_burst_jobs <= self._jobs_started():
             await asyncio.gather(*self.tasks.values())
             return True
-        if await self.pool.zcard(self.queue_name) == 0:
+        if sum([await self.pool.zcard(name) for name in self.queue_names]) == 0:
             await asyncio.gather(*self.tasks.values())
             return True
         return False
@@ -249,9 +288,13 @@ def queue_worker(
         await handler.stop()
 
     keys = redis.keys
+    # On a Redis Cluster arq's own pool (a plain client) cannot serve every shard: the loop
+    # runs on a cluster client instead, for the single-key calls arq makes (its health line).
+    pool = cast("ArqRedis", connect(redis)) if redis.cluster else None
     worker = WakeableWorker(
         functions=[func(run_turn, name=RUN_TURN)],
-        queue_name=keys.queue,
+        queue_name=keys.queue_at(0),
+        redis_pool=pool,
         redis_settings=redis_settings(redis),
         burst=burst,
         on_startup=on_startup,
@@ -269,4 +312,5 @@ def queue_worker(
         log_results=False,
     )
     worker.handler = handler
+    worker.queue_names = [keys.queue_at(shard) for shard in keys.shard_ids]
     return worker

@@ -39,8 +39,8 @@ def approval_message(run_id: str) -> str:
     return APPROVAL_MESSAGE_PREFIX + run_id
 
 
-def _load(name: str) -> str:
-    return load_script(name, "approval_prelude")
+def _load(name: str, sharded: bool) -> str:
+    return load_script(name, "approval_prelude", sharded=sharded)
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Approvals:
         self.settings = settings
         self.keys = keys
         self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(_load(name))
+            name: redis.register_script(_load(name, keys.cluster))
             for name in ("request_approval", "answer_approval", "settle_approval")
         }
         self._acked = acknowledged(
@@ -123,7 +123,7 @@ class Approvals:
                 repr(time.time()),
                 self.settings.stream_maxlen,
                 self.settings.retention_seconds,
-                self.keys.control_channel,
+                self.keys.control_channel_of(run_id),
                 approval_message(run_id),
             ],
         )

@@ -27,7 +27,7 @@ from hermes_queue import tracing
 from hermes_queue.config import RunSettings
 from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
-from hermes_queue.redis_pipeline import PipelinedConnection
+from hermes_queue.redis_pipeline import PipelinedConnection, SlotPipelines
 from hermes_queue.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
@@ -55,18 +55,23 @@ class FencedScripts:
         self.record_ttl = record_ttl
         self.approvals = approvals
         self.on_finished = on_finished
-        self.append = redis.register_script(load_script("append"))
-        self.append_step = redis.register_script(load_script("append_step"))
-        self.finish = redis.register_script(load_script("finish"))
+        self.append = redis.register_script(load_script("append", sharded=keys.cluster))
+        self.append_step = redis.register_script(load_script("append_step", sharded=keys.cluster))
+        self.finish = redis.register_script(load_script("finish", sharded=keys.cluster))
         # The terminal transition waits for redis_min_replicas replicas (replication.py); a
         # too-short count is logged: nothing to retry, the lease re-runs a lost one.
         self.finish_acked = acknowledged(
             {"finish": self.finish}, settings.min_replicas, lenient=("finish",)
         )["finish"]
-        self.release = redis.register_script(load_script("release"))
+        self.release = redis.register_script(load_script("release", sharded=keys.cluster))
         # Appends are the hot path of a turn: pipelined on one connection of their own
         # (connected on first use, so API processes never open it).
-        self.appends = PipelinedConnection(redis, "hermes-queue:appends")
+        # On a cluster one such connection per shard, to the node serving it.
+        self.appends: PipelinedConnection | SlotPipelines = (
+            SlotPipelines(redis, "hermes-queue:appends")
+            if keys.cluster
+            else PipelinedConnection(redis, "hermes-queue:appends")
+        )
 
     async def aclose(self) -> None:
         await self.appends.aclose()
@@ -233,8 +238,8 @@ class Attempt:
             keys=[
                 keys.run(self.run_id),
                 keys.events(self.run_id),
-                keys.leases,
-                current_stats_key(keys),
+                keys.leases_of(self.run_id),
+                current_stats_key(keys, self.run_id),
             ],
             args=[
                 self.run_id,
@@ -259,8 +264,8 @@ class Attempt:
         """``released`` (queued again, workers woken), ``stopping`` or ``lost`` (fenced)."""
         keys = self.scripts.keys
         result = await self.scripts.release(
-            keys=[keys.run(self.run_id), keys.leases, keys.queue],
-            args=[self.run_id, self.number, repr(time.time()), keys.wake_channel],
+            keys=[keys.run(self.run_id), keys.leases_of(self.run_id), keys.queue_of(self.run_id)],
+            args=[self.run_id, self.number, repr(time.time()), keys.wake_channel_of(self.run_id)],
         )
         return decode(result)
 

@@ -47,8 +47,13 @@ def _flat(fields: dict[str, str]) -> list[str]:
     return [item for pair in fields.items() for item in pair]
 
 
-def new_run_id() -> str:
-    return f"run_{uuid.uuid4().hex}"
+def new_run_id(keys: Keys | None = None, session_id: str | None = None) -> str:
+    """A fresh run id; given ``keys`` and ``session_id``, one in the session's shard (drawn
+    until one falls there: ~``keys.shards`` tries on a cluster, the first one otherwise)."""
+    while True:
+        run_id = f"run_{uuid.uuid4().hex}"
+        if keys is None or session_id is None or keys.in_session_shard(run_id, session_id):
+            return run_id
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ class RunRepository:
         self.keys = keys
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
-            name: redis.register_script(_load_script(name))
+            name: redis.register_script(_load_script(name, sharded=keys.cluster))
             for name in ("create", "create_session_run", "claim", "stop", "abandoned")
         }
         # Writes a client is told about wait for redis_min_replicas replicas (replication.py).
@@ -114,8 +119,13 @@ class RunRepository:
     async def create(self, run: NewRun) -> bool:
         """Store the run and queue it atomically; False if the id already exists."""
         created = await self._acked["create"](
-            keys=[self.keys.run(run.run_id), self.keys.queue],
-            args=[run.run_id, self._record_ttl, self.keys.wake_channel, *_flat(run.fields())],
+            keys=[self.keys.run(run.run_id), self.keys.queue_of(run.run_id)],
+            args=[
+                run.run_id,
+                self._record_ttl,
+                self.keys.wake_channel_of(run.run_id),
+                *_flat(run.fields()),
+            ],
         )
         return bool(created)
 
@@ -126,19 +136,22 @@ class RunRepository:
         ``read_by``: the reader id (``ReaderPresence.reader_id``) of the API process whose
         request reads the run, which makes the run abandonable (``SessionAdmission``)."""
         run_id, session_id = run.run_id, run.session_id
+        if not self.keys.in_session_shard(run_id, session_id):
+            # Its keys and the session's would sit in different slots of a cluster.
+            raise ValueError(f"run {run_id} is not in the shard of session {session_id}")
         result = await self._acked["create_session_run"](
             keys=[
                 self.keys.run(run_id),
-                self.keys.queue,
+                self.keys.queue_of(run_id),
                 self.keys.session_active(session_id),
                 self.keys.session_pending(session_id),
-                self.keys.blocked,
+                self.keys.blocked_of(run_id),
                 self.keys.readers(run_id),
             ],
             args=[
                 run_id,
                 self._record_ttl,
-                self.keys.wake_channel,
+                self.keys.wake_channel_of(run_id),
                 strategy,
                 read_by or "",
                 PRESENCE_TTL_MS,
@@ -153,8 +166,12 @@ class RunRepository:
     async def supersede_abandoned(self, limit: int = 100) -> list[str]:
         """Stop the active session runs nobody reads any more that keep a parked run waiting
         (``lua/abandoned.lua``); their ids. Every reaper pass calls it."""
-        found = await self._scripts["abandoned"](keys=[self.keys.blocked], args=[limit])
-        stopped = [_decode(run_id) for run_id in found]
+        stopped: list[str] = []
+        for shard in self.keys.shard_ids:
+            found = await self._scripts["abandoned"](
+                keys=[self.keys.blocked_at(shard)], args=[limit]
+            )
+            stopped += [_decode(run_id) for run_id in found]
         for run_id in stopped:
             await self.request_stop(run_id)
         return stopped
@@ -210,16 +227,16 @@ class RunRepository:
             keys=[
                 self.keys.run(run_id),
                 self.keys.events(run_id),
-                self.keys.leases,
-                self.keys.queue,
-                current_stats_key(self.keys),
+                self.keys.leases_of(run_id),
+                self.keys.queue_of(run_id),
+                current_stats_key(self.keys, run_id),
             ],
             args=[
                 run_id,
                 repr(time.time()),
                 self.settings.retention_seconds,
                 self.settings.stream_maxlen,
-                self.keys.control_channel,
+                self.keys.control_channel_of(run_id),
             ],
         )
         verdict = _decode(result[0])
@@ -236,9 +253,9 @@ class RunRepository:
         result = await self._scripts["claim"](
             keys=[
                 self.keys.run(run_id),
-                self.keys.leases,
-                self.keys.queue,
-                current_stats_key(self.keys),
+                self.keys.leases_of(run_id),
+                self.keys.queue_of(run_id),
+                current_stats_key(self.keys, run_id),
             ],
             args=[
                 run_id,

@@ -19,6 +19,7 @@ back under the job (``settle_open``) by the schedulers' passes and by API reads.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 from dataclasses import dataclass
 from datetime import tzinfo
@@ -53,6 +54,10 @@ class FireObserver(Protocol):
 
 def job_timezone(settings: ScheduleSettings) -> tzinfo:
     return ZoneInfo(settings.timezone)
+
+
+# How long a tick's pinned run id is kept (cluster only): longer than any worker takes to fire it.
+_TICK_PIN_TTL = 2 * 86_400
 
 
 def tick_run_id(namespace: str, job_id: str, tick: float) -> str:
@@ -129,6 +134,7 @@ class Firing:
         schedule = Schedule.from_stored(job.schedule)
         next_tick, missed = next_after(schedule, tick, now, self.tz)
         run_id = tick_run_id(self.repository.keys.namespace, job.id, tick)
+        run_id = await self._in_session_shard(job, run_id, pin=True)
         created = False
         # Recorded already: its run may have expired since, and must not be created again.
         if not await self.store.job_fire_recorded(run_id):
@@ -148,12 +154,32 @@ class Firing:
     async def fire_now(self, job: JobRow, now: float) -> str:
         """A manual run (``POST /api/jobs/{id}/run``): fires at once, leaves the schedule and
         ``repeat`` alone. Returns the run id."""
-        run_id = new_run_id()
+        run_id = await self._in_session_shard(job, new_run_id(), pin=False)
         await self.create_run(job, run_id)
         await self.store.record_fire(FireRecord(job.id, run_id, MANUAL, now))
         if self.observer is not None:
             self.observer.job_fired(MANUAL)
         return run_id
+
+    async def _in_session_shard(self, job: JobRow, run_id: str, *, pin: bool) -> str:
+        """``run_id``, or on a Redis Cluster one in the shard of the session the fire runs in
+        (its keys and the session's must share a slot). A tick's run id must be the same on
+        every worker, but the session (its tip) is read at fire time: the first worker pins
+        the id (``SET NX`` of ``keys.tick``) and every other one takes it, so the run's
+        creation, atomic in its shard, still happens once per tick."""
+        keys = self.repository.keys
+        if not keys.cluster:
+            return run_id
+        session_id = await self.store.resolve_tip(job.session_id)
+        if keys.in_session_shard(run_id, session_id):
+            return run_id
+        if not pin:
+            return new_run_id(keys, session_id)
+        candidates = (f"{run_id}_{n}" for n in itertools.count())
+        drawn = next(c for c in candidates if keys.in_session_shard(c, session_id))
+        redis = self.repository.redis
+        pinned = await redis.set(keys.tick(run_id), drawn, nx=True, get=True, ex=_TICK_PIN_TTL)
+        return drawn if pinned is None else pinned.decode()
 
     async def settle(self, fires: list[JobRunRow]) -> None:
         """Copy the status of each fire's run (and, once ended, its output or error) into

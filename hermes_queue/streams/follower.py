@@ -69,6 +69,10 @@ class Sink(Protocol):
         stream stays the truth), so the sink is expected to stop following the stream."""
 
 
+_MESSAGES = (b"message", b"smessage")
+_CONFIRMATIONS = (b"subscribe", b"ssubscribe")
+
+
 def _bulk(value: bytes) -> bytes:
     """One RESP bulk string."""
     return b"$%d\r\n%s\r\n" % (len(value), value)
@@ -90,8 +94,21 @@ class _Followed:
 class Follower:
     """``follow()`` and ``unfollow()`` streams between ``start()`` and ``aclose()``."""
 
-    def __init__(self, redis: Redis, *, count: int, poll_seconds: float, client_name: str) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        count: int,
+        poll_seconds: float,
+        client_name: str,
+        sharded: bool = False,
+    ) -> None:
         self.redis = redis
+        # On a Redis Cluster the scripts publish with SPUBLISH (runs/scripts.py): subscribe to
+        # the sharded channels, on the node serving them (streams/sharded.py).
+        self.sharded = sharded
+        self._subscribe = "SSUBSCRIBE" if sharded else "SUBSCRIBE"
+        self._unsubscribe = "SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE"
         self.count = count  # entries per stream per XREAD
         self.poll_seconds = poll_seconds
         self.client_name = client_name
@@ -193,10 +210,10 @@ class Follower:
             try:
                 if added:
                     self._subscribed |= added
-                    await listener.send_command("SUBSCRIBE", *added)
+                    await listener.send_command(self._subscribe, *added)
                 if dropped:
                     self._subscribed -= dropped
-                    await listener.send_command("UNSUBSCRIBE", *dropped)
+                    await listener.send_command(self._unsubscribe, *dropped)
             except REDIS_DOWN as exc:  # the reader sees the same connection fail
                 log.warning("stream hub SUBSCRIBE failed: %r", exc)
                 return
@@ -261,13 +278,17 @@ class Follower:
             self._dirty.update(self._streams)
             return
         kind, channel = message[0], message[1]
-        if kind not in (b"message", b"subscribe"):
+        if kind == b"sunsubscribe" and channel.decode() in self._streams:
+            # Redis dropped a sharded subscription we hold: its slot moved (a failover, a
+            # resharding). Reconnect, to the node serving it now, and read everything.
+            raise ConnectionError(f"sharded channel {channel!r} unsubscribed by Redis")
+        if kind not in _MESSAGES and kind not in _CONFIRMATIONS:
             return
         key = channel.decode()
         stream = self._streams.get(key)
         if stream is None:
             return
-        if kind == b"message" and key not in self._dirty and stream.seq is not None:
+        if kind in _MESSAGES and key not in self._dirty and stream.seq is not None:
             # The entry itself: hand it on if it is the next one, skip it if already read.
             entry = split_published(message[2])
             if entry is not None:

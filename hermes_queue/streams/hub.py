@@ -45,6 +45,7 @@ from hermes_queue.streams.reader import (
     read_from_cursor,
     read_range,
 )
+from hermes_queue.streams.sharded import ShardedFollower
 from hermes_queue.streams.subscription import Subscription
 
 
@@ -142,9 +143,20 @@ class StreamHub:
         self.queue_size = queue_size
         # A page never exceeds a subscriber's buffer, so one XREAD cannot overflow it alone.
         self.page_size = max(1, min(count, queue_size))
-        self.follower = Follower(
-            self.redis, count=self.page_size, poll_seconds=poll_ms / 1000, client_name=client_name
-        )
+        poll_seconds = poll_ms / 1000
+        self.follower: Follower | ShardedFollower
+        if keys.cluster:  # a follower per shard, each on the node serving it
+            self.follower = ShardedFollower(
+                self.redis,
+                keys,
+                count=self.page_size,
+                poll_seconds=poll_seconds,
+                client_name=client_name,
+            )
+        else:
+            self.follower = Follower(
+                self.redis, count=self.page_size, poll_seconds=poll_seconds, client_name=client_name
+            )
         # Bounds pool connections used by replays when many clients (re)connect at once.
         self._replay_slots = asyncio.Semaphore(replay_concurrency)
         # Which runs this process's clients read, as the run scripts see it (presence.py).

@@ -160,6 +160,9 @@ class ReaderPresence:
             self._settle_flushes(made)
 
     async def _write(self, changes: dict[str, bool]) -> None:
+        if self.keys.cluster:
+            await self._write_each(changes)
+            return
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for run_id, present in changes.items():
@@ -173,6 +176,25 @@ class ReaderPresence:
                 await pipe.execute()
         except Exception as exc:  # advisory: the next renewal writes every present run again
             log.warning("reader presence not written (%d runs): %r", len(changes), exc)
+
+    async def _write_each(self, changes: dict[str, bool]) -> None:
+        """On a cluster: a call per run, concurrently (a cluster pipeline takes no scripts
+        but as raw commands, which do not load a script a node lacks)."""
+
+        async def write(run_id: str, present: bool) -> None:
+            key = self.keys.readers(run_id)
+            if present:
+                await self._vouch(keys=[key], args=[self.reader_id, self.ttl_ms])
+            else:
+                await self.redis.zrem(key, self.reader_id)
+
+        results = await asyncio.gather(
+            *(write(run_id, present) for run_id, present in changes.items()),
+            return_exceptions=True,
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:  # advisory: the next renewal writes every present run again
+            log.warning("reader presence not written (%d runs): %r", len(failed), failed[0])
 
 
 __all__ = ["TTL_MS", "ReaderPresence", "new_reader_id"]

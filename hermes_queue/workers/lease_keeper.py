@@ -14,10 +14,12 @@ presence entry.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -60,6 +62,8 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._client = connect_sync(redis_settings)
         self._renew = self._client.register_script(leases.renew_script)
+        # On a cluster: the nodes whose renewals failed on the last beat (_renew_per_node).
+        self._failed_nodes: set[str] = set()
         self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
 
     def start(self) -> None:
@@ -100,18 +104,63 @@ class LeaseKeeper:
     def beat(self) -> None:
         with self._lock:
             runs = list(self._runs.items())
-        with self._client.pipeline(transaction=False) as pipe:
-            for run_id, attempt in runs:
-                keys, args = self.leases.renew_args(run_id, attempt)
-                self._renew(keys=keys, args=args, client=pipe)
-            now_ms = int(time.time() * 1000)
-            pipe.zadd(self.keys.workers, {self.worker_id: now_ms})
-            pipe.hset(
-                self.keys.worker(self.worker_id),
-                mapping={**self._record, "busy": len(runs), "seen_ms": now_ms},
-            )
-            pipe.expire(self.keys.worker(self.worker_id), int(self.settings.lease_seconds * 3))
-            results = pipe.execute()
-        for (run_id, _attempt), verdict in zip(runs, results[: len(runs)], strict=True):
+        if self.keys.cluster:
+            verdicts = self._renew_per_node(runs)
+            with self._client.pipeline(transaction=False) as pipe:
+                self._register(pipe, len(runs))
+                pipe.execute()
+        else:
+            with self._client.pipeline(transaction=False) as pipe:
+                for run_id, attempt in runs:
+                    keys, args = self.leases.renew_args(run_id, attempt)
+                    self._renew(keys=keys, args=args, client=pipe)
+                self._register(pipe, len(runs))
+                results = pipe.execute()
+            verdicts = dict(zip((run_id for run_id, _ in runs), results, strict=False))
+        for run_id, _attempt in runs:
+            verdict = verdicts.get(run_id)
             if verdict in (LEASE_LOST, STOP_REQUESTED):
                 self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))
+
+    def _register(self, pipe: Any, busy: int) -> None:
+        """This worker's entry in the registry (``keys.workers``, ``keys.worker``)."""
+        now_ms = int(time.time() * 1000)
+        pipe.zadd(self.keys.workers, {self.worker_id: now_ms})
+        pipe.hset(
+            self.keys.worker(self.worker_id),
+            mapping={**self._record, "busy": busy, "seen_ms": now_ms},
+        )
+        pipe.expire(self.keys.worker(self.worker_id), int(self.settings.lease_seconds * 3))
+
+    def _renew_per_node(self, runs: list[tuple[str, int]]) -> dict[str, Any]:
+        """On a Redis Cluster: one pipelined round trip per node serving the runs' shards, each
+        node's failure its own, so a primary that died leaves the leases on the others renewed.
+        Nodes that failed on the last beat go last (a dead host costs a connect timeout), and a
+        failure refreshes the slot table, so the next beat reaches the promoted replica. The
+        renewal verdicts by run id (missing: not renewed this beat)."""
+        by_node: dict[str, list[tuple[str, int]]] = {}
+        nodes: dict[str, Any] = {}
+        for run_id, attempt in runs:
+            node = self._client.get_node_from_key(self.keys.run(run_id))  # type: ignore[attr-defined]
+            by_node.setdefault(node.name, []).append((run_id, attempt))
+            nodes[node.name] = node
+        verdicts: dict[str, Any] = {}
+        failed: set[str] = set()
+        for name in sorted(by_node, key=lambda name: name in self._failed_nodes):
+            client = self._client.get_redis_connection(nodes[name])  # type: ignore[attr-defined]
+            try:
+                with client.pipeline(transaction=False) as pipe:
+                    for run_id, attempt in by_node[name]:
+                        keys, args = self.leases.renew_args(run_id, attempt)
+                        self._renew(keys=keys, args=args, client=pipe)
+                    results = pipe.execute()
+            except redis.RedisError as exc:
+                log.warning("lease heartbeat to %s failed: %s", name, exc)
+                failed.add(name)
+                continue
+            verdicts.update(zip((run_id for run_id, _ in by_node[name]), results, strict=True))
+        self._failed_nodes = failed
+        if failed:
+            with contextlib.suppress(redis.RedisError):
+                self._client.nodes_manager.initialize()  # type: ignore[attr-defined]
+        return verdicts

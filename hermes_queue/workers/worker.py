@@ -15,9 +15,10 @@ import logging
 import os
 import socket
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from hermes_queue.agents import load_backend
 from hermes_queue.aio import cancel_and_wait, cancel_requested
@@ -35,18 +36,52 @@ from hermes_queue.runs.repository import RunRepository
 from hermes_queue.schedules.scheduler import start_scheduler
 from hermes_queue.store import open_store
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
+from hermes_queue.workers.shard_listener import listen_shards
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from hermes_queue.workers.warmup import WarmUpState, warm_up
 
 log = logging.getLogger(__name__)
 
 
+def _on_control(rt: WorkerRuntime, data: str) -> None:
+    """On the control channel an answer is ``approval:<run_id>``, a stop request the bare run
+    id."""
+    if data.startswith(APPROVAL_MESSAGE_PREFIX):
+        rt.approval_answered(data.removeprefix(APPROVAL_MESSAGE_PREFIX))
+    else:
+        rt.signal(data, STOP_REQUESTED)
+
+
+async def _listen_cluster(
+    redis: aioredis.Redis, keys: Keys, worker: WakeableWorker, rt: WorkerRuntime
+) -> None:
+    """On a Redis Cluster: every shard's channels (``shard_listener.py``)."""
+    pending = set(keys.shard_ids)
+
+    def subscribed() -> None:
+        if pending:
+            pending.pop()
+            if not pending:
+                worker.listening.set()
+        worker.wake()  # anything enqueued while that shard was not heard
+
+    def heard(kind: str, shard: int, data: str) -> None:
+        if kind == "wake":
+            worker.wake(shard)  # its next poll reads that shard's queue
+        else:
+            _on_control(rt, data)
+
+    await listen_shards(cast("RedisCluster", redis), keys, heard, subscribed)
+
+
 async def _listen(
     redis: aioredis.Redis, keys: Keys, worker: WakeableWorker, rt: WorkerRuntime
 ) -> None:
     """Wake-ups, stop requests and approval answers over pub/sub; reconnects on its own after
-    a Redis outage. On the control channel an answer is ``approval:<run_id>``, a stop request
-    the bare run id."""
+    a Redis outage."""
+    if keys.cluster:
+        await _listen_cluster(redis, keys, worker, rt)
+        return
     delay = 0.1
     while not cancel_requested():
         pubsub = redis.pubsub(ignore_subscribe_messages=True)
@@ -60,11 +95,7 @@ async def _listen(
                 if channel == keys.wake_channel:
                     worker.wake()
                     continue
-                data = message["data"].decode()
-                if data.startswith(APPROVAL_MESSAGE_PREFIX):
-                    rt.approval_answered(data.removeprefix(APPROVAL_MESSAGE_PREFIX))
-                else:
-                    rt.signal(data, STOP_REQUESTED)
+                _on_control(rt, message["data"].decode())
         except (OSError, aioredis.RedisError) as exc:
             log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
             await asyncio.sleep(delay)
@@ -125,8 +156,9 @@ class WorkerProcess:
     async def start(self, worker: WakeableWorker) -> None:
         settings, metrics = self.settings, self.metrics
         redis = connect(settings.redis)
-        listener = connect(settings.redis, for_pubsub=True)
-        self._clients = [redis, listener]
+        # On a cluster the listener is per shard, on the node serving it (shard_listener.py).
+        listener = redis if settings.redis.cluster else connect(settings.redis, for_pubsub=True)
+        self._clients = [redis] if settings.redis.cluster else [redis, listener]
         keys = settings.redis.keys
         repository = RunRepository(redis, keys, settings.runs, on_finished=metrics.count_outcome)
         backend = load_backend(settings.agents.backend, **backend_options(settings))

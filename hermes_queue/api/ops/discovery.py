@@ -287,7 +287,8 @@ async def health_detailed(request: web.Request) -> web.Response:
         return {"status": status, "count": len(workers), "slots": slots, "busy": busy}
 
     async def check_queue() -> dict[str, Any]:
-        return {"status": "ok", "ready": await redis.zcard(keys.queue)}
+        ready = [await redis.zcard(keys.queue_at(shard)) for shard in keys.shard_ids]
+        return {"status": "ok", "ready": sum(ready)}
 
     redis_check, store_check, workers_check, queue_check = await asyncio.gather(
         _guarded("redis", check_redis, "latency_ms"),

@@ -147,6 +147,12 @@ class TurnStarter:
         await self._backpressure.admit()
         run_id = new_run_id()
         session_id = await self._session_for(turn, run_id)
+        keys = self._runs.runs.keys
+        if not isinstance(turn.session, RunSession) and not keys.in_session_shard(
+            run_id, session_id
+        ):
+            # On a Redis Cluster a session turn's run lives in its session's shard.
+            run_id = new_run_id(keys, session_id)
         if beside is not None:
             await beside.write(run_id, session_id)
         try:

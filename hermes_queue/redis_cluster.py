@@ -1,0 +1,195 @@
+"""A Redis Cluster behind ``redis+cluster://host:port[,host:port…]``: its clients.
+
+``redis_client`` hands a cluster URL here. The clients, by what they serve:
+
+* :func:`connect_cluster` / :func:`connect_cluster_sync`: redis-py's ``RedisCluster``, which
+  routes each command (and each script call, by its first key) to the primary of its slot and
+  follows ``MOVED`` and failovers on its own. Every run script names keys of one slot
+  (``keys.py``), so it runs there unchanged.
+* :func:`connect_node`: a plain client whose connections go to the primary serving a slot,
+  looked up each time one connects: a shard's sharded pub/sub (``SSUBSCRIBE``; redis-py 5's
+  asyncio ``RedisCluster`` has no pub/sub of its own), the stream hub's ``XREAD``\\ s of one
+  shard and a worker's pipelined appends to it (``streams/sharded.py``,
+  ``workers/shard_listener.py``, ``redis_pipeline.SlotPipelines``). Where a slot is served is
+  asked of a :class:`SlotMap` (a cluster client of its own); after the first connection each
+  new one asks the cluster again, so a connection lost to a failover reconnects to the promoted
+  replica.
+
+The seeds in the URL are only where the slot table is first asked for: list several nodes so
+that one being down does not stop a process from starting. The credentials are every node's;
+a cluster has only database 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio as aioredis
+import redis.cluster
+from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+
+CLUSTER_SCHEME = "redis+cluster"
+DEFAULT_PORT = 6379
+
+Resolve = Callable[[], Awaitable[tuple[str, int]]]
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A ``redis+cluster://`` URL, parsed."""
+
+    seeds: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_cluster_url(url: str) -> ClusterTarget | None:
+    """The cluster ``url`` names; None for any other URL. ValueError when malformed (the
+    message never repeats the password)."""
+    if url.partition("://")[0].lower() != CLUSTER_SCHEME:
+        return None
+    parts = urlsplit(url)
+    if parts.query or parts.fragment:
+        raise ValueError("a redis+cluster URL takes no query or fragment")
+    if parts.path not in ("", "/", "/0"):
+        raise ValueError("a Redis Cluster has only database 0")
+    seeds = tuple(_host_port(item) for item in parts.netloc.rpartition("@")[2].split(","))
+    return ClusterTarget(
+        seeds=seeds,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+    )
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    item = item.strip()
+    if item.startswith("["):  # [ipv6]:port
+        host, _, port = item[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+    if not host:
+        raise ValueError(f"cluster node address {item!r} has no host")
+    if port and not port.isdigit():
+        raise ValueError(f"cluster node address {item!r} has a bad port")
+    return host, int(port) if port else DEFAULT_PORT
+
+
+def connect_cluster(target: ClusterTarget, **options: Any) -> AsyncRedisCluster:
+    """An asyncio cluster client; ``max_connections`` bounds each node's pool."""
+    options.pop("timeout", None)  # a pool's wait for a free connection: not a cluster option
+    options.pop("health_check_interval", None)
+    client: AsyncRedisCluster = AsyncRedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in target.seeds],
+        username=target.username,
+        password=target.password,
+        **options,
+    )
+    return client
+
+
+def connect_cluster_sync(target: ClusterTarget, **options: Any) -> redis.cluster.RedisCluster:
+    """A synchronous cluster client (the lease keeper's thread)."""
+    nodes = [redis.cluster.ClusterNode(host, port) for host, port in target.seeds]  # type: ignore[no-untyped-call]
+    client: redis.cluster.RedisCluster = redis.cluster.RedisCluster(
+        startup_nodes=nodes,
+        username=target.username,
+        password=target.password,
+        **options,
+    )
+    return client
+
+
+class NodeConnection(aioredis.Connection):
+    """A connection that asks ``resolve`` which node to reach each time it connects."""
+
+    def __init__(self, *, resolve: Resolve, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.resolve = resolve
+
+    async def _connect(self) -> None:
+        self.host, self.port = await self.resolve()
+        await super()._connect()  # type: ignore[no-untyped-call]
+
+
+class SlotMap:
+    """Which primary serves which slot, for the node clients: a cluster client of its own that
+    sends nothing but ``CLUSTER SLOTS``, so refreshing it never disturbs the commands in flight
+    on the process's cluster client (redis-py replaces and disconnects a refreshed client's
+    nodes). One refresh at a time, at most one per :data:`REFRESH_INTERVAL`."""
+
+    REFRESH_INTERVAL = 0.25
+
+    def __init__(self, cluster: AsyncRedisCluster) -> None:
+        seeds = [ClusterNode(n.host, n.port) for n in cluster.nodes_manager.startup_nodes.values()]
+        credentials = {k: cluster.connection_kwargs.get(k) for k in ("username", "password")}
+        self._client = AsyncRedisCluster(startup_nodes=seeds, **credentials)
+        self._lock = asyncio.Lock()
+        self._refreshed_at = 0.0
+
+    async def primary(self, slot: int, *, refresh: bool) -> tuple[str, int]:
+        """The address of the primary serving ``slot``; ``refresh``: ask the cluster first (a
+        reconnect: the node may have failed over)."""
+        async with self._lock:
+            await self._client.initialize()
+            now = asyncio.get_running_loop().time()
+            if refresh and now - self._refreshed_at >= self.REFRESH_INTERVAL:
+                self._refreshed_at = now
+                await self._client.nodes_manager.initialize()
+        node = self._client.nodes_manager.get_node_from_slot(slot)
+        return node.host, int(node.port)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+# One slot map per cluster client (the process's), shared by all its node clients.
+_slot_maps: weakref.WeakKeyDictionary[AsyncRedisCluster, SlotMap] = weakref.WeakKeyDictionary()
+
+
+def node_resolver(cluster: AsyncRedisCluster, slot: int) -> Resolve:
+    """Where a node connection goes: the primary of ``slot``. The first lookup uses the slot
+    table as it is; every later one (a reconnect) refreshes it first."""
+    slots = _slot_maps.get(cluster)
+    if slots is None:
+        slots = _slot_maps[cluster] = SlotMap(cluster)
+    connected = False
+
+    async def resolve() -> tuple[str, int]:
+        nonlocal connected
+        address = await slots.primary(slot, refresh=connected)
+        connected = True
+        return address
+
+    return resolve
+
+
+def connect_node(cluster: AsyncRedisCluster, slot: int, **options: Any) -> aioredis.Redis:
+    """A plain client of the node serving ``slot``, re-resolved on every new connection, with
+    the cluster client's credentials; ``options`` as for a plain client (timeouts)."""
+    credentials = {name: cluster.connection_kwargs.get(name) for name in ("username", "password")}
+    pool = aioredis.ConnectionPool(
+        connection_class=NodeConnection,
+        resolve=node_resolver(cluster, slot),
+        **credentials,
+        **options,
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
+__all__ = [
+    "CLUSTER_SCHEME",
+    "ClusterTarget",
+    "NodeConnection",
+    "connect_cluster",
+    "connect_cluster_sync",
+    "connect_node",
+    "parse_cluster_url",
+]
