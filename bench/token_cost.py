@@ -8,8 +8,9 @@ worker (``--worker-concurrency`` slots). Over each round (after a warm-up): Redi
 per token (``total_commands_processed`` delta: commands inside scripts included, as the target
 counts them; and script calls alone, ``EVALSHA``), stream entries written per token, the
 ``message.delta`` frames a reader got per token, and time to first token (POST sent → first
-delta frame). The run's fixed work (create, claim, finish, the SSE request's reads) is in
-every figure, shared by its tokens.
+delta frame); the API's, the worker's and the clients' CPU per token too (what an API
+replica and a worker carry at that rate). The run's fixed work (create, claim, finish, the SSE
+request's reads) is in every figure, shared by its tokens.
 
     python -m bench.token_cost [--rounds 2] [--runs 256] [--concurrency 128] [--words 200]
         [--delay 0.02] [--coalesce-ms N]
@@ -24,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 from typing import Any
+
+import psutil
 
 from bench.lib import closed_loop, deploy, report
 
@@ -40,14 +43,22 @@ def calls(dep: deploy.Deployment, *names: str) -> int:
     return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
 
 
-async def one_round(dep: deploy.Deployment, base: str, args: argparse.Namespace) -> dict[str, Any]:
+async def one_round(
+    dep: deploy.Deployment, base: str, args: argparse.Namespace, procs: dict[str, psutil.Process]
+) -> dict[str, Any]:
     cpu0, cmd0 = redis_cpu_s(dep), dep.total_commands()
     eval0, xadd0 = calls(dep, "evalsha", "eval"), calls(dep, "xadd")
+    proc0 = {role: report.cpu_s(proc) for role, proc in procs.items()}
     result = await closed_loop.level(base, args.concurrency, args.runs, args.timeout, args.words)
     cpu1, cmd1 = redis_cpu_s(dep), dep.total_commands()
     eval1, xadd1 = calls(dep, "evalsha", "eval"), calls(dep, "xadd")
+    proc1 = {role: report.cpu_s(proc) for role, proc in procs.items()}
     tokens = max(result["deltas"], 1)
     return {
+        **{
+            f"{role}_cpu_us_per_token": round((proc1[role] - proc0[role]) / tokens * 1e6, 2)
+            for role in procs
+        },
         "ok": result["ok"],
         "failures": result["failures"],
         "tokens": result["deltas"],
@@ -83,14 +94,22 @@ async def main() -> None:
     rounds: list[dict[str, Any]] = []
     with deploy.Deployment("token-cost", overrides=overrides) as dep:
         base = await dep.start_api()
-        await dep.start_workers(1)
+        [worker] = await dep.start_workers(1)
+        procs = {
+            "api": dep.api_procs[0],
+            "worker": psutil.Process(worker.pid),
+            "client": psutil.Process(),
+        }
         await closed_loop.level(base, 8, 16, 60, 20)  # warm-up: pools at their working size
         for index in range(args.rounds):
-            rounds.append(await one_round(dep, base, args))
+            rounds.append(await one_round(dep, base, args, procs))
             print(f"round {index + 1}: {rounds[-1]}", flush=True)
         coalesce = dep.settings.runs.stream_coalesce_ms
     fields = [
         "redis_cpu_us_per_token",
+        "api_cpu_us_per_token",
+        "worker_cpu_us_per_token",
+        "client_cpu_us_per_token",
         "commands_per_token",
         "script_calls_per_token",
         "entries_per_token",
