@@ -83,6 +83,20 @@ def _start_server(workdir: str, port: int, *extra: str) -> subprocess.Popen[byte
     raise RuntimeError(f"redis-server did not listen on {port}")
 
 
+def cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free and valid too."""
+    while True:
+        port = free_port()
+        if port + 10_000 > 65_535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+
+
 def cluster_slots(node: Node) -> list[Node]:
     """The cluster's primaries as ``node`` sees them, each with its slot ranges."""
     primaries: dict[tuple[str, int], Node] = {}
@@ -115,7 +129,7 @@ def started(primaries: int) -> Iterator[list[Node]]:
             processes.append(_start_server(workdir, port))
             yield [Node("127.0.0.1", port)]
             return
-        ports = [free_port() for _ in range(primaries)]
+        ports = [cluster_port() for _ in range(primaries)]
         for port in ports:
             folder = f"{workdir}/{port}"
             subprocess.run(["mkdir", "-p", folder], check=True)
