@@ -22,7 +22,7 @@ with a hash tag on its primary, so the queue and lease keys its create/claim/fin
 in the same slot). ``--nodes host:port,…`` uses primaries already running instead (a cluster's
 are read from ``CLUSTER SLOTS``). Everything is bounded: ``--seconds`` per scenario.
 
-    python -m bench.capacity [--primaries 1|3] [--procs 3] [--seconds 5] [--readers 0,1,2,4,8]
+    python -m bench.capacity [--primaries 1|3] [--procs 3] [--seconds 4] [--readers 0,1,2,4,8]
 """
 
 from __future__ import annotations
@@ -218,7 +218,9 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=3, help="load processes in all")
     parser.add_argument("--streams", type=int, default=200, help="runs per load process")
     parser.add_argument("--seconds", type=float, default=4.0, help="measured window")
-    parser.add_argument("--readers", default="0,1,2,4,8", help="hubs per stream to try")
+    parser.add_argument(
+        "--readers", default="0,1,2,4,8", help="hubs per stream to try (1 is always measured)"
+    )
     parser.add_argument(
         "--window-tokens",
         type=int,
@@ -234,7 +236,8 @@ def main() -> None:
         out["primaries"] = [n.address for n in nodes]
         shas = prepare(nodes)
         scenarios: list[tuple[str, list[load.Spec], int]] = []
-        for readers in [int(r) for r in args.readers.split(",")]:
+        # One hub per stream (one API replica) is what the per-core summary below uses.
+        for readers in sorted({1, *(int(r) for r in args.readers.split(","))}):
             specs = append_specs(nodes, args.procs, args.streams, shas, 1, secs)
             scenarios.append((f"append 1 token, {readers} reader(s)", specs, readers))
         specs = append_specs(nodes, args.procs, args.streams, shas, args.window_tokens, secs)

@@ -14,14 +14,13 @@ import contextlib
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import redis
 
-from hermes_queue.redis_server import bundled_redis_server, free_port
+from hermes_queue.redis_server import EmbeddedRedis, bundled_redis_server, free_port
 
 SERVER = "/usr/bin/redis-server"
 CLI = "/usr/bin/redis-cli"
@@ -48,39 +47,6 @@ class Node:
 
 def server_binary() -> str:
     return SERVER if shutil.which(SERVER) else bundled_redis_server()
-
-
-def _start_server(workdir: str, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [
-            server_binary(),
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            workdir,
-            "--maxclients",
-            "10000",
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"redis-server on {port} exited with code {process.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return process
-        time.sleep(0.02)
-    process.kill()
-    raise RuntimeError(f"redis-server did not listen on {port}")
 
 
 def cluster_port() -> int:
@@ -121,26 +87,18 @@ def given(addresses: str) -> list[Node]:
 @contextlib.contextmanager
 def started(primaries: int) -> Iterator[list[Node]]:
     """``primaries`` fresh primaries: a standalone server for 1 (no cluster), else a cluster."""
-    workdir = tempfile.mkdtemp(prefix="hq-capacity-")
-    processes: list[subprocess.Popen[bytes]] = []
+    servers: list[EmbeddedRedis] = []
     try:
         if primaries == 1:
-            port = free_port()
-            processes.append(_start_server(workdir, port))
-            yield [Node("127.0.0.1", port)]
+            servers.append(EmbeddedRedis.start(binary=server_binary()))
+            yield [Node("127.0.0.1", servers[0].port)]
             return
-        ports = [cluster_port() for _ in range(primaries)]
-        for port in ports:
-            folder = f"{workdir}/{port}"
-            subprocess.run(["mkdir", "-p", folder], check=True)
-            processes.append(
-                _start_server(
-                    folder,
-                    port,
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    f"{folder}/nodes.conf",
+        for _ in range(primaries):
+            servers.append(
+                EmbeddedRedis.start(
+                    cluster_port(),
+                    binary=server_binary(),
+                    extra_args=("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
                 )
             )
         subprocess.run(
@@ -148,7 +106,7 @@ def started(primaries: int) -> Iterator[list[Node]]:
                 CLI,
                 "--cluster",
                 "create",
-                *[f"127.0.0.1:{p}" for p in ports],
+                *[f"127.0.0.1:{s.port}" for s in servers],
                 "--cluster-replicas",
                 "0",
                 "--cluster-yes",
@@ -158,7 +116,7 @@ def started(primaries: int) -> Iterator[list[Node]]:
             stderr=subprocess.DEVNULL,
             timeout=60,
         )
-        first = Node("127.0.0.1", ports[0])
+        first = Node("127.0.0.1", servers[0].port)
         deadline = time.monotonic() + 30
         while first.client().info("cluster").get("cluster_state") != "ok" and (
             time.monotonic() < deadline
@@ -169,14 +127,8 @@ def started(primaries: int) -> Iterator[list[Node]]:
             raise RuntimeError(f"cluster has {len(nodes)} primaries, wanted {primaries}")
         yield nodes
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        shutil.rmtree(workdir, ignore_errors=True)
+        for server in servers:
+            server.stop()
 
 
 def cpu_s(node: Node) -> float:
