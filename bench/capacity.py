@@ -72,7 +72,7 @@ def prepare(nodes: list[Node]) -> dict[str, str]:
     shas: dict[str, str] = {}
     for node in nodes:
         client = node.client()
-        for name in ("append", "create", "claim", "finish"):
+        for name in ("append", "create", "claim", "finish", "vouch"):
             shas[name] = load.script_sha(client, name)
     return shas
 

@@ -26,6 +26,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.scripts import load_script
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams import presence
 from hermes_queue.streams.codec import encode_data
 
 BATCH = 128  # appends per send (a run workload sends BATCH // 8 runs)
@@ -52,8 +53,9 @@ def resp(*args: Any) -> bytes:
 
 
 def script_sha(client: Any, name: str) -> str:
-    """Load a run script (with its preludes, as the workers do) on a node; its SHA."""
-    return str(client.script_load(load_script(name)))
+    """Load a run script (with its preludes, as the workers do) on a node; its SHA. ``vouch``:
+    the API's reader-presence script (``streams/presence.py``)."""
+    return str(client.script_load(presence._VOUCH if name == "vouch" else load_script(name)))
 
 
 @dataclass
@@ -73,12 +75,14 @@ class Spec:
 class Pipe:
     """A connection that sends batches and counts replies, ``IN_FLIGHT`` batches ahead."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, nil_refuses: bool) -> None:
         self.sock = socket.create_connection((host, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = hiredis.Reader()
         self.errors: list[str] = []
         self.refused = 0
+        # A nil reply is a fenced-off append (append.lua); other scripts may answer nil.
+        self.nil_refuses = nil_refuses
 
     def read(self, count: int) -> None:
         while count:
@@ -90,7 +94,7 @@ class Pipe:
             if isinstance(reply, hiredis.ReplyError):
                 if len(self.errors) < 5:
                     self.errors.append(str(reply))
-            elif reply is None:
+            elif reply is None and self.nil_refuses:
                 self.refused += 1
 
 
@@ -100,7 +104,7 @@ Batches = Iterator[tuple[bytes, int, int]]  # (payload, commands, units: appends
 def drive(spec: Spec, batches: Batches, done: Any) -> dict[str, Any]:
     """Send ``batches`` until ``spec.seconds`` pass; ``done`` (a shared counter) counts the
     units whose replies came back, so the parent reads a rate over a window of its own."""
-    pipe = Pipe(spec.host, spec.port)
+    pipe = Pipe(spec.host, spec.port, nil_refuses=spec.kind == "append")
     pending: list[tuple[int, int]] = []
     deadline = time.monotonic() + spec.seconds
     while time.monotonic() < deadline:
@@ -147,10 +151,14 @@ def append_batches(spec: Spec) -> Batches:
 
 
 def run_commands(spec: Spec, keys: Keys, run_id: str, fields: dict[str, str]) -> list[bytes]:
-    """A run's fixed Redis work, as the stack does it (bench/redis_cost.py counts it): the
-    API's create, the worker's claim, its first append (``message.started``), the terminal
-    transition with the reply (``assistant.completed``, ``run.completed``), and the SSE
-    request's opening reads (record and first page, one pipeline in ``api/feed.py``)."""
+    """A run's fixed Redis work, as the stack does it (``bench/redis_cost.py --words 1`` lists
+    it): the API's create, the worker's look at the queue (``jobqueue/worker.py``) and claim,
+    its first append (``message.started``), the terminal transition with the reply
+    (``assistant.completed``, ``run.completed``), the SSE request's opening reads (record and
+    first page, one pipeline in ``api/feed.py``) and its reader presence (vouched, then removed:
+    ``streams/presence.py``). Not here: the hub's ``SUBSCRIBE`` of the run's channel (a
+    subscribed connection takes no other commands) and lease renewals (per second, not per
+    run)."""
     shas = spec.shas
     now = repr(time.time())
     stats = keys.stats(int(time.time() // 60))
@@ -168,6 +176,7 @@ def run_commands(spec: Spec, keys: Keys, run_id: str, fields: dict[str, str]) ->
             keys.wake_channel,
             *flat,
         ),
+        resp("ZRANGE", keys.queue, 0, 15),
         resp(
             "EVALSHA",
             shas["claim"],
@@ -220,8 +229,10 @@ def run_commands(spec: Spec, keys: Keys, run_id: str, fields: dict[str, str]) ->
             "usage",
             json.dumps({"input_tokens": 20}),
         ),
+        resp("EVALSHA", shas["vouch"], 1, keys.readers(run_id), "bench-reader", 6000),
         resp("HGETALL", keys.run(run_id)),
         resp("XRANGE", keys.events(run_id), "(0-0", "+", "COUNT", 100),
+        resp("ZREM", keys.readers(run_id), "bench-reader"),
     ]
 
 
