@@ -10,8 +10,9 @@ Redis CPU per operation (the figure that does not depend on who else used the ma
   tokens, what a delta window merges into one append), each publishing to the run's channel,
   which one stream hub per API replica reads (``--readers``: hubs subscribed per stream; 1 is
   one API replica);
-- **runs**: a run's fixed work (create, claim, first append, finish with the reply, the SSE
-  request's opening reads; ``capacity_load.run_commands``), on fresh runs;
+- **runs**: a run's fixed work (create, the worker's look at the queue and claim, first append,
+  finish with the reply, the SSE request's opening reads and reader presence;
+  ``capacity_load.run_commands``), on fresh runs;
 - **streams** at 20/50/100 tokens/s: derived from the two above for ``--tokens-per-run``-token
   replies, with one append per token (no window) and with the default delta window.
 
@@ -40,10 +41,11 @@ from redis.crc import key_slot
 from bench.lib import capacity_load as load
 from bench.lib import redis_nodes, report
 from bench.lib.redis_nodes import Node
+from hermes_queue.config.groups import RunSettings
 from hermes_queue.keys import Keys
 
 WARMUP_S = 1.0
-WINDOW_MS = 80.0  # the workers' default stream_coalesce_ms
+WINDOW_MS = RunSettings().stream_coalesce_ms  # the workers' default delta window
 
 
 def runs_on(node: Node, keys: Keys, count: int, prefix: str) -> list[str]:
