@@ -49,12 +49,23 @@ class EmbeddedRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     @classmethod
-    def start(cls, port: int | None = None, timeout: float = 10.0) -> EmbeddedRedis:
+    def start(
+        cls,
+        port: int | None = None,
+        timeout: float = 10.0,
+        *,
+        binary: str | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> EmbeddedRedis:
+        """A server on ``port`` (a free one by default): ``binary`` (default the bundled
+        ``redis-server``) with ``extra_args`` after the private-server ones (the capacity
+        benchmark's cluster nodes: ``--cluster-enabled yes``; relative paths are in its
+        temporary directory)."""
         port = port or free_port()
         workdir = tempfile.mkdtemp(prefix="hermes-queue-redis-")
         process = subprocess.Popen(
             [
-                bundled_redis_server(),
+                binary or bundled_redis_server(),
                 "--port",
                 str(port),
                 "--bind",
@@ -67,6 +78,7 @@ class EmbeddedRedis:
                 workdir,
                 "--maxclients",
                 "20000",
+                *extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -99,11 +99,13 @@ class RunSettings(_Group):
 
     retention_seconds: int = 86_400
     stream_maxlen: int = 10_000
-    # A reply's deltas go out at most once per stream_coalesce_ms, merged (the first at once;
-    # other events never wait): fewer stream entries, frames and Redis commands per token, for
-    # up to this much added latency per delta. 0: deltas are merged only while an append is in
-    # flight, which adds no latency.
-    stream_coalesce_ms: float = 0.0
+    # A reply's deltas go out at most once per stream_coalesce_ms, merged (the first at once,
+    # so time to first token is unchanged; other events never wait): fewer stream entries,
+    # frames and Redis commands per token, for up to this much added latency per delta. 80 ms
+    # is below what a reader can tell apart (a perceptual moment is ~100 ms; a word takes a
+    # reader ~240 ms) and halves Redis CPU per token at 50 tokens/s (docs/performance.md,
+    # issue 25). 0: deltas are merged only while an append is in flight (no added latency).
+    stream_coalesce_ms: float = 80.0
     lease_seconds: float = 10.0
     heartbeat_seconds: float = 1.0
     reaper_interval_seconds: float = 1.0

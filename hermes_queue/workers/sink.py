@@ -9,12 +9,12 @@ joined): one stream entry, one frame for clients, one ``XADD`` and one ``PUBLISH
 one per token. One flusher at a time keeps the stream in emit order, and ``flush()`` must be
 awaited before the terminal event is written.
 
-With ``stream_coalesce_ms`` set, a reply's deltas also wait for company: after one went out,
-the next goes no sooner than that many milliseconds later, with every delta emitted meanwhile.
-The first delta and every other event go at once (an event that is not a delta takes the
-waiting deltas with it), and so does everything once ``flush()`` is called. It trades up to
-that much latency per delta for fewer stream entries, frames and Redis commands per token,
-where tokens arrive spaced out and nothing is in flight to merge them with.
+With ``stream_coalesce_ms`` set (80 ms by default), a reply's deltas also wait for company:
+after one went out, the next goes no sooner than that many milliseconds later, with every
+delta emitted meanwhile. The first delta and every other event go at once (an event that is
+not a delta takes the waiting deltas with it), and so does everything once ``flush()`` is
+called. It trades up to that much latency per delta for fewer stream entries, frames and Redis
+commands per token, where tokens arrive spaced out and nothing is in flight to merge them with.
 
 Publishing events is the product, not an observer: a failed append is retried with backoff
 (with the same batch token, so a lost reply never duplicates events) and, if Redis stays away,

@@ -17,8 +17,10 @@ every later number. ``canonical`` also joins consecutive text deltas of one mess
 dialect (session ``assistant.delta``, runs ``message.delta``, chat ``delta.content`` chunks,
 Responses ``output_text.delta``): where a reply's text is cut into deltas is timing, not
 content — upstream batches Responses deltas in 50 ms windows (upstream-api.md §3.4) and follows
-the model's chunks elsewhere, and our worker merges the deltas that pile up behind an append in
-flight (docs/compatibility.md, "Token deltas"). The joined text is still compared.
+the model's chunks elsewhere, and our worker sends a reply's deltas at most once per
+``stream_coalesce_ms`` (80 ms by default; the first at once) and merges the deltas that pile up
+behind an append in flight (docs/compatibility.md, "Token deltas"). The joined text is still
+compared.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from hermes_queue.agents.base import CancelToken
 from hermes_queue.agents.echo import EchoBackend
 from hermes_queue.client import HermesQueueClient
@@ -72,6 +74,9 @@ async def test_stale_attempt_ending_does_not_untrack_the_live_one(
 
 
 async def test_fast_backend_events_are_batched_in_order(redis: Any, settings: Settings) -> None:
+    """Without a window (``stream_coalesce_ms`` 0), deltas merge only behind an append in
+    flight: what that merging alone does."""
+    settings = settings.replace(stream_coalesce_ms=0)
     repo = RunRepository(redis, settings.redis.keys, settings.runs)
     run_id = new_run_id()
     await repo.create(NewRun(run_id, "s", TurnRequest()))
@@ -151,6 +156,46 @@ async def test_coalescing_window_holds_only_deltas_that_follow_a_delta(
     got = await stream_events(5)
     assert [(e.type, e.data.get("delta")) for e in got[4:]] == [("message.delta", "de")]
     assert [e.seq for e in got] == [1, 2, 3, 4, 5]
+
+
+async def test_default_window_sends_the_first_delta_at_once_and_merges_the_next(
+    redis: Any, settings: Settings
+) -> None:
+    """The default delta window (80 ms): a reply's first delta is appended at once (time to
+    first token unchanged); deltas emitted within the window after it go out merged into one
+    entry, by themselves when the window ends (no flush needed), the text intact."""
+    window = Settings.of().runs.stream_coalesce_ms
+    assert window == 80.0
+    assert settings.runs.stream_coalesce_ms == window  # the tests run with the default
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
+    stream_key = Keys(settings.redis.namespace).events
+    loop = asyncio.get_running_loop()
+    for _ in range(3):  # a machine stalled past the window sends the next delta alone: retry
+        run_id = new_run_id()
+        await repo.create(NewRun(run_id, "s", TurnRequest()))
+        attempt = await repo.claim(run_id, "w")
+        assert attempt is not None
+        sink = RunEventSink(attempt)
+        key = stream_key(run_id)
+        await sink.delta("a ")
+        await eventually(lambda key=key: redis.xrange(key), lambda got: len(got) >= 2, within=10)
+        for text in ("b ", "c ", "d "):
+            await sink.delta(text)
+        assert sink._last_delta_append is not None
+        in_window = loop.time() - sink._last_delta_append < window / 1000
+        await eventually(lambda key=key: redis.xrange(key), lambda got: len(got) >= 3, within=10)
+        await asyncio.sleep(window / 1000 * 2)  # nothing more comes of them
+        entries = await redis.xrange(key)
+        events = [decode_entry(run_id, i, f) for i, f in entries]
+        assert [(e.type, e.data.get("delta")) for e in events[:2]] == [
+            ("message.started", None),
+            ("message.delta", "a "),
+        ]
+        assert "".join(e.data["delta"] for e in events[2:]) == "b c d "
+        if in_window:
+            assert [e.data["delta"] for e in events[2:]] == ["b c d "]
+            return
+    pytest.fail("three stalls past the window in a row")
 
 
 async def test_cancel_token_sleep_is_interruptible() -> None:
