@@ -7,7 +7,11 @@ Latency per delta = client receive time − the payload's ``timestamp`` (the wor
 just before its append script; same host, same clock). Includes the worker → Redis round trip,
 the hub's XREAD, rendering and the loopback HTTP hop to a client in another process.
 
-    python -m bench.event_latency [--quick] [--rates 100,1000] [--rounds 3]
+The workers run with ``stream_coalesce_ms`` 0 (``--coalesce-ms``), so each delta is an entry and
+a frame of its own: this measures the path, not the delta window (whose wait comes before the
+timestamp and which would cut the events per second).
+
+    python -m bench.event_latency [--quick] [--rates 100,1000] [--rounds 3] [--coalesce-ms 0]
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ async def main() -> None:
     parser.add_argument("--words", type=int, default=100)
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--coalesce-ms", type=float, default=0.0, help="stream_coalesce_ms")
     args = parser.parse_args()
     if args.quick:
         args.duration, args.rounds = 6.0, 1
@@ -77,7 +82,12 @@ async def main() -> None:
     results = []
     with deploy.Deployment("event-latency") as dep:
         base = await dep.start_api()
-        await dep.start_workers(1, echo_token_delay=args.delay, worker_concurrency=256)
+        await dep.start_workers(
+            1,
+            echo_token_delay=args.delay,
+            worker_concurrency=256,
+            stream_coalesce_ms=args.coalesce_ms,
+        )
         await measure(base, 2, 10, 1.5)  # warm-up
         for rate in rates:
             # Each token takes the delay plus the append's round trip: ~12 % more clients.

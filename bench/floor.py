@@ -20,10 +20,11 @@ hermes-queue (API + worker + Redis), on the same traffic, interleaved.
   for its turn number (the history went along) and ``done``; failures are reported and make
   the script exit non-zero.
 - rounds alternate the sides level by level; figures are medians over rounds, ratios per round.
-- ``--coalesce-ms N`` runs the stack with ``stream_coalesce_ms = N`` (deltas merged over N ms).
+- ``--coalesce-ms N`` runs the stack with ``stream_coalesce_ms = N`` (deltas merged over N ms);
+  without it, the deployment's default (80 ms).
 
     python -m bench.floor [--quick] [--rounds 3] [--levels 1,32] [--turns 3] [--workers 1]
-        [--token-delay 0.01] [--sides floor,stack] [--coalesce-ms 0]
+        [--token-delay 0.01] [--sides floor,stack] [--coalesce-ms N]
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--token-delay", type=float, default=0.01)
     parser.add_argument("--sides", default="floor,stack")
-    parser.add_argument("--coalesce-ms", type=float, default=0.0, help="stream_coalesce_ms")
+    parser.add_argument("--coalesce-ms", type=float, default=None, help="stream_coalesce_ms")
     args = parser.parse_args()
     args.level_list = [int(x) for x in args.levels.split(",") if x.strip()]
     args.side_list = [s.strip() for s in args.sides.split(",") if s.strip()]
@@ -221,8 +222,9 @@ async def main() -> None:
             floor = FloorProcess(llm)
             await floor.run(2, 2, 2)  # warm-up: imports done, clients and caches built
         if "stack" in args.side_list:
-            # stream_coalesce_ms only when set: a pinned older commit lacks the setting.
-            coalesce = {"stream_coalesce_ms": args.coalesce_ms} if args.coalesce_ms else {}
+            # stream_coalesce_ms only when given (0 too): a pinned older commit lacks it.
+            given = args.coalesce_ms is not None
+            coalesce = {"stream_coalesce_ms": args.coalesce_ms} if given else {}
             dep = queue_deployment("floor", llm.base_url, max(args.level_list), **coalesce)
             stack = await start_queue(dep, args.workers)
             await stack_run(stack, 2, 2, 2)  # warm-up, as the floor's

@@ -8,7 +8,7 @@ so this measures counts, not speed; throughput.py reports the same total
 (``total_commands_processed``) without it.
 
     python -m bench.redis_cost [--runs 100] [--concurrency 8] [--words 20] [--delay 0]
-        [--coalesce-ms 0]
+        [--coalesce-ms N]
 
 A run's fixed cost (create, claim, finish, the SSE request's reads) is shared by its tokens,
 so the figure per token falls with longer replies; ``--words 200`` is a typical chat reply.
@@ -39,10 +39,12 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--words", type=int, default=closed_loop.INPUT_WORDS)
     parser.add_argument("--delay", type=float, default=0.0, help="echo seconds per token")
-    parser.add_argument("--coalesce-ms", type=float, default=0.0, help="stream_coalesce_ms")
+    parser.add_argument(
+        "--coalesce-ms", type=float, default=None, help="stream_coalesce_ms (default: 80)"
+    )
     args = parser.parse_args()
     overrides: dict[str, Any] = {"echo_token_delay": args.delay}
-    if args.coalesce_ms:  # only when set: a pinned older commit lacks the setting
+    if args.coalesce_ms is not None:  # only when given: a pinned older commit lacks it
         overrides["stream_coalesce_ms"] = args.coalesce_ms
     with deploy.Deployment("redis-cost", overrides=overrides) as dep:
         base = await dep.start_api()

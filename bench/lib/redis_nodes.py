@@ -68,6 +68,7 @@ def cluster_slots(node: Node) -> list[Node]:
     primaries: dict[tuple[str, int], Node] = {}
     for low, high, primary, *_replicas in node.client().execute_command("CLUSTER SLOTS"):
         host = primary[0].decode() if isinstance(primary[0], bytes) else str(primary[0])
+        host = host or node.host  # a lone node that met no other does not know its address
         key = (host, int(primary[1]))
         found = primaries.setdefault(key, Node(host, key[1], [], cluster=True))
         found.slots.append((int(low), int(high)))
