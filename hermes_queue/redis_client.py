@@ -37,7 +37,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.sentinel import Sentinel as SyncSentinel
 
-from hermes_queue.addresses import is_loopback
+from hermes_queue.addresses import host_and_port, is_loopback
 from hermes_queue.config import RedisSettings
 from hermes_queue.redis_cluster import (
     connect_cluster,
@@ -81,7 +81,11 @@ def parse_sentinel_url(url: str) -> SentinelTarget | None:
     if parts.query or parts.fragment:
         raise ValueError("a redis+sentinel URL takes no query or fragment")
     hosts = parts.netloc.rpartition("@")[2]
-    sentinels = tuple(_host_port(item) for item in hosts.split(",") if item.strip())
+    sentinels = tuple(
+        host_and_port(item, SENTINEL_PORT, "Sentinel address")
+        for item in hosts.split(",")
+        if item.strip()
+    )
     if not sentinels:
         raise ValueError("a redis+sentinel URL names at least one Sentinel host")
     path = [unquote(piece) for piece in parts.path.split("/")[1:]]
@@ -97,20 +101,6 @@ def parse_sentinel_url(url: str) -> SentinelTarget | None:
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,
     )
-
-
-def _host_port(item: str) -> tuple[str, int]:
-    item = item.strip()
-    if item.startswith("["):  # [ipv6]:port
-        host, _, port = item[1:].partition("]")
-        port = port.removeprefix(":")
-    else:
-        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
-    if not host:
-        raise ValueError(f"Sentinel address {item!r} has no host")
-    if port and not port.isdigit():
-        raise ValueError(f"Sentinel address {item!r} has a bad port")
-    return host, int(port) if port else SENTINEL_PORT
 
 
 def on_this_host(url: str) -> bool:

@@ -35,6 +35,8 @@ import redis.cluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
+from hermes_queue.addresses import host_and_port
+
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
 
@@ -60,26 +62,15 @@ def parse_cluster_url(url: str) -> ClusterTarget | None:
         raise ValueError("a redis+cluster URL takes no query or fragment")
     if parts.path not in ("", "/", "/0"):
         raise ValueError("a Redis Cluster has only database 0")
-    seeds = tuple(_host_port(item) for item in parts.netloc.rpartition("@")[2].split(","))
+    seeds = tuple(
+        host_and_port(item, DEFAULT_PORT, "cluster node address")
+        for item in parts.netloc.rpartition("@")[2].split(",")
+    )
     return ClusterTarget(
         seeds=seeds,
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password is not None else None,
     )
-
-
-def _host_port(item: str) -> tuple[str, int]:
-    item = item.strip()
-    if item.startswith("["):  # [ipv6]:port
-        host, _, port = item[1:].partition("]")
-        port = port.removeprefix(":")
-    else:
-        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
-    if not host:
-        raise ValueError(f"cluster node address {item!r} has no host")
-    if port and not port.isdigit():
-        raise ValueError(f"cluster node address {item!r} has a bad port")
-    return host, int(port) if port else DEFAULT_PORT
 
 
 def connect_cluster(target: ClusterTarget, **options: Any) -> AsyncRedisCluster:
