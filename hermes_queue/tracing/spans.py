@@ -19,7 +19,7 @@ from hermes_queue.tracing import names, turn_var
 from hermes_queue.tracing.carrier import TRACEPARENT
 
 if TYPE_CHECKING:
-    from hermes_queue.runs.attempt import Attempt
+    from hermes_queue.runs.model import RunRecord
     from hermes_queue.tracing.attempts import TurnTrace
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -147,11 +147,15 @@ class Tracing:
         span.end()
 
     # -- the worker side ---------------------------------------------------------------------
-    def begin_turn(self, attempt: Attempt, worker_id: str, claim_started_ns: int) -> TurnTrace:
-        """The claimed attempt's spans (``attempts.TurnTrace``), entered for this job."""
+    def begin_turn(
+        self, record: RunRecord, attempt: int, worker_id: str, claim_started_ns: int
+    ) -> TurnTrace:
+        """The claimed attempt's spans (``attempts.TurnTrace``), entered for this job. Takes the
+        record and attempt number, not ``runs.attempt.Attempt``, which itself calls into this
+        package (its terminal transition's span): the import would run both ways."""
         from hermes_queue.tracing.attempts import TurnTrace
 
-        turn = TurnTrace(self, attempt.record, attempt.number, worker_id, claim_started_ns)
+        turn = TurnTrace(self, record, attempt, worker_id, claim_started_ns)
         turn.enter()
         return turn
 

@@ -161,7 +161,11 @@ async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
     if attempt is None:
         return "skipped"
     # The attempt's spans, children of the request that started the run (tracing/attempts.py).
-    turn_trace = traced.begin_turn(attempt, runtime.worker_id, claim_started) if traced else None
+    turn_trace = (
+        traced.begin_turn(attempt.record, attempt.number, runtime.worker_id, claim_started)
+        if traced
+        else None
+    )
     # Every log line of this attempt (agent, store, sink) then names it; the queue runs each
     # job in its own task, so these settings end with the job.
     session_id_var.set(attempt.record.session_id)
