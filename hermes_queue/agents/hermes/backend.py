@@ -152,19 +152,7 @@ class HermesBackend:
         runtime = self._runtime(request)
         construction = runtime.construction(self.toolsets, request.instructions)
         sig = signature(construction, runtime.provider.api_key)
-        warm, stale = self.warm.take(request.session_id, sig)
-        self._release(stale)
-        if cancel.cancelled:
-            raise TurnCancelled(cancel.reason)
-        agent: Any = warm
-        if agent is None:
-            try:
-                agent = await self._in_thread(self._build, runtime, request)
-            except Exception as exc:
-                raise crashed(runtime.provider, "could not be built", exc) from None
-        if cancel.cancelled:  # stopped while the agent was being built
-            self._release([agent])
-            raise TurnCancelled(cancel.reason)
+        agent = await self._agent_for(request, runtime, sig, cancel)
         loop = asyncio.get_running_loop()
         bridge = TurnBridge(
             loop, sink, request.run_id, agent.interrupt, scrub=runtime.provider.scrub
@@ -210,22 +198,8 @@ class HermesBackend:
                 raise TurnCancelled(cancel.reason or "interrupted", done)
             if result.get("failed"):
                 raise failure(runtime.provider, result)
-            # Hermes continues a reply cut at the output limit a few times, then gives up with
-            # a partial result whose error says so (upstream's rule for finish_reason length).
-            cut = bool(result.get("partial")) and "truncat" in str(result.get("error")).lower()
-            usage = Usage(
-                input_tokens=max(0, agent.session_prompt_tokens - before[0]),
-                output_tokens=max(0, agent.session_completion_tokens - before[1]),
-            )
             reusable = True
-            return AgentResult(
-                output=str(result.get("final_response") or ""),
-                usage=usage,
-                messages=turn_messages(result.get("messages") or [], len(history)),
-                runtime=self._actual_runtime(agent, runtime),
-                cost_usd=max(0.0, _estimated_cost(agent) - cost_before),
-                finish_reason="length" if cut else "stop",
-            )
+            return self._outcome(result, agent, runtime, len(history), before, cost_before)
         finally:
             self._running.discard(agent)
             self._detach(agent)
@@ -233,6 +207,49 @@ class HermesBackend:
                 self._release(self.warm.put(request.session_id, sig, agent))
             else:
                 self._release([agent])
+
+    async def _agent_for(
+        self, request: AgentRequest, runtime: _Runtime, sig: str, cancel: CancelToken
+    ) -> Any:
+        """The session's warm agent when its construction still matches, else a new one."""
+        agent, stale = self.warm.take(request.session_id, sig)
+        self._release(stale)
+        if cancel.cancelled:
+            raise TurnCancelled(cancel.reason)
+        if agent is None:
+            try:
+                agent = await self._in_thread(self._build, runtime, request)
+            except Exception as exc:
+                raise crashed(runtime.provider, "could not be built", exc) from None
+        if cancel.cancelled:  # stopped while the agent was being built
+            self._release([agent])
+            raise TurnCancelled(cancel.reason)
+        return agent
+
+    def _outcome(
+        self,
+        result: dict[str, Any],
+        agent: Any,
+        runtime: _Runtime,
+        history_length: int,
+        tokens_before: tuple[int, int],
+        cost_before: float,
+    ) -> AgentResult:
+        """What the turn produced, read from Hermes' result and the agent's counters."""
+        # Hermes continues a reply cut at the output limit a few times, then gives up with a
+        # partial result whose error says so (upstream's rule for finish_reason length).
+        cut = bool(result.get("partial")) and "truncat" in str(result.get("error")).lower()
+        return AgentResult(
+            output=str(result.get("final_response") or ""),
+            usage=Usage(
+                input_tokens=max(0, agent.session_prompt_tokens - tokens_before[0]),
+                output_tokens=max(0, agent.session_completion_tokens - tokens_before[1]),
+            ),
+            messages=turn_messages(result.get("messages") or [], history_length),
+            runtime=self._actual_runtime(agent, runtime),
+            cost_usd=max(0.0, _estimated_cost(agent) - cost_before),
+            finish_reason="length" if cut else "stop",
+        )
 
     def _runtime(self, request: AgentRequest) -> _Runtime:
         route = request.route
