@@ -33,10 +33,11 @@ OnMessage = Callable[[str, int, str], None]
 
 
 async def listen_shards(
-    cluster: RedisCluster, keys: Keys, on_message: OnMessage, on_subscribed: Callable[[], None]
+    cluster: RedisCluster, keys: Keys, on_message: OnMessage, on_subscribed: Callable[[int], None]
 ) -> None:
-    """Listen to every shard until cancelled. ``on_subscribed`` is called each time a shard's
-    subscription takes effect (anything published before it went unheard: poll)."""
+    """Listen to every shard until cancelled. ``on_subscribed(shard)`` is called each time a
+    shard's subscription to both its channels takes effect (anything published before it went
+    unheard: poll)."""
     nodes = [connect_node(cluster, keys.shard_slot(shard)) for shard in keys.shard_ids]
     try:
         await asyncio.gather(
@@ -55,7 +56,7 @@ async def _listen_shard(
     keys: Keys,
     shard: int,
     on_message: OnMessage,
-    on_subscribed: Callable[[], None],
+    on_subscribed: Callable[[int], None],
 ) -> None:
     kinds = {keys.wake_channel_at(shard): "wake", keys.control_channel_at(shard): "control"}
     delay = 0.1
@@ -67,9 +68,9 @@ async def _listen_shard(
             while True:
                 reply = await conn.read_response(timeout=None)
                 kind, channel = reply[0], _text(reply[1])
-                if kind == b"ssubscribe":
+                if kind == b"ssubscribe" and reply[2] == len(kinds):  # one reply a channel
                     delay = 0.1
-                    on_subscribed()
+                    on_subscribed(shard)
                 elif kind == b"smessage" and channel in kinds:
                     on_message(kinds[channel], shard, _text(reply[2]))
                 elif kind == b"sunsubscribe":  # the slot moved: follow it to its node

@@ -58,12 +58,11 @@ async def _listen_cluster(
     """On a Redis Cluster: every shard's channels (``shard_listener.py``)."""
     pending = set(keys.shard_ids)
 
-    def subscribed() -> None:
-        if pending:
-            pending.pop()
-            if not pending:
-                worker.listening.set()
-        worker.wake()  # anything enqueued while that shard was not heard
+    def subscribed(shard: int) -> None:
+        pending.discard(shard)
+        if not pending:
+            worker.listening.set()
+        worker.wake(shard)  # anything enqueued while that shard was not heard
 
     def heard(kind: str, shard: int, data: str) -> None:
         if kind == "wake":

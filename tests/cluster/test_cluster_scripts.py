@@ -171,18 +171,18 @@ async def test_wake_ups_and_stops_reach_the_shard_listeners(repository: RunRepos
     run goes out on its shard's control channel (workers/shard_listener.py)."""
     keys = repository.keys
     heard: list[tuple[str, str]] = []
-    subscribed: list[None] = []
+    subscribed: set[int] = set()
     cluster = cast("RedisCluster", repository.redis)
     listening = asyncio.create_task(
         listen_shards(
             cluster,
             keys,
             lambda kind, _shard, data: heard.append((kind, data)),
-            lambda: subscribed.append(None),
+            subscribed.add,
         )
     )
     try:
-        await eventually(lambda: len(subscribed) >= len(keys.shard_ids), within=10)
+        await eventually(lambda: subscribed == set(keys.shard_ids), within=10)
         run_ids = [new_run_id() for _ in range(8)]
         for run_id in run_ids:
             assert await repository.create(new_run(run_id))
