@@ -1,5 +1,5 @@
 """What a pooled Redis call costs its caller: hermes-queue's ``BoundedPool`` against redis-py's
-``BlockingConnectionPool``, the pool it replaced (``hermes_queue/redis_pool.py`` says why).
+``BlockingConnectionPool``, the pool it replaced (``hermes_queue/redisio/pool.py`` says why).
 
 Both bounded at 32 connections (``redis_pool_size``'s default); ``PING`` through a
 ``redis.asyncio.Redis`` on each, ``--count`` calls spread over 1, 32 and 256 concurrent callers
@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 import uvloop
 
 from bench.lib import deploy, report
-from hermes_queue.redis_pool import BoundedPool
+from hermes_queue.redisio.pool import BoundedPool
 
 POOLS: dict[str, type[aioredis.ConnectionPool]] = {
     "hermes-queue BoundedPool": BoundedPool,

@@ -53,7 +53,7 @@ from bench.lib import deploy, report, traffic
 from bench.lib.prober import Prober
 from bench.lib.raw_sse import RawSseServer
 from bench.lib.sse_count import SseTally, tally_sse
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 
 
 class Clients:

@@ -26,7 +26,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from bench.lib import report
 from hermes_queue import tracing
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.turn_request import TurnRequest
 

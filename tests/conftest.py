@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.redis_server import named_or_embedded
+from hermes_queue.redisio.embedded import named_or_embedded
 
 POSTGRES_URL_VAR = "HERMES_QUEUE_TEST_POSTGRES_URL"
 

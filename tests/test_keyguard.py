@@ -8,9 +8,9 @@ import secrets
 
 import pytest
 
+from hermes_queue.cli.serve import check_bind_safety
 from hermes_queue.config import ApiSettings, ConfigError, Settings, load_settings
 from hermes_queue.keyguard import OPEN_WARNING, estimated_entropy_bits, key_weakness
-from hermes_queue.serve import check_bind_safety
 
 STRONG = "4f9c2a1b7d04e6a8c3b5d7f9e1a2c4b6"
 
@@ -71,7 +71,7 @@ def test_surrounding_whitespace_is_normalised_once_for_guard_and_auth() -> None:
 def test_no_key_on_loopback_stays_open_with_one_loud_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="hermes_queue.serve"):
+    with caplog.at_level(logging.WARNING, logger="hermes_queue.cli.serve"):
         check_bind_safety(ApiSettings(host="127.0.0.1", api_key=""))
         check_bind_safety(ApiSettings(host="127.0.0.1", api_key=STRONG))
     warnings = [r for r in caplog.records if OPEN_WARNING in r.getMessage()]

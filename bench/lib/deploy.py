@@ -17,7 +17,7 @@ import redis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.redis_server import EmbeddedRedis, named_or_embedded
+from hermes_queue.redisio.embedded import EmbeddedRedis, named_or_embedded
 from tests.support.polling import eventually
 from tests.support.processes import Cluster, reap
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from hermes_queue.redis_server import EmbeddedRedis, bundled_redis_server, free_port
+from hermes_queue.redisio.embedded import EmbeddedRedis, bundled_redis_server, free_port
 
 SERVER = "/usr/bin/redis-server"
 CLI = "/usr/bin/redis-cli"

@@ -99,7 +99,7 @@ class ApiRunner(web.AppRunner):
 
 
 def api_runner(app: web.Application, settings: ApiSettings, **kwargs: Any) -> ApiRunner:
-    """The runner every API process serves its app with (``serve.py``, tests)."""
+    """The runner every API process serves its app with (``cli/serve.py``, tests)."""
     return ApiRunner(
         app,
         handle_signals=False,

@@ -23,7 +23,7 @@ from hermes_queue.catalog import CachedCatalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import ApiMetrics
-from hermes_queue.redis_client import connect
+from hermes_queue.redisio.connect import connect
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.repository import RunRepository
@@ -35,7 +35,7 @@ from hermes_queue.streams.hub import StreamHub
 
 @dataclass
 class DrainState:
-    """Mutable so serve.py can flip it on a running app: while ``draining``, new agent turns
+    """Mutable so cli/serve.py can flip it on a running app: while ``draining``, new agent turns
     are refused so a load balancer retries them on another replica, while reads and open
     streams keep working until the listener closes (upstream-api.md §1.4)."""
 

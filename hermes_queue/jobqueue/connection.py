@@ -1,5 +1,5 @@
 """arq's connection settings for ``redis_url``: a plain URL through arq's own DSN parsing, a
-``redis+sentinel://`` one (``redis_client.parse_sentinel_url``) through arq's own Sentinel
+``redis+sentinel://`` one (``redisio.connect.parse_sentinel_url``) through arq's own Sentinel
 support (``sentinel=True``), so the job loop finds the primary as every other client does; a
 ``redis+cluster://`` one is served by a cluster client instead (``worker.py``)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from arq.connections import RedisSettings as ArqRedisSettings
 
 from hermes_queue.config import RedisSettings
-from hermes_queue.redis_client import CONNECT_TIMEOUT, parse_sentinel_url
-from hermes_queue.redis_cluster import parse_cluster_url
+from hermes_queue.redisio.cluster import parse_cluster_url
+from hermes_queue.redisio.connect import CONNECT_TIMEOUT, parse_sentinel_url
 
 
 def redis_settings(settings: RedisSettings) -> ArqRedisSettings:

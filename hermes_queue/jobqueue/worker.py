@@ -39,7 +39,7 @@ from hermes_queue.config import RedisSettings, WorkerSettings
 from hermes_queue.jobqueue.connection import redis_settings
 from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
 from hermes_queue.metrics import WorkerMetrics
-from hermes_queue.redis_client import connect
+from hermes_queue.redisio.connect import connect
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
-from hermes_queue.replication import acknowledged
+from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script
 from hermes_queue.streams.codec import encode_data

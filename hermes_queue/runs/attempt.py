@@ -27,8 +27,8 @@ from hermes_queue import tracing
 from hermes_queue.config import RunSettings
 from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
-from hermes_queue.redis_pipeline import PipelinedConnection, SlotPipelines
-from hermes_queue.replication import acknowledged
+from hermes_queue.redisio.pipeline import PipelinedConnection, SlotPipelines
+from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
 from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
@@ -58,7 +58,7 @@ class FencedScripts:
         self.append = redis.register_script(load_script("append", sharded=keys.cluster))
         self.append_step = redis.register_script(load_script("append_step", sharded=keys.cluster))
         self.finish = redis.register_script(load_script("finish", sharded=keys.cluster))
-        # The terminal transition waits for redis_min_replicas replicas (replication.py); a
+        # The terminal transition waits for redis_min_replicas replicas (redisio/replication.py); a
         # too-short count is logged: nothing to retry, the lease re-runs a lost one.
         self.finish_acked = acknowledged(
             {"finish": self.finish}, settings.min_replicas, lenient=("finish",)

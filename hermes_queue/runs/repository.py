@@ -22,7 +22,7 @@ from redis.commands.core import AsyncScript
 
 from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
-from hermes_queue.replication import acknowledged
+from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts
 from hermes_queue.runs.leases import Leases
@@ -90,7 +90,7 @@ class RunRepository:
             name: redis.register_script(_load_script(name, sharded=keys.cluster))
             for name in ("create", "create_session_run", "claim", "stop", "abandoned")
         }
-        # Writes a client is told about wait for redis_min_replicas replicas (replication.py).
+        # Writes a client is told about wait for redis_min_replicas replicas (redisio/replication.py).
         self._acked = acknowledged(
             self._scripts,
             settings.min_replicas,

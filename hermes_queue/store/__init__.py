@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from hermes_queue.config import StoreSettings
-from hermes_queue.redis_client import on_this_host
+from hermes_queue.redisio.connect import on_this_host
 from hermes_queue.store.base import (
     UNSET,
     InvalidTitle,

@@ -46,7 +46,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 from hermes_queue.events import RunEvent
-from hermes_queue.redis_pipeline import dedicated_connection
+from hermes_queue.redisio.pipeline import dedicated_connection
 from hermes_queue.streams.codec import decode_flat, split_published
 from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, id_key
 

@@ -32,7 +32,7 @@ from redis.asyncio.client import Pipeline
 
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
-from hermes_queue.redis_client import connect_url
+from hermes_queue.redisio.connect import connect_url
 from hermes_queue.streams.follower import Follower
 from hermes_queue.streams.presence import ReaderPresence
 from hermes_queue.streams.reader import (

@@ -4,7 +4,7 @@ A run's stream lives on the node serving its shard's slot (``keys.py``), and the
 publish its entries on its sharded channel there (``SPUBLISH``), which only that node and its
 replicas relay. So each shard's streams are followed by a follower of their own, whose two
 connections go to the node serving the shard, looked up again whenever one reconnects
-(``redis_cluster.connect_node``): after a failover the follower finds the promoted replica, and
+(``redisio.cluster.connect_node``): after a failover the follower finds the promoted replica, and
 reads every stream it follows from its cursor, as after any lost connection. Its ``XREAD``\\ s
 name only streams of its shard, all in one slot, as a cluster requires.
 
@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from hermes_queue.keys import Keys
-from hermes_queue.redis_cluster import connect_node
+from hermes_queue.redisio.cluster import connect_node
 from hermes_queue.streams.follower import Follower, Sink
 
 

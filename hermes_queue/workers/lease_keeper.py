@@ -24,7 +24,7 @@ from typing import Any
 import redis
 
 from hermes_queue.config import RedisSettings
-from hermes_queue.redis_client import connect_sync
+from hermes_queue.redisio.connect import connect_sync
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
 

@@ -4,7 +4,7 @@ subscription per shard.
 On a cluster the run scripts publish a shard's wake-ups and control messages on that shard's
 sharded channels (``SPUBLISH``, ``keys.wake_channel_at`` / ``control_channel_at``), which only
 the node serving the shard relays. So a worker keeps one connection per shard to the node
-serving it (``redis_cluster.connect_node``, looked up again on every reconnect, so a failover
+serving it (``redisio.cluster.connect_node``, looked up again on every reconnect, so a failover
 leads it to the promoted replica) and ``SSUBSCRIBE``\\ s both channels there. redis-py's asyncio
 pub/sub has no sharded subscriptions; the replies are read here as the stream hub's follower
 reads its own. A message lost while a shard's connection is down costs what it costs on one
@@ -23,8 +23,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from hermes_queue.aio import cancel_requested
 from hermes_queue.keys import Keys
-from hermes_queue.redis_cluster import connect_node
-from hermes_queue.redis_pipeline import dedicated_connection
+from hermes_queue.redisio.cluster import connect_node
+from hermes_queue.redisio.pipeline import dedicated_connection
 
 log = logging.getLogger(__name__)
 

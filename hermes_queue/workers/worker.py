@@ -28,7 +28,7 @@ from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
-from hermes_queue.redis_client import connect
+from hermes_queue.redisio.connect import connect
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.reaper import reap_forever

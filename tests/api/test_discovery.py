@@ -20,7 +20,7 @@ from hermes_queue.api.ops.discovery import routed_endpoints
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.providers import ProviderSettings, RouteSettings
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from hermes_queue.store.migrations import LATEST_VERSION
 from tests.support.inprocess import running_api
 from tests.support.polling import eventually

@@ -20,7 +20,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from hermes_queue.api.app import create_app
 from hermes_queue.config import Settings
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from tests.support.inprocess import running_worker
 
 

@@ -17,8 +17,8 @@ from redis.asyncio.cluster import RedisCluster
 from hermes_queue.config import Settings
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.queue_state import snapshot
-from hermes_queue.redis_client import connect_url
-from hermes_queue.replication import NotReplicated
+from hermes_queue.redisio.connect import connect_url
+from hermes_queue.redisio.replication import NotReplicated
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.model import FailReason, NewRun, Persist
 from hermes_queue.runs.repository import RunRepository, new_run_id

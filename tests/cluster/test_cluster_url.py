@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_queue.redis_client import on_this_host
-from hermes_queue.redis_cluster import ClusterTarget, parse_cluster_url
+from hermes_queue.redisio.cluster import ClusterTarget, parse_cluster_url
+from hermes_queue.redisio.connect import on_this_host
 
 
 def test_a_cluster_url_names_its_seeds_and_credentials() -> None:

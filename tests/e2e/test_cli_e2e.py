@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from hermes_queue.client import HermesQueueClient
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from tests.support.processes import REPO_ROOT, Cluster, child_env
 
 

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from hermes_queue.config import Settings
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from hermes_queue.schedules.firing import tick_run_id
 from tests.ops.conftest import scrape_port, value
 from tests.support.polling import eventually

@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from tests.ops.conftest import parse, scrape_port, value
 from tests.support.processes import Cluster
 

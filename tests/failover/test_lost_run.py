@@ -12,7 +12,7 @@ import pytest
 from hermes_queue.api import feed
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
-from hermes_queue.redis_server import EmbeddedRedis
+from hermes_queue.redisio.embedded import EmbeddedRedis
 from tests.support.inprocess import running_api
 
 

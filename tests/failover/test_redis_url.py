@@ -8,7 +8,7 @@ import pytest
 
 from hermes_queue.config import RedisSettings, Settings
 from hermes_queue.jobqueue.connection import redis_settings as arq_settings
-from hermes_queue.redis_client import on_this_host, parse_sentinel_url
+from hermes_queue.redisio.connect import on_this_host, parse_sentinel_url
 from hermes_queue.store import warn_if_store_is_per_host
 
 

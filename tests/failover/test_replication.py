@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from hermes_queue import replication
 from hermes_queue.config import ConfigError, Settings, load_settings
-from hermes_queue.replication import NotReplicated
+from hermes_queue.redisio import replication
+from hermes_queue.redisio.replication import NotReplicated
 from hermes_queue.runs.model import NewRun, RunStatus
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest
@@ -71,7 +71,7 @@ async def test_the_terminal_transition_only_warns(
     repo = RunRepository(redis, settings.redis.keys, settings.replace(redis_min_replicas=1).runs)
     attempt = await repo.claim(run_id, "w1")
     assert attempt is not None
-    with caplog.at_level(logging.WARNING, logger="hermes_queue.replication"):
+    with caplog.at_level(logging.WARNING, logger="hermes_queue.redisio.replication"):
         assert await attempt.complete(output="x", usage={}, messages=[], runtime=None)
     assert "acknowledged by 0 of 1 replica" in caplog.text
     record = await repo.get(run_id)

@@ -2,7 +2,7 @@
 itself.
 
 A primary, a replica and three Sentinels run as real processes; the clients are built by the
-factories in ``redis_client`` from a ``redis+sentinel://`` URL, once, before the primary is
+factories in ``redisio.connect`` from a ``redis+sentinel://`` URL, once, before the primary is
 SIGKILLed, and used again after the promotion: none is rebuilt.
 """
 
@@ -17,13 +17,13 @@ import pytest
 import redis
 from arq.connections import create_pool
 
-from hermes_queue.cli_check import CheckResult, run_checks
-from hermes_queue.cli_ops import redis_session
+from hermes_queue.cli.check import CheckResult, run_checks
+from hermes_queue.cli.ops import redis_session
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.connection import redis_settings as arq_settings
 from hermes_queue.keys import Keys
-from hermes_queue.redis_client import connect, connect_sync, connect_url
-from hermes_queue.redis_pipeline import PipelinedConnection
+from hermes_queue.redisio.connect import connect, connect_sync, connect_url
+from hermes_queue.redisio.pipeline import PipelinedConnection
 from hermes_queue.streams.hub import StreamHub
 from tests.streams.test_hub import take, write_run
 from tests.support.polling import eventually

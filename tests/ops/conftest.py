@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from hermes_queue.config import Settings
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

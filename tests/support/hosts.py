@@ -25,8 +25,8 @@ import redis.asyncio as aioredis
 from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
-from hermes_queue.redis_client import connect_url
-from hermes_queue.redis_server import bundled_redis_server
+from hermes_queue.redisio.connect import connect_url
+from hermes_queue.redisio.embedded import bundled_redis_server
 from hermes_queue.streams.codec import decode_entry
 from tests.support.netns import Host, Network
 from tests.support.processes import REPO_ROOT, Cluster, Proc, wait_http

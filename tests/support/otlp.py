@@ -14,7 +14,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 
 
 @dataclass(frozen=True)

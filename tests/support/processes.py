@@ -22,7 +22,7 @@ import redis
 
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from tests.support.polling import eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

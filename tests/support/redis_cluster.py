@@ -23,7 +23,7 @@ from pathlib import Path
 
 import redis
 
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from tests.support.polling import eventually
 from tests.support.redis_group import Node
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import redis
 
-from hermes_queue.redis_server import bundled_redis_server, free_port
+from hermes_queue.redisio.embedded import bundled_redis_server, free_port
 from tests.support.polling import eventually
 
 SERVICE = "hq"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hermes_queue.redis_server import free_port
+from hermes_queue.redisio.embedded import free_port
 from tests.support.processes import child_env, terminate, wait_http
 
 # Hermes' and its API server's own variables: none reaches upstream (nor our hermes agents).

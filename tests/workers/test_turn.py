@@ -13,7 +13,7 @@ from hermes_queue.client import HermesQueueClient
 from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
-from hermes_queue.redis_server import EmbeddedRedis, free_port
+from hermes_queue.redisio.embedded import EmbeddedRedis, free_port
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository, new_run_id
 from hermes_queue.runs.turn_request import TurnRequest

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from hermes_queue import cli_check
 from hermes_queue.agents.echo import EchoBackend
+from hermes_queue.cli import check as cli_check
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker
 from hermes_queue.runs.model import NewRun, RunStatus

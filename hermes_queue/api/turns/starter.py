@@ -27,7 +27,7 @@ from hermes_queue import tracing
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.runtime_selection import persist_lock
-from hermes_queue.replication import NotReplicated
+from hermes_queue.redisio.replication import NotReplicated
 from hermes_queue.routing import Selection
 from hermes_queue.runs.model import NewRun, Persist
 from hermes_queue.runs.repository import new_run_id

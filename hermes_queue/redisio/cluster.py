@@ -1,6 +1,6 @@
 """A Redis Cluster behind ``redis+cluster://host:port[,host:port…]``: its clients.
 
-``redis_client`` hands a cluster URL here. The clients, by what they serve:
+``redisio.connect`` hands a cluster URL here. The clients, by what they serve:
 
 * :func:`connect_cluster` / :func:`connect_cluster_sync`: redis-py's ``RedisCluster``, which
   routes each command (and each script call, by its first key) to the primary of its slot and
@@ -10,7 +10,7 @@
   looked up each time one connects: a shard's sharded pub/sub (``SSUBSCRIBE``; redis-py 5's
   asyncio ``RedisCluster`` has no pub/sub of its own), the stream hub's ``XREAD``\\ s of one
   shard and a worker's pipelined appends to it (``streams/sharded.py``,
-  ``workers/shard_listener.py``, ``redis_pipeline.SlotPipelines``). Where a slot is served is
+  ``workers/shard_listener.py``, ``redisio.pipeline.SlotPipelines``). Where a slot is served is
   asked of a :class:`SlotMap` (a cluster client of its own); after the first connection each
   new one asks the cluster again, so a connection lost to a failover reconnects to the promoted
   replica.
@@ -35,7 +35,7 @@ import redis.cluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from hermes_queue.addresses import host_and_port
+from hermes_queue.redisio.addresses import host_and_port
 
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379

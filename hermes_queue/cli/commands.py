@@ -44,7 +44,7 @@ def main() -> None:
 @click.option("--port", type=int, default=None, help="Port (default 8642).")
 def api(host: str | None, port: int | None) -> None:
     """Run an API replica (stateless; run as many as you like)."""
-    from hermes_queue.serve import serve_api
+    from hermes_queue.cli.serve import serve_api
 
     settings = _settings(host=host, port=port)
     configure_logging(
@@ -61,7 +61,7 @@ def api(host: str | None, port: int | None) -> None:
 @click.option("--concurrency", type=int, default=None, help="Turns run at once by this worker.")
 def worker(concurrency: int | None) -> None:
     """Run a worker that executes agent turns from the queue."""
-    from hermes_queue.serve import serve_worker
+    from hermes_queue.cli.serve import serve_worker
 
     settings = _settings(worker_concurrency=concurrency)
     configure_logging(
@@ -79,7 +79,7 @@ def worker(concurrency: int | None) -> None:
 @click.option("--port", type=int, default=None)
 def dev(host: str | None, port: int | None) -> None:
     """API + worker in one process with a private Redis and the echo agent: try it locally."""
-    from hermes_queue.serve import serve_dev
+    from hermes_queue.cli.serve import serve_dev
 
     settings = _settings(host=host, port=port)
     configure_logging(
@@ -231,7 +231,7 @@ def runs_stop(run_id: str) -> None:
 @click.option("--role", type=click.Choice(["api", "worker"]), default="api", show_default=True)
 def check(role: str) -> None:
     """Exit 0 when Redis and the session store answer (container readiness probes)."""
-    from hermes_queue.cli_check import check as run_check
+    from hermes_queue.cli.check import check as run_check
 
     sys.exit(run_check(_settings(), role))
 
@@ -239,7 +239,7 @@ def check(role: str) -> None:
 def _ops() -> ModuleType:
     """The operator commands' module, imported on use: it pulls in redis and rich, which
     would slow every other command (and --help) by a third of a second."""
-    from hermes_queue import cli_ops
+    from hermes_queue.cli import ops as cli_ops
 
     return cli_ops
 

@@ -1,4 +1,4 @@
-"""Operator commands ``status`` and ``runs``: the logic and rendering behind ``cli.py``.
+"""Operator commands ``status`` and ``runs``: the logic and rendering behind ``cli/commands.py``.
 
 Operators run these next to a deployment with the same ``HERMES_QUEUE_*`` environment, so they
 read Redis and the session store directly instead of going through an API replica: the CLI
@@ -8,7 +8,7 @@ dashboard and ``/metrics`` can never disagree.
 
 Every failure becomes one ``error: …`` line and exit code 1 (no traceback) and every network call
 is bounded by a timeout: a blackholed Redis must not hang a terminal. ``check`` (the container
-probe) lives in ``cli_check`` so a probe run every few seconds does not import ``rich``.
+probe) lives in ``cli.check`` so a probe run every few seconds does not import ``rich``.
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from hermes_queue.cli_check import mask_url
-from hermes_queue.cli_jobs import JobsView, job_store, read_jobs, render_jobs
+from hermes_queue.cli.check import mask_url
+from hermes_queue.cli.jobs import JobsView, job_store, read_jobs, render_jobs
 from hermes_queue.config import Settings
 from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, QueueSnapshot, snapshot
-from hermes_queue.redis_client import close, connect
+from hermes_queue.redisio.connect import close, connect
 from hermes_queue.runs.model import RunRecord, RunStatus
 from hermes_queue.runs.repository import RunRepository
 
 T = TypeVar("T")
 
-# Bound on one CLI read (snapshot, run lookup): above redis_client's own socket timeouts, so
+# Bound on one CLI read (snapshot, run lookup): above redisio.connect's own socket timeouts, so
 # those fire first with a precise error, but a hang in between still ends.
 READ_TIMEOUT_SECONDS = 10.0
 # Per-worker rows shown by `status`; a fleet of hundreds would push the queue off the screen.
@@ -128,7 +128,7 @@ class StatusView:
 
     queue: dict[str, Any]
     minutes: list[tuple[int, dict[str, int]]]
-    # Scheduled jobs, from the session store (cli_jobs.py).
+    # Scheduled jobs, from the session store (cli/jobs.py).
     jobs: JobsView | None = None
 
     def to_json(self) -> dict[str, Any]:

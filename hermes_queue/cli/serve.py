@@ -11,13 +11,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from hermes_queue.addresses import is_loopback
 from hermes_queue.api.app import create_app
 from hermes_queue.api.server import api_runner
 from hermes_queue.api.state import STATE, DrainState
 from hermes_queue.config import ApiSettings, ConfigError, Settings
 from hermes_queue.keyguard import GENERATE_HINT, OPEN_WARNING, key_weakness
-from hermes_queue.redis_server import EmbeddedRedis
+from hermes_queue.redisio.addresses import is_loopback
+from hermes_queue.redisio.embedded import EmbeddedRedis
 from hermes_queue.workers.worker import build_worker
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from hermes_queue.config import Settings
-from hermes_queue.redis_client import close, connect
+from hermes_queue.redisio.connect import close, connect
 from hermes_queue.store import create_store
 from hermes_queue.store.migrations import LATEST_VERSION
 

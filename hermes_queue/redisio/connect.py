@@ -8,7 +8,7 @@
   default). The credentials and ``db`` are the data nodes'; the Sentinels are queried without
   AUTH (arq, which runs the worker's job loop, cannot authenticate to them);
 * ``redis+cluster://[[user]:password@]host1[:port1][,host2[:port2]…]``: a Redis Cluster
-  (``redis_cluster.py``). Its clients are redis-py's ``RedisCluster``, handed out under the
+  (``redisio/cluster.py``). Its clients are redis-py's ``RedisCluster``, handed out under the
   plain client's type: they take the same calls for everything hermes-queue sends them
   (single-key commands, script calls whose keys share a slot, non-transactional pipelines).
 
@@ -21,7 +21,7 @@ The factories, one per kind of user: :func:`connect` (pooled async client; ``for
 without a read timeout), :func:`connect_url` (a client for a bare URL, as the stream hub takes
 one), :func:`connect_sync` (the lease keeper's thread); arq's settings are the job queue
 adapter's (``jobqueue/connection.py``), from :func:`parse_sentinel_url`. Connections outside a
-pool (``redis_pipeline.dedicated_connection``) are built from a client's pool, so they follow
+pool (``redisio.pipeline.dedicated_connection``) are built from a client's pool, so they follow
 the same primary.
 """
 
@@ -37,14 +37,14 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.sentinel import Sentinel as SyncSentinel
 
-from hermes_queue.addresses import host_and_port, is_loopback
 from hermes_queue.config import RedisSettings
-from hermes_queue.redis_cluster import (
+from hermes_queue.redisio.addresses import host_and_port, is_loopback
+from hermes_queue.redisio.cluster import (
     connect_cluster,
     connect_cluster_sync,
     parse_cluster_url,
 )
-from hermes_queue.redis_pool import BoundedPool
+from hermes_queue.redisio.pool import BoundedPool
 
 COMMAND_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
@@ -153,7 +153,7 @@ def _through_sentinel(target: SentinelTarget, **options: Any) -> aioredis.Redis:
 def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Redis:
     """A pooled async client. ``for_pubsub`` has no read timeout: a quiet channel is normal.
 
-    The pool is bounded (``redis_pool_size``, ``redis_pool.BoundedPool``): a burst of requests
+    The pool is bounded (``redis_pool_size``, ``redisio.pool.BoundedPool``): a burst of requests
     waits for a connection instead of opening one per request, so a process's connection count
     stays constant.
     """

@@ -14,8 +14,8 @@ from redis.asyncio.connection import AbstractConnection, Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from hermes_queue.config import Settings
-from hermes_queue.redis_client import connect
-from hermes_queue.redis_pool import BoundedPool
+from hermes_queue.redisio.connect import connect
+from hermes_queue.redisio.pool import BoundedPool
 from tests.support.polling import eventually
 
 

@@ -1,4 +1,4 @@
-"""The bounded connection pool every pooled client uses (``redis_client.connect``).
+"""The bounded connection pool every pooled client uses (``redisio.connect.connect``).
 
 Written here instead of using redis-py's ``BlockingConnectionPool`` (5.3), for what each call
 costs: that pool takes an ``asyncio.Condition`` on every get and every release, and checks each
@@ -123,6 +123,6 @@ async def _connect(connection: AbstractConnection) -> None:
 def _closed_by_server(connection: AbstractConnection) -> bool:
     """Whether the loop has already seen this connection end (end of stream or an error).
     ``_reader`` is redis-py's ``asyncio.StreamReader`` of the connection (set while
-    connected); tests/test_redis_pool.py fails if that stops being so."""
+    connected); tests/redisio/test_pool.py fails if that stops being so."""
     reader: asyncio.StreamReader | None = getattr(connection, "_reader", None)
     return reader is None or reader.at_eof() or reader.exception() is not None

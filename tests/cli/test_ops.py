@@ -21,9 +21,10 @@ import redis.asyncio as aioredis
 from click.testing import CliRunner, Result
 from rich.console import Console
 
-from hermes_queue import cli_check, cli_ops
+from hermes_queue.cli import check as cli_check
 from hermes_queue.cli import main
-from hermes_queue.cli_jobs import JobsView, render_jobs
+from hermes_queue.cli import ops as cli_ops
+from hermes_queue.cli.jobs import JobsView, render_jobs
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import NewRun

@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.redis_pipeline import PipelinedConnection
+from hermes_queue.redisio.pipeline import PipelinedConnection
 
 
 @pytest.fixture

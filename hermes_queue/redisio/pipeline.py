@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.redis_cluster import connect_node
+from hermes_queue.redisio.cluster import connect_node
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ class SlotPipelines:
     slot written to (one per shard, keys.py), to the primary serving it, so the worker's appends
     keep their latency there. A connection lost (a failover) fails its calls as on one primary
     (the callers retry; every call is idempotent) and the next call connects to the node serving
-    the slot then (``redis_cluster.connect_node`` refreshes the slot table); a reply saying the
+    the slot then (``redisio.cluster.connect_node`` refreshes the slot table); a reply saying the
     slot moved (nothing ran) is retried once on a new connection."""
 
     def __init__(self, cluster: Any, client_name: str) -> None:
