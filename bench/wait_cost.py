@@ -27,7 +27,8 @@ from bench.lib import deploy, report, traffic
 from hermes_queue.config import Settings
 from hermes_queue.redisio.embedded import EmbeddedRedis
 from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 
 CONCURRENCY = 32

@@ -13,8 +13,8 @@ any even split of slots between primaries gives each primary its share of shards
 to the shard its id hashes to (:meth:`Keys.shard_of`), and its own keys (record, events, steps,
 readers) carry that shard's tag, as do the shard's queue, leases, blocked set and stats: every
 run script then touches one slot. A session belongs to the shard its id hashes to, and the ids
-of its runs are drawn into that shard (:meth:`Keys.in_session_shard`), so the scripts that keep
-its one-turn-at-a-time rule stay single-slot too.
+of its runs are drawn into that shard (``runs/placement.py``, the one home of that rule), so the
+scripts that keep its one-turn-at-a-time rule stay single-slot too.
 """
 
 from __future__ import annotations
@@ -68,10 +68,6 @@ class Keys:
     def shard_slot(self, shard: int) -> int:
         """The cluster slot of every key of ``shard`` (the node serving it holds them all)."""
         return int(key_slot(self._base(shard).encode()))
-
-    def in_session_shard(self, run_id: str, session_id: str) -> bool:
-        """Whether ``run_id`` may be a run of ``session_id`` (always, without a cluster)."""
-        return self.shard_of(run_id) == self.session_shard(session_id)
 
     def _base(self, shard: int) -> str:
         """The namespace, followed on a cluster by the shard's hash tag."""

@@ -10,7 +10,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.runs.repository import new_run_id
+from hermes_queue.runs.placement import RunPlacement, new_run_id
 from hermes_queue.runs.scripts import load_script
 
 SHARDS = 16
@@ -86,10 +86,11 @@ def test_per_shard_scripts_name_one_slot() -> None:
 
 def test_session_run_ids_are_drawn_into_the_sessions_shard() -> None:
     keys = Keys("hq", shards=SHARDS, cluster=True)
+    placement = RunPlacement(keys, redis=None)  # type: ignore[arg-type]  # no tick pinned
     for _ in range(50):
         session_id = uuid.uuid4().hex
-        run_id = new_run_id(keys, session_id)
-        assert keys.in_session_shard(run_id, session_id)
+        run_id = placement.new_run_id(session_id)
+        assert placement.fits(run_id, session_id)
         names = [
             keys.session_active(session_id),
             keys.session_pending(session_id),
@@ -99,8 +100,8 @@ def test_session_run_ids_are_drawn_into_the_sessions_shard() -> None:
             keys.readers(run_id),
         ]
         assert len({slot(name) for name in names}) == 1, names
-    plain = Keys("hq")
-    assert plain.in_session_shard(new_run_id(), "any")
+    plain = RunPlacement(Keys("hq"), redis=None)  # type: ignore[arg-type]
+    assert plain.fits(new_run_id(), "any")
 
 
 def test_shard_names_need_a_cluster() -> None:

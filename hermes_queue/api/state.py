@@ -28,6 +28,7 @@ from hermes_queue.routing import RoutingConfig
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.start import RunStarter
+from hermes_queue.schedules.firing import Firing, job_timezone
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
@@ -92,6 +93,8 @@ class ApiState:
     feed: RunFeed
     idempotency: IdempotencyRecords
     catalog: CachedCatalog
+    # Scheduled jobs' fires and their records (run-now, settling what a read shows).
+    firing: Firing
     drain: DrainState
     background: BackgroundTasks
 
@@ -120,6 +123,14 @@ class ApiState:
             max_age=api.max_ready_age_seconds,
         )
         feed = RunFeed(hub, redis, keys, api.keepalive_seconds)
+        # Run-now fires are read by nobody's request: started without this process's presence.
+        firing = Firing(
+            store,
+            RunStarter(runs),
+            routing,
+            job_timezone(settings.schedules),
+            metrics,
+        )
         return cls(
             settings=settings,
             keys=keys,
@@ -142,6 +153,7 @@ class ApiState:
                 retention=settings.runs.retention_seconds,
             ),
             catalog=CachedCatalog(redis, keys),
+            firing=firing,
             drain=DrainState(),
             background=BackgroundTasks(),
         )

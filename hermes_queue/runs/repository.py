@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -33,6 +32,7 @@ from hermes_queue.runs.model import (
     RunRecord,
     RunStatus,
 )
+from hermes_queue.runs.placement import RunPlacement
 from hermes_queue.runs.scripts import Outcomes, current_stats_key
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
@@ -45,15 +45,6 @@ _PAGE = 500
 
 def _flat(fields: dict[str, str]) -> list[str]:
     return [item for pair in fields.items() for item in pair]
-
-
-def new_run_id(keys: Keys | None = None, session_id: str | None = None) -> str:
-    """A fresh run id; given ``keys`` and ``session_id``, one in the session's shard (drawn
-    until one falls there: ~``keys.shards`` tries on a cluster, the first one otherwise)."""
-    while True:
-        run_id = f"run_{uuid.uuid4().hex}"
-        if keys is None or session_id is None or keys.in_session_shard(run_id, session_id):
-            return run_id
 
 
 @dataclass(frozen=True)
@@ -85,12 +76,15 @@ class RunRepository:
         self.redis = redis
         self.settings = settings
         self.keys = keys
+        # Where runs live (their shard); a session run outside its session's is refused.
+        self.placement = RunPlacement(keys, redis)
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name, sharded=keys.cluster))
             for name in ("create", "create_session_run", "claim", "stop", "abandoned")
         }
-        # Writes a client is told about wait for redis_min_replicas replicas (redisio/replication.py).
+        # Writes a client is told about wait for redis_min_replicas replicas
+        # (redisio/replication.py).
         self._acked = acknowledged(
             self._scripts,
             settings.min_replicas,
@@ -136,9 +130,7 @@ class RunRepository:
         ``read_by``: the reader id (``ReaderPresence.reader_id``) of the API process whose
         request reads the run, which makes the run abandonable (``SessionAdmission``)."""
         run_id, session_id = run.run_id, run.session_id
-        if not self.keys.in_session_shard(run_id, session_id):
-            # Its keys and the session's would sit in different slots of a cluster.
-            raise ValueError(f"run {run_id} is not in the shard of session {session_id}")
+        self.placement.require(run_id, session_id)
         result = await self._acked["create_session_run"](
             keys=[
                 self.keys.run(run_id),

@@ -14,7 +14,9 @@ and an active turn nobody reads any more (``streams/presence.py``) is stopped ra
 waited for, whatever the strategy (docs/compatibility.md, "Abandoned turns").
 
 What the record holds is a :class:`~hermes_queue.runs.model.NewRun`, encoded once
-(``NewRun.fields``), so no caller writes record fields by hand.
+(``NewRun.fields``), so no caller writes record fields by hand; its id comes from here too
+(``new_run_id``, ``tick_run_id``), placed by ``placement.py`` in the shard its session's keys
+live in.
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ class RunStarter:
     def __init__(self, runs: RunRepository, presence: ReaderPresence | None = None) -> None:
         self.runs = runs
         self._presence = presence
+
+    def new_run_id(self, session_id: str | None = None) -> str:
+        """The id of a new run; given the stored session it will run under, one placed where
+        that session's keys are (``placement.py``)."""
+        return self.runs.placement.new_run_id(session_id)
+
+    async def tick_run_id(self, base_run_id: str, session_id: str) -> str:
+        """The id a scheduled tick's run takes in ``session_id``: the same on every worker
+        that fires the tick (``placement.RunPlacement.tick_run_id``)."""
+        return await self.runs.placement.tick_run_id(base_run_id, session_id)
 
     async def start(self, run: NewRun) -> bool:
         """Create and queue ``run`` beside any other; False when its id exists."""

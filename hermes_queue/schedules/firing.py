@@ -19,7 +19,6 @@ back under the job (``settle_open``) by the schedulers' passes and by API reads.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
 from dataclasses import dataclass
 from datetime import tzinfo
@@ -27,9 +26,9 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from hermes_queue.config import ScheduleSettings
-from hermes_queue.routing import RoutingConfig, parse_requested, select_runtime
+from hermes_queue.routing import RoutingConfig, Selection, parse_requested, select_runtime
 from hermes_queue.runs.model import NewRun, Persist, RunRecord, RunStatus
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.start import RunStarter
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.parsing import Schedule, next_after
@@ -56,10 +55,6 @@ def job_timezone(settings: ScheduleSettings) -> tzinfo:
     return ZoneInfo(settings.timezone)
 
 
-# How long a tick's pinned run id is kept (cluster only): longer than any worker takes to fire it.
-_TICK_PIN_TTL = 2 * 86_400
-
-
 def tick_run_id(namespace: str, job_id: str, tick: float) -> str:
     """The run id of one tick of one job: the same on every worker, unique per tick."""
     digest = hashlib.sha256(f"{namespace}:{job_id}:{round(tick * 1000)}".encode()).hexdigest()
@@ -76,6 +71,14 @@ def job_instructions(job: JobRow) -> str:
     if job.skills:
         text += f" Before the task, load and follow these skills: {', '.join(job.skills)}."
     return text
+
+
+@dataclass(frozen=True)
+class FireSession:
+    """The session a fire runs on (the job session's live tip) and its runtime."""
+
+    session_id: str
+    selection: Selection
 
 
 @dataclass
@@ -95,13 +98,29 @@ class Firing:
     def repository(self) -> RunRepository:
         return self.runs.runs
 
-    async def create_run(self, job: JobRow, run_id: str) -> bool:
-        """Create the run of one fire of ``job``; False when ``run_id`` already exists.
+    async def create_run(self, job: JobRow, fire: FireSession, run_id: str) -> bool:
+        """Create the run of one fire of ``job`` in ``fire``'s session; False when ``run_id``
+        already exists. The one place a fire becomes a run: a session turn, queued behind a
+        turn already active there rather than refused."""
+        run = NewRun(
+            run_id=run_id,
+            session_id=fire.session_id,
+            request=TurnRequest(
+                message=job.prompt or SKILLS_ONLY_MESSAGE,
+                instructions=job_instructions(job),
+                path_id=job.session_id,
+            ),
+            route=fire.selection,
+            model=fire.selection.model or self.routing.model_name,
+            persist=Persist.SESSION,
+        )
+        admission = await self.runs.start_in_session(run, "enqueue")
+        return admission.verdict != "exists"
 
-        The one place a fire becomes a run: a session turn on the job's session (the runtime
-        chosen as for a session chat turn naming no model, so a model lock set on that session
-        holds), queued behind a turn already active there rather than refused.
-        """
+    async def fire_session(self, job: JobRow) -> FireSession:
+        """Where a fire of ``job`` runs: the job's session (created on first use), at its live
+        tip, with the runtime chosen as for a session chat turn naming no model, so a model
+        lock set on that session holds."""
         store = self.store
         session = await store.get_session(job.session_id)
         if session is None:
@@ -110,20 +129,7 @@ class Firing:
         model_config = session.model_config if session else None
         column = session.model if session else None
         selection = select_runtime(parse_requested({}), model_config, column, self.routing)
-        run = NewRun(
-            run_id=run_id,
-            session_id=await store.resolve_tip(job.session_id),
-            request=TurnRequest(
-                message=job.prompt or SKILLS_ONLY_MESSAGE,
-                instructions=job_instructions(job),
-                path_id=job.session_id,
-            ),
-            route=selection,
-            model=selection.model or self.routing.model_name,
-            persist=Persist.SESSION,
-        )
-        admission = await self.runs.start_in_session(run, "enqueue")
-        return admission.verdict != "exists"
+        return FireSession(await store.resolve_tip(job.session_id), selection)
 
     async def fire_tick(self, job: JobRow, now: float) -> bool:
         """Fire the due tick ``job.next_run_at`` (at most once across the deployment); True
@@ -133,12 +139,13 @@ class Firing:
             return False
         schedule = Schedule.from_stored(job.schedule)
         next_tick, missed = next_after(schedule, tick, now, self.tz)
-        run_id = tick_run_id(self.repository.keys.namespace, job.id, tick)
-        run_id = await self._in_session_shard(job, run_id, pin=True)
+        fire_session = await self.fire_session(job)
+        base_run_id = tick_run_id(self.repository.keys.namespace, job.id, tick)
+        run_id = await self.runs.tick_run_id(base_run_id, fire_session.session_id)
         created = False
         # Recorded already: its run may have expired since, and must not be created again.
         if not await self.store.job_fire_recorded(run_id):
-            created = await self.create_run(job, run_id)
+            created = await self.create_run(job, fire_session, run_id)
         fire = FireRecord(job.id, run_id, SCHEDULE, now, tick=tick, next_run_at=next_tick)
         recorded = await self.store.record_fire(fire)
         if created:
@@ -154,32 +161,13 @@ class Firing:
     async def fire_now(self, job: JobRow, now: float) -> str:
         """A manual run (``POST /api/jobs/{id}/run``): fires at once, leaves the schedule and
         ``repeat`` alone. Returns the run id."""
-        run_id = await self._in_session_shard(job, new_run_id(), pin=False)
-        await self.create_run(job, run_id)
+        fire_session = await self.fire_session(job)
+        run_id = self.runs.new_run_id(fire_session.session_id)
+        await self.create_run(job, fire_session, run_id)
         await self.store.record_fire(FireRecord(job.id, run_id, MANUAL, now))
         if self.observer is not None:
             self.observer.job_fired(MANUAL)
         return run_id
-
-    async def _in_session_shard(self, job: JobRow, run_id: str, *, pin: bool) -> str:
-        """``run_id``, or on a Redis Cluster one in the shard of the session the fire runs in
-        (its keys and the session's must share a slot). A tick's run id must be the same on
-        every worker, but the session (its tip) is read at fire time: the first worker pins
-        the id (``SET NX`` of ``keys.tick``) and every other one takes it, so the run's
-        creation, atomic in its shard, still happens once per tick."""
-        keys = self.repository.keys
-        if not keys.cluster:
-            return run_id
-        session_id = await self.store.resolve_tip(job.session_id)
-        if keys.in_session_shard(run_id, session_id):
-            return run_id
-        if not pin:
-            return new_run_id(keys, session_id)
-        candidates = (f"{run_id}_{n}" for n in itertools.count())
-        drawn = next(c for c in candidates if keys.in_session_shard(c, session_id))
-        redis = self.repository.redis
-        pinned = await redis.set(keys.tick(run_id), drawn, nx=True, get=True, ex=_TICK_PIN_TTL)
-        return drawn if pinned is None else pinned.decode()
 
     async def settle(self, fires: list[JobRunRow]) -> None:
         """Copy the status of each fire's run (and, once ended, its output or error) into

@@ -13,7 +13,8 @@ from hermes_queue.api.openai.responses_render import ResponseFold, ResponseMeta
 from hermes_queue.config import Settings
 from hermes_queue.events import SUBAGENT_FIELDS, EventType, RunEvent
 from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers.sink import RunEventSink
 from tests.api.test_runs_inprocess import read_all

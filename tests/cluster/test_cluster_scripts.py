@@ -21,7 +21,8 @@ from hermes_queue.redisio.connect import connect_url
 from hermes_queue.redisio.replication import NotReplicated
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.model import FailReason, NewRun, Persist
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.start import RunStarter
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.definitions import parse_create
@@ -68,14 +69,14 @@ async def test_stop_of_a_queued_run(repository: RunRepository) -> None:
 async def test_a_parked_session_turn_is_promoted_when_the_first_ends(
     repository: RunRepository,
 ) -> None:
-    keys = repository.keys
-    first, second = new_run_id(keys, "sess"), new_run_id(keys, "sess")
+    placement = repository.placement
+    first, second = placement.new_run_id("sess"), placement.new_run_id("sess")
     admitted = await repository.create_session_run(new_run(first, "sess"), strategy="enqueue")
     assert admitted.verdict == "created"
     admission = await repository.create_session_run(new_run(second, "sess"), strategy="enqueue")
     assert (admission.verdict, admission.blocking_run_id) == ("waiting", first)
     with pytest.raises(ValueError):  # a run outside the session's shard is refused
-        other = next(r for r in iter(new_run_id, None) if not keys.in_session_shard(r, "sess"))
+        other = next(r for r in iter(new_run_id, None) if not placement.fits(r, "sess"))
         await repository.create_session_run(new_run(other, "sess"), strategy="enqueue")
     attempt = await repository.claim(first, "w1")
     assert attempt is not None and await repository.claim(second, "w1") is None
@@ -133,7 +134,7 @@ async def test_each_tick_fires_once_on_a_cluster(cluster_settings: Settings) -> 
             request = {"name": "r", "schedule": "every 30m", "prompt": "p"}
             job: JobRow = await store.create_job(parse_create(request, now=T0, tz=UTC))
             base = tick_run_id(keys.namespace, job.id, T0 + 1800)
-            if not keys.in_session_shard(base, job.session_id):
+            if not one.firing.repository.placement.fits(base, job.session_id):
                 break
             await store.delete_job(job.id)
         for tick in (1, 2, 3):
@@ -144,7 +145,7 @@ async def test_each_tick_fires_once_on_a_cluster(cluster_settings: Settings) -> 
         assert len(fires) == 3
         assert fires[0].run_id.startswith(base + "_")  # pinned into the session's shard
         for fire in fires:
-            assert keys.in_session_shard(fire.run_id, job.session_id)
+            assert one.firing.repository.placement.fits(fire.run_id, job.session_id)
             assert await one.firing.repository.get(fire.run_id) is not None
 
 

@@ -14,7 +14,8 @@ from hermes_queue.config import ConfigError, Settings, load_settings
 from hermes_queue.redisio import replication
 from hermes_queue.redisio.replication import NotReplicated
 from hermes_queue.runs.model import NewRun, RunStatus
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from tests.support.inprocess import running_api
 from tests.support.redis_group import SentinelGroup

@@ -23,7 +23,8 @@ from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 
 # The source of every arq Worker method that WakeableWorker mirrors, replaces, calls or relies

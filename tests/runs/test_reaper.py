@@ -9,8 +9,9 @@ from typing import Any
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import NewRun, RunStatus
+from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.reaper import reap_forever
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from tests.support.inprocess import running_worker
 from tests.support.polling import eventually

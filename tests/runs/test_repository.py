@@ -11,7 +11,8 @@ from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.model import FailReason, NewRun, RunStatus
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.streams.codec import decode_entry
 

@@ -10,7 +10,8 @@ import pytest
 
 from hermes_queue.config import Settings
 from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import (
     TURN_REQUEST_VERSION,
     ResponseSettings,

@@ -144,14 +144,14 @@ async def test_a_fire_cut_off_before_it_was_recorded_is_recorded_once(
     job = await make_job(first.store, "every 30m", T0)
     tick = T0 + PERIOD
     run_id = tick_run_id(store_settings.redis.namespace, job.id, tick)
-    assert await first.firing.create_run(job, run_id)
+    assert await first.firing.create_run(job, await first.firing.fire_session(job), run_id)
     clock.now = tick + 1
     assert await second.scheduler.run_pass() == 1
     assert await first.scheduler.run_pass() == 0
     assert await fires(first.store, job.id) == [(run_id, "schedule", tick)]
     assert second.fired() == 0  # nobody created a second run
     # And the creation itself refuses a second run for the tick.
-    assert not await second.firing.create_run(job, run_id)
+    assert not await second.firing.create_run(job, await second.firing.fire_session(job), run_id)
 
 
 async def test_ticks_missed_while_no_scheduler_ran_fire_once(

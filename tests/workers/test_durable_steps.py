@@ -19,7 +19,8 @@ from hermes_queue.agents.steps import LOST_TOOL_RESULT
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.streams.reader import read_range
 from hermes_queue.workers.sink import RunEventSink

@@ -15,7 +15,8 @@ from hermes_queue.cli import check as cli_check
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker
 from hermes_queue.runs.model import NewRun, RunStatus
-from hermes_queue.runs.repository import RunRepository, new_run_id
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers import worker as worker_module
 from hermes_queue.workers.warmup import probe

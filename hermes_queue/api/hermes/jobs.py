@@ -23,7 +23,6 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.bodies import read_body
 from hermes_queue.api.http.json_body import BodyError, decode
 from hermes_queue.api.state import STATE
-from hermes_queue.runs.start import RunStarter
 from hermes_queue.schedules.definitions import (
     JobInputError,
     job_json,
@@ -32,7 +31,6 @@ from hermes_queue.schedules.definitions import (
     pause_changes,
     resume_changes,
 )
-from hermes_queue.schedules.firing import Firing, job_timezone
 from hermes_queue.store.base import StoreError
 from hermes_queue.store.jobs import JobRow
 
@@ -42,13 +40,6 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 JOB_ID = re.compile(r"[a-f0-9]{12}")
 TRUE_QUERY = frozenset({"true", "1"})
 RECENT_RUNS = 20
-
-
-def _firing(request: web.Request) -> Firing:
-    state = request.app[STATE]
-    # Run-now fires are read by nobody's request: started without this process's presence.
-    tz = job_timezone(state.settings.schedules)
-    return Firing(state.store, RunStarter(state.runs), state.routing, tz, state.metrics)
 
 
 def _error(message: str, status: int, headers: dict[str, str] | None = None) -> web.Response:
@@ -108,14 +99,14 @@ async def _load(request: web.Request) -> JobRow:
 def _answer(request: web.Request, job: JobRow | None, **extra: Any) -> web.Response:
     if job is None:  # deleted meanwhile
         raise JobInputError("Job not found", 404)
-    tz = job_timezone(request.app[STATE].settings.schedules)
+    tz = request.app[STATE].firing.tz
     return web.json_response({"job": job_json(job, tz), **extra})
 
 
 @jobs_endpoint
 async def list_jobs(request: web.Request) -> web.Response:
     include_disabled = request.query.get("include_disabled", "").lower() in TRUE_QUERY
-    firing = _firing(request)
+    firing = request.app[STATE].firing
     await firing.settle_open()
     jobs = await request.app[STATE].store.list_jobs(include_disabled=include_disabled)
     return web.json_response({"jobs": [job_json(job, firing.tz) for job in jobs]})
@@ -125,14 +116,14 @@ async def list_jobs(request: web.Request) -> web.Response:
 async def create_job(request: web.Request) -> web.Response:
     body = await _body(request)
     origin = {"platform": "api_server", "chat_id": "api", "source_ip": request.remote}
-    tz = job_timezone(request.app[STATE].settings.schedules)
+    tz = request.app[STATE].firing.tz
     job = parse_create(body, now=time.time(), tz=tz, origin=origin)
     return _answer(request, await request.app[STATE].store.create_job(job))
 
 
 @jobs_endpoint
 async def get_job(request: web.Request) -> web.Response:
-    store, firing = request.app[STATE].store, _firing(request)
+    store, firing = request.app[STATE].store, request.app[STATE].firing
     job_id = _job_id(request)
     await firing.settle(await store.job_runs(job_id, RECENT_RUNS))
     job = await store.get_job(job_id)
@@ -145,7 +136,7 @@ async def get_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def update_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    tz = job_timezone(request.app[STATE].settings.schedules)
+    tz = request.app[STATE].firing.tz
     changes = patch_changes(job, await _body(request), now=time.time(), tz=tz)
     return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
@@ -167,7 +158,7 @@ async def pause_job(request: web.Request) -> web.Response:
 @jobs_endpoint
 async def resume_job(request: web.Request) -> web.Response:
     job = await _load(request)
-    changes = resume_changes(job, time.time(), job_timezone(request.app[STATE].settings.schedules))
+    changes = resume_changes(job, time.time(), request.app[STATE].firing.tz)
     return _answer(request, await request.app[STATE].store.update_job(job.id, changes))
 
 
@@ -176,5 +167,5 @@ async def run_job(request: web.Request) -> web.Response:
     """Fire now; the schedule, its next tick and ``repeat`` are left as they were."""
     job = await _load(request)
     await request.app[STATE].backpressure.admit()  # 429 before anything is written
-    run_id = await _firing(request).fire_now(job, time.time())
+    run_id = await request.app[STATE].firing.fire_now(job, time.time())
     return _answer(request, await request.app[STATE].store.get_job(job.id), run_id=run_id)

@@ -30,7 +30,6 @@ from hermes_queue.api.turns.runtime_selection import persist_lock
 from hermes_queue.redisio.replication import NotReplicated
 from hermes_queue.routing import Selection
 from hermes_queue.runs.model import NewRun, Persist
-from hermes_queue.runs.repository import new_run_id
 from hermes_queue.runs.start import RunStarter, Strategy
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists, SessionRow
@@ -145,14 +144,7 @@ class TurnStarter:
                 )
             )
         await self._backpressure.admit()
-        run_id = new_run_id()
-        session_id = await self._session_for(turn, run_id)
-        keys = self._runs.runs.keys
-        if not isinstance(turn.session, RunSession) and not keys.in_session_shard(
-            run_id, session_id
-        ):
-            # On a Redis Cluster a session turn's run lives in its session's shard.
-            run_id = new_run_id(keys, session_id)
+        run_id, session_id = await self._place(turn)
         if beside is not None:
             await beside.write(run_id, session_id)
         try:
@@ -169,14 +161,23 @@ class TurnStarter:
             created(run_id)
         return Enqueued(run_id, session_id)
 
-    async def _session_for(self, turn: NewTurn, run_id: str) -> str:
+    async def _place(self, turn: NewTurn) -> tuple[str, str]:
+        """The new run's id and the session it runs on. A run beside any other names its
+        session after itself unless the client named one; a stored session's run is placed
+        with its session (``runs/placement.py``)."""
         session = turn.session
         if isinstance(session, RunSession):
             # A persisted one is created on first use by the worker, with the turn's first
             # write (as upstream's agent creates it when the run starts): no SQL write here.
-            return session.session_id or run_id
-        if session.lock_row is not None and turn.selection.persist_lock:
-            await persist_lock(self._store, session.lock_row, turn.selection)
+            run_id = self._runs.new_run_id()
+            return run_id, session.session_id or run_id
+        session_id = await self._stored_session(session, turn.selection)
+        return self._runs.new_run_id(session_id), session_id
+
+    async def _stored_session(self, session: StoredSession, selection: Selection) -> str:
+        """Prepare a stored session for its turn; its live tip, which the turn runs on."""
+        if session.lock_row is not None and selection.persist_lock:
+            await persist_lock(self._store, session.lock_row, selection)
         if session.create_missing:
             await self._create_missing(session.session_id)
         return await self._store.resolve_tip(session.session_id)
