@@ -27,8 +27,8 @@ from redis.commands.core import AsyncScript
 from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.replication import acknowledged
+from hermes_queue.runs.scripts import ScriptKeys, load_script
 from hermes_queue.runs.scripts import decode as _decode
-from hermes_queue.runs.scripts import load_script
 from hermes_queue.streams.codec import encode_data
 
 # Control-channel message prefix of an answer; anything without it is a stop request.
@@ -57,6 +57,7 @@ class Approvals:
         self.redis = redis
         self.settings = settings
         self.keys = keys
+        self._keys_of = ScriptKeys(keys)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load(name, keys.cluster))
             for name in ("request_approval", "answer_approval", "settle_approval")
@@ -64,9 +65,6 @@ class Approvals:
         self._acked = acknowledged(
             self._scripts, settings.min_replicas, strict=("answer_approval",)
         )
-
-    def _run_keys(self, run_id: str) -> list[str]:
-        return [self.keys.run(run_id), self.keys.events(run_id)]
 
     def _fenced_args(self, attempt: int, request_id: str) -> list[Any]:
         """The arguments every worker-side (attempt-fenced) approval script starts with."""
@@ -85,7 +83,7 @@ class Approvals:
         """Fenced: ``waiting`` or ``stopping``; None when this attempt no longer owns the run.
         Retrying with the same ``request_id`` after a lost reply never asks twice."""
         result = await self._scripts["request_approval"](
-            keys=self._run_keys(run_id),
+            keys=self._keys_of.of_run("request_approval", run_id),
             args=[*self._fenced_args(attempt, request_id), encode_data(data)],
         )
         return None if result is None else _decode(result[0])
@@ -103,7 +101,7 @@ class Approvals:
         """Time out one request: ``("timed_out", "deny")``, or ``("answered", choice)`` when an
         answer won the race; None when this attempt no longer owns the run."""
         result = await self._scripts["settle_approval"](
-            keys=self._run_keys(run_id),
+            keys=self._keys_of.of_run("settle_approval", run_id),
             args=self._fenced_args(attempt, request_id),
         )
         if result is None:
@@ -115,7 +113,7 @@ class Approvals:
         self, run_id: str, choice: str, *, resolve_all: bool = False, request_id: str = ""
     ) -> AnswerOutcome:
         result = await self._acked["answer_approval"](
-            keys=self._run_keys(run_id),
+            keys=self._keys_of.of_run("answer_approval", run_id),
             args=[
                 choice,
                 "1" if resolve_all else "0",

@@ -31,7 +31,7 @@ from hermes_queue.redisio.pipeline import PipelinedConnection, SlotPipelines
 from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
-from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
+from hermes_queue.runs.scripts import Outcomes, ScriptKeys, decode, load_script
 from hermes_queue.streams.codec import encode_data
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ class FencedScripts:
     ) -> None:
         self.settings = settings
         self.keys = keys
+        # The keys each script takes, as its header declares them.
+        self.keys_of = ScriptKeys(keys)
         # How long a live run's keys are kept (the record's TTL): its steps list's too.
         self.record_ttl = record_ttl
         self.approvals = approvals
@@ -106,10 +108,9 @@ class Attempt:
 
         Retrying with the same ``batch_token`` after a lost reply never appends twice.
         """
-        keys = self.scripts.keys
         return await self._batch(
             self.scripts.append,
-            [keys.run(self.run_id), keys.events(self.run_id)],
+            self.scripts.keys_of.of_run("append", self.run_id),
             batch_token or uuid.uuid4().hex,
             events,
         )
@@ -123,10 +124,9 @@ class Attempt:
         """``events``, then ``step`` recorded after them (``keys.steps``), in one fenced call:
         what a later attempt resumes from. The events' stream ids; None when this attempt no
         longer owns the run. A retry with the same ``batch_token`` records nothing twice."""
-        keys = self.scripts.keys
         return await self._batch(
             self.scripts.append_step,
-            [keys.run(self.run_id), keys.events(self.run_id), keys.steps(self.run_id)],
+            self.scripts.keys_of.of_run("append_step", self.run_id),
             batch_token,
             events,
             self.scripts.record_ttl,
@@ -233,14 +233,9 @@ class Attempt:
         fields: dict[str, str],
         before: list[tuple[str, dict[str, Any]]],
     ) -> bool:
-        keys, settings = self.scripts.keys, self.settings
+        settings = self.settings
         result = await self.scripts.finish_acked(
-            keys=[
-                keys.run(self.run_id),
-                keys.events(self.run_id),
-                keys.leases_of(self.run_id),
-                current_stats_key(keys, self.run_id),
-            ],
+            keys=self.scripts.keys_of.of_run("finish", self.run_id),
             args=[
                 self.run_id,
                 self.number,
@@ -264,7 +259,7 @@ class Attempt:
         """``released`` (queued again, workers woken), ``stopping`` or ``lost`` (fenced)."""
         keys = self.scripts.keys
         result = await self.scripts.release(
-            keys=[keys.run(self.run_id), keys.leases_of(self.run_id), keys.queue_of(self.run_id)],
+            keys=self.scripts.keys_of.of_run("release", self.run_id),
             args=[self.run_id, self.number, repr(time.time()), keys.wake_channel_of(self.run_id)],
         )
         return decode(result)

@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import FailReason, RunStatus
-from hermes_queue.runs.scripts import Outcomes, current_stats_key, decode, load_script
+from hermes_queue.runs.scripts import Outcomes, ScriptKeys, decode, load_script
 from hermes_queue.streams.codec import encode_data
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,7 @@ class Leases:
     ) -> None:
         self.settings = settings
         self.keys = keys
+        self._keys_of = ScriptKeys(keys)
         # Told of each run a reap ends (failed or cancelled): the repository's metrics hook.
         self._on_finished = on_finished
         self._scripts: dict[str, AsyncScript] = {
@@ -49,7 +50,7 @@ class Leases:
     def renew_args(self, run_id: str, attempt: int) -> tuple[list[str], list[Any]]:
         """Keys and args of one lease renewal (the lease keeper pipelines many)."""
         return (
-            [self.keys.run(run_id), self.keys.leases_of(run_id), self.keys.events(run_id)],
+            self._keys_of.of_run("renew", run_id),
             [
                 run_id,
                 attempt,
@@ -68,7 +69,7 @@ class Leases:
         for shard in self.keys.shard_ids:
             try:
                 ids = await self._scripts["expired"](
-                    keys=[self.keys.leases_at(shard)], args=[limit]
+                    keys=self._keys_of.of_shard("expired", shard), args=[limit]
                 )
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if not self.keys.cluster:
@@ -82,13 +83,7 @@ class Leases:
     async def reap(self, run_id: str) -> str:
         """Settle one run whose lease expired: requeue, fail (worker_lost) or cancel it."""
         result = await self._scripts["reap"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.events(run_id),
-                self.keys.leases_of(run_id),
-                self.keys.queue_of(run_id),
-                current_stats_key(self.keys, run_id),
-            ],
+            keys=self._keys_of.of_run("reap", run_id),
             args=[
                 run_id,
                 self.settings.max_attempts,

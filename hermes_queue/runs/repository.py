@@ -33,7 +33,7 @@ from hermes_queue.runs.model import (
     RunStatus,
 )
 from hermes_queue.runs.placement import RunPlacement
-from hermes_queue.runs.scripts import Outcomes, current_stats_key
+from hermes_queue.runs.scripts import Outcomes, ScriptKeys
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
 from hermes_queue.streams.presence import TTL_MS as PRESENCE_TTL_MS
@@ -78,6 +78,7 @@ class RunRepository:
         self.keys = keys
         # Where runs live (their shard); a session run outside its session's is refused.
         self.placement = RunPlacement(keys, redis)
+        self._keys_of = ScriptKeys(keys)
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name, sharded=keys.cluster))
@@ -113,7 +114,7 @@ class RunRepository:
     async def create(self, run: NewRun) -> bool:
         """Store the run and queue it atomically; False if the id already exists."""
         created = await self._acked["create"](
-            keys=[self.keys.run(run.run_id), self.keys.queue_of(run.run_id)],
+            keys=self._keys_of.of_run("create", run.run_id),
             args=[
                 run.run_id,
                 self._record_ttl,
@@ -132,14 +133,7 @@ class RunRepository:
         run_id, session_id = run.run_id, run.session_id
         self.placement.require(run_id, session_id)
         result = await self._acked["create_session_run"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.queue_of(run_id),
-                self.keys.session_active(session_id),
-                self.keys.session_pending(session_id),
-                self.keys.blocked_of(run_id),
-                self.keys.readers(run_id),
-            ],
+            keys=self._keys_of.of_run("create_session_run", run_id, session_id),
             args=[
                 run_id,
                 self._record_ttl,
@@ -161,7 +155,7 @@ class RunRepository:
         stopped: list[str] = []
         for shard in self.keys.shard_ids:
             found = await self._scripts["abandoned"](
-                keys=[self.keys.blocked_at(shard)], args=[limit]
+                keys=self._keys_of.of_shard("abandoned", shard), args=[limit]
             )
             stopped += [_decode(run_id) for run_id in found]
         for run_id in stopped:
@@ -216,13 +210,7 @@ class RunRepository:
 
     async def request_stop(self, run_id: str) -> StopOutcome:
         result = await self._acked["stop"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.events(run_id),
-                self.keys.leases_of(run_id),
-                self.keys.queue_of(run_id),
-                current_stats_key(self.keys, run_id),
-            ],
+            keys=self._keys_of.of_run("stop", run_id),
             args=[
                 run_id,
                 repr(time.time()),
@@ -243,12 +231,7 @@ class RunRepository:
         """Take a run from the queue; None when another worker took it first, or its entry was
         stale (the run is finished, gone or held by a live attempt: the entry is dropped)."""
         result = await self._scripts["claim"](
-            keys=[
-                self.keys.run(run_id),
-                self.keys.leases_of(run_id),
-                self.keys.queue_of(run_id),
-                current_stats_key(self.keys, run_id),
-            ],
+            keys=self._keys_of.of_run("claim", run_id),
             args=[
                 run_id,
                 worker_id,

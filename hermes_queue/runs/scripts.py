@@ -1,7 +1,16 @@
-"""The Lua scripts of ``runs/lua`` as Redis sees them, and the decoding of their replies."""
+"""The Lua scripts of ``runs/lua`` as Redis sees them, the keys each is called with, and the
+decoding of their replies.
+
+Each script declares the keys it takes in its header, by role and in order (``-- KEYS: record,
+events, leases``); :class:`ScriptKeys` reads those headers and names the keys of a run (or of a
+shard) for the script asked for, so the order of ``KEYS[n]`` is written in one place, beside
+the Lua that reads it, and no caller lists keys by hand.
+"""
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -21,6 +30,10 @@ _PUBLISH = "redis.call('PUBLISH',"
 _SPUBLISH = "redis.call('SPUBLISH',"
 
 
+def _script_text(name: str) -> str:
+    return (resources.files("hermes_queue.runs") / "lua" / f"{name}.lua").read_text("utf-8")
+
+
 def load_script(name: str, *preludes: str, sharded: bool = False) -> str:
     """The stream entry's writer (``streams/entry.lua``, beside its decoder), ``prelude.lua``
     (shared helpers), then any further preludes, then the script itself. ``sharded`` (a Redis
@@ -28,14 +41,68 @@ def load_script(name: str, *preludes: str, sharded: bool = False) -> str:
     a stop request on its shard's) goes out with ``SPUBLISH``, which only the node holding the
     channel's slot (and its replicas) relays, rather than ``PUBLISH``, which every node of a
     cluster relays, so the cost of a message stays on its shard."""
-    folder = resources.files("hermes_queue.runs") / "lua"
-    parts = ("prelude", *preludes, name)
-    scripts = [(folder / f"{part}.lua").read_text(encoding="utf-8") for part in parts]
+    scripts = [_script_text(part) for part in ("prelude", *preludes, name)]
     text = "\n".join([ENTRY_WRITER, *scripts])
     if sharded:
         assert _PUBLISH in ENTRY_WRITER, "streams/entry.lua publishes as runs/scripts.py expects"
         text = text.replace(_PUBLISH, _SPUBLISH)
     return text
+
+
+_KEYS_HEADER = re.compile(r"^-- KEYS: ([a-z_, ]+)", re.MULTILINE)
+
+
+@functools.cache
+def declared_keys(name: str) -> tuple[str, ...]:
+    """The roles of the keys script ``name`` takes, in order, from its ``-- KEYS:`` header."""
+    found = _KEYS_HEADER.search(_script_text(name))
+    if found is None:
+        raise ValueError(f"runs/lua/{name}.lua declares no '-- KEYS:' header")
+    return tuple(role.strip() for role in found.group(1).split(","))
+
+
+class ScriptKeys:
+    """The keys a run script is called with, by the roles its header declares. A run's own
+    keys (``record``, ``events``, ``steps``, ``readers``) carry its shard's hash tag, as do
+    its shard's (``queue``, ``leases``, ``blocked``, ``stats``: this minute's counters) and, for
+    a session run, its session's (``active``, ``pending``): so every call names one slot."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+
+    def of_run(self, script: str, run_id: str, session_id: str | None = None) -> list[str]:
+        """The keys of ``script`` for the run ``run_id`` (of the stored session
+        ``session_id``, for the scripts that keep its one-turn-at-a-time rule)."""
+        return [self._run_key(role, run_id, session_id) for role in declared_keys(script)]
+
+    def of_shard(self, script: str, shard: int) -> list[str]:
+        """The keys of a script that scans one shard (the reaper's, the abandoned-run scan)."""
+        keys = self.keys
+        named = {"leases": keys.leases_at, "blocked": keys.blocked_at, "queue": keys.queue_at}
+        return [named[role](shard) for role in declared_keys(script)]
+
+    def _run_key(self, role: str, run_id: str, session_id: str | None) -> str:
+        keys = self.keys
+        if role in ("active", "pending"):
+            if session_id is None:
+                raise ValueError(f"the {role!r} key of a run needs its session")
+            return (
+                keys.session_active(session_id)
+                if role == "active"
+                else (keys.session_pending(session_id))
+            )
+        if role == "stats":
+            return current_stats_key(keys, run_id)
+        named: dict[str, Callable[[str], str]] = {
+            "record": keys.run,
+            "events": keys.events,
+            "steps": keys.steps,
+            "readers": keys.readers,
+            "queue": keys.queue_of,
+            "leases": keys.leases_of,
+            "blocked": keys.blocked_of,
+        }
+        return named[role](run_id)
 
 
 def current_stats_key(keys: Keys, run_id: str) -> str:

@@ -5,7 +5,8 @@
 -- An abandoned active run (started by a request that reads it, and nobody reads it any more:
 -- streams/presence.py) never blocks: the new run parks behind it whatever the strategy, and the
 -- reply says 'abandoned' so the caller stops it.
--- KEYS: record, queue, active_key, pending_key, blocked, readers (of the new run)
+-- KEYS: record, queue, active, pending, blocked, readers (active, pending: the session's; readers:
+--       the new run's)
 -- ARGV: run_id, record_ttl_s, wake_channel, strategy, reader_id ('' when no request reads the
 --       run), reader_ttl_ms, field, value, ...
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
