@@ -4,7 +4,7 @@
 (one reader of Redis for every client), plus the two reads of a run's keys that streaming
 needs besides its events (the stream head, the record's existence). An answer that is not a
 stream (a chat completion, a session chat reply, a stored response) waits for the run's end
-with :meth:`RunFeed.final_reply`, the one place that reads a reply out of a run's events.
+with :meth:`RunFeed.final_reply` (the reply folded by ``replies.ReplyText``).
 
 Per event the pump does as little as it can: it takes every event the subscription already
 holds and sends their frames in one write (frames are never split across writes), an event's
@@ -35,8 +35,9 @@ from hermes_queue.api.http.sse import (
     event_bytes,
     lost_bytes,
 )
-from hermes_queue.events import EventType, RunEvent, superseded
+from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
+from hermes_queue.replies import ReplyText
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import ZERO_ID, Page
@@ -132,22 +133,14 @@ class RunFeed:
         """Wait for the run's terminal event, reading it from its first; ``observe`` sees every
         event on the way (a stored response folds them). Raises :class:`RunUnfinished` when the
         events end first."""
-        text: list[tuple[str, str]] = []  # (event id, delta)
-        shown: str | None = None
+        reply = ReplyText()
         async with self._hub.subscribe(run_id, None) as subscription:
             async for event in subscription:
                 if observe is not None:
                     observe(event)
-                if event.type == EventType.MESSAGE_DELTA:
-                    text.append((event.id, str(event.data.get("delta", ""))))
-                elif event.type == EventType.ASSISTANT_COMPLETED:
-                    shown = str(event.data.get("content", ""))
-                elif event.type in (EventType.RUN_RESTARTED, EventType.RUN_RESUMED):
-                    # A later attempt says again what the interrupted one had started to say.
-                    text = [(eid, delta) for eid, delta in text if not superseded(event, eid)]
-                    shown = None
+                reply.add(event)
                 if event.terminal:
-                    return FinalReply(event, "".join(delta for _, delta in text), shown)
+                    return FinalReply(event, reply.text, reply.shown)
         raise RunUnfinished()
 
     async def _exists(self, run_id: str) -> bool:

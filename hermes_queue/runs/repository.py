@@ -22,6 +22,7 @@ from redis.commands.core import AsyncScript
 from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.replication import acknowledged
+from hermes_queue.replies import ReplyText
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts
 from hermes_queue.runs.leases import Leases
@@ -188,20 +189,19 @@ class RunRepository:
         return [json.loads(item) for item in raw]
 
     async def text_after(self, run_id: str, after: str | None, through: str | None = None) -> str:
-        """The reply text (``message.delta`` events) the run's stream holds after event
-        ``after`` (None: from its start), up to event ``through`` (None: its end): what its
-        readers were shown there."""
-        text: list[str] = []
+        """The reply text the run's stream holds after event ``after`` (None: from its start),
+        up to event ``through`` (None: its end), less what a later attempt superseded
+        (``replies.ReplyText``): what its readers were shown there that still stands."""
+        reply = ReplyText()
         last = id_key(through) if through else None
         while True:
             events = await read_range(self.redis, self.keys, run_id, after, _PAGE)
             for event in events:
                 if last is not None and id_key(event.id) > last:
-                    return "".join(text)
-                if event.type == "message.delta":
-                    text.append(str(event.data.get("delta", "")))
+                    return reply.text
+                reply.add(event)
             if len(events) < _PAGE:
-                return "".join(text)
+                return reply.text
             after = events[-1].id
 
     async def get(self, run_id: str) -> RunRecord | None:

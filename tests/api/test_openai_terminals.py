@@ -182,7 +182,7 @@ def test_a_stored_response_drops_the_superseded_text_and_a_stream_fails() -> Non
     settled = ResponseFold(meta)  # not shown live: the later attempt's text replaces it
     for seq, (kind, data) in enumerate([STARTED, DELTA], start=1):
         settled.feed(event(kind, data, seq))
-    assert settled.feed(resumed("1-1", 3)) == [] and settled.text == []
+    assert settled.feed(resumed("1-1", 3)) == [] and settled.reply.text == ""
     settled.feed(event(EventType.MESSAGE_DELTA, {"delta": "Hello"}, 4))
     settled.feed(event(EventType.RUN_COMPLETED, {"output": "Hello", "usage": {}}, 5))
     assert settled.snapshot()["output"][0]["content"][0]["text"] == "Hello"

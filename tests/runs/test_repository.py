@@ -323,3 +323,24 @@ async def test_a_live_runs_events_outlast_retention_and_expire_after_it_ends(
         "assistant.completed",
         "run.completed",
     ]
+
+
+async def test_the_text_readers_were_shown_leaves_out_what_a_later_attempt_superseded(
+    repo: RunRepository,
+) -> None:
+    """A third attempt goes on from the reply as it stands: the second attempt's resume took
+    back what the first had streamed after its last recorded step."""
+    run_id = await create(repo)
+    first = await claimed(repo, run_id)
+    await first.append([("message.delta", {"delta": "kept "})])
+    (step_event,) = await first.append_step(
+        [("message.delta", {"delta": "also kept "})], {"kind": "model"}, "batch-1"
+    ) or [""]
+    await first.append([("message.delta", {"delta": "lost with the worker"})])
+    await first.hand_back()
+    second = await claimed(repo, run_id)
+    valid = {"attempt": second.number, "valid_through": step_event, "steps": 1}
+    await second.append([("run.resumed", valid), ("message.delta", {"delta": "said again"})])
+    assert await repo.text_after(run_id, None) == "kept also kept said again"
+    assert await repo.text_after(run_id, None, through=step_event) == "kept also kept "
+    assert await repo.text_after(run_id, step_event) == "said again"

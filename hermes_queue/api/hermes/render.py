@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_queue.api.http.sse import Frame, shared
-from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.events import (
     SUBAGENT_FIELDS,
     EventType,
@@ -21,6 +20,7 @@ from hermes_queue.events import (
     message_id_for,
     parse_stream_id,
 )
+from hermes_queue.replies import controlled_reply, is_controlled_reply, truncated
 
 
 @shared

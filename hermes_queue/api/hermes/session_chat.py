@@ -18,11 +18,11 @@ from hermes_queue.api.hermes.sessions import load_session
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream, resume_cursor
-from hermes_queue.api.replies import controlled_reply, is_controlled_reply
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.runtime_selection import select_for_session
 from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, turn_headers
 from hermes_queue.events import EventType
+from hermes_queue.replies import controlled_reply, is_controlled_reply
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.start import Strategy
 from hermes_queue.runs.turn_request import TurnRequest

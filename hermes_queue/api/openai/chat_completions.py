@@ -32,13 +32,13 @@ from hermes_queue.api.openai.chat_render import (
     hermes_block,
     usage_of,
 )
-from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body
 from hermes_queue.api.turns.starter import NewTurn, RunSession, StoredSession, turn_headers
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.events import EventType
+from hermes_queue.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.turn_request import TurnRequest

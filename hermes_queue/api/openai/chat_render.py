@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_queue.api.http.sse import EndStream, Frame
-from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
-from hermes_queue.events import EventType, RunEvent, superseded
+from hermes_queue.events import EventType, RunEvent
+from hermes_queue.replies import ReplyText, controlled_reply, is_controlled_reply, truncated
 
 # The emoji of a tool whose backend named none (Hermes names each tool's own).
 TOOL_EMOJI = "⚡"
@@ -91,7 +91,7 @@ class ChatStream:
     def __init__(self, completion_id: str, created: int, model: str) -> None:
         self.completion_id, self.created, self.model = completion_id, created, model
         self.streamed = False
-        self.last_text = ""  # the id of the last event whose text this stream showed
+        self.shown = ReplyText()  # the reply's text this stream showed
 
     def chunk(
         self, event: RunEvent, delta: dict[str, Any], finish: str | None = None, **extra: Any
@@ -112,7 +112,8 @@ class ChatStream:
             case EventType.RUN_STARTED:
                 return [self.chunk(event, {"role": "assistant"})]
             case EventType.MESSAGE_DELTA:
-                self.streamed, self.last_text = True, event.id
+                self.streamed = True
+                self.shown.add(event)
                 return [self.chunk(event, {"content": data.get("delta", "")})]
             case EventType.REASONING:
                 reasoning = {"role": "assistant", "reasoning_content": data.get("text", "")}
@@ -120,7 +121,8 @@ class ChatStream:
             case EventType.ASSISTANT_COMPLETED if not data.get("streamed", True):
                 # A reply that was not streamed (the controlled provider-auth reply, a backend
                 # that answers at once) still reaches the client as content.
-                self.streamed, self.last_text = True, event.id
+                self.streamed = True
+                self.shown.add_text(event.id, str(data.get("content", "")))
                 return [self.chunk(event, {"content": str(data.get("content", ""))})]
             case EventType.TOOL_STARTED | EventType.TOOL_COMPLETED:
                 return _tool_progress(event)
@@ -146,9 +148,7 @@ class ChatStream:
                 return [self._error_row(event, error, code), DONE]
             case EventType.RUN_CANCELLED:
                 return [self._error_row(event, "The turn was stopped", CANCELLED), DONE]
-            case EventType.RUN_RESTARTED | EventType.RUN_RESUMED if self.last_text and (
-                superseded(event, self.last_text)
-            ):
+            case EventType.RUN_RESTARTED | EventType.RUN_RESUMED if self.shown.superseded_by(event):
                 # Text this stream showed is superseded by a later attempt: chat has no frame
                 # to take text back, so this stream ends (docs/compatibility.md §2.5). A resume
                 # after text that stands is invisible: the stream goes on.

@@ -28,8 +28,8 @@ from hermes_queue.api.openai.chat_render import (
     WORKER_LOST,
     WORKER_LOST_MESSAGE,
 )
-from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
-from hermes_queue.events import EventType, RunEvent, superseded
+from hermes_queue.events import EventType, RunEvent
+from hermes_queue.replies import ReplyText, controlled_reply, is_controlled_reply, truncated
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 
 # A response in one of these statuses is final (unlike a run's, "incomplete" is one of them).
@@ -138,8 +138,9 @@ class ResponseFold:
     sequence: int = 0
     items: dict[int, dict[str, Any]] = field(default_factory=dict)
     message_index: int | None = None
-    text: list[str] = field(default_factory=list)
-    text_ids: list[str] = field(default_factory=list)  # the event id of each text piece
+    # The reply's text as far as the events tell it (what a later attempt supersedes is judged
+    # by the event ids it keeps).
+    reply: ReplyText = field(default_factory=ReplyText)
     tool_index: dict[str, int] = field(default_factory=dict)
     usage: dict[str, int] | None = None
     error: dict[str, Any] | None = None
@@ -180,7 +181,7 @@ class ResponseFold:
             frames.append(self._frame("response.created", response=self.snapshot()))
         match event.type:
             case EventType.MESSAGE_DELTA:
-                frames += self._delta(str(data.get("delta", "")), event.id)
+                frames += self._delta(event)
             case EventType.TOOL_STARTED:
                 frames += self._tool_started(data)
             case EventType.TOOL_COMPLETED:
@@ -204,14 +205,12 @@ class ResponseFold:
         that the next attempt would say again in its own words."""
         match event.type:
             case EventType.RUN_RESTARTED | EventType.RUN_RESUMED:
-                kept = [not superseded(event, eid) for eid in self.text_ids]
-                if all(kept):
+                if not self.reply.superseded_by(event):
                     return None
                 if self.live:
                     return WORKER_LOST_MESSAGE, WORKER_LOST
                 # Not shown yet: the later attempt's text replaces the interrupted step's.
-                self.text = [t for t, keep in zip(self.text, kept, strict=True) if keep]
-                self.text_ids = [i for i, keep in zip(self.text_ids, kept, strict=True) if keep]
+                self.reply.add(event)
             case EventType.STREAM_GAP:
                 return STREAM_GAP_MESSAGE, STREAM_GAP
             case EventType.STREAM_LOST:
@@ -243,12 +242,12 @@ class ResponseFold:
             self._frame("response.output_item.added", output_index=self.message_index, item=item)
         ]
 
-    def _delta(self, delta: str, event_id: str) -> list[Frame]:
+    def _delta(self, event: RunEvent) -> list[Frame]:
+        delta = str(event.data.get("delta", ""))
         if not delta:
             return []
         frames = self._open_message()
-        self.text.append(delta)
-        self.text_ids.append(event_id)
+        self.reply.add(event)
         frames.append(
             self._frame(
                 "response.output_text.delta",
@@ -301,7 +300,7 @@ class ResponseFold:
     def _close_message(self, status: str, text: str | None = None) -> list[Frame]:
         if self.message_index is None:
             return []
-        full = "".join(self.text) if text is None else text
+        full = self.reply.text if text is None else text
         item_id = output_message_id(self.meta.run_id)
         item = {
             **self.items[self.message_index],
@@ -324,7 +323,7 @@ class ResponseFold:
     def _completed(self, data: dict[str, Any]) -> list[Frame]:
         frames = self._open_message()  # a reply without deltas still ends in a message item
         output = str(data.get("output", ""))
-        text = ("".join(self.text) or output) if self.streamed else output
+        text = (self.reply.text or output) if self.streamed else output
         self.usage = response_usage(data.get("usage"))
         self.messages = [m for m in data.get("messages") or [] if isinstance(m, dict)]
         if truncated(data):  # cut at the output limit: OpenAI's incomplete response
