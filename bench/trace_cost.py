@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -29,6 +29,9 @@ from hermes_queue import tracing
 from hermes_queue.redisio.embedded import free_port
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.turn_request import TurnRequest
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -54,9 +57,8 @@ def post_request() -> Any:
     )
 
 
-async def one_turn(index: int) -> None:
-    """The hooks of one turn, in the order a turn meets them."""
-    traced = tracing.active()
+async def one_turn(index: int, traced: Tracing | None) -> None:
+    """The hooks of one turn, in the order a turn meets them (untraced: ``traced`` None)."""
     post = post_request()
     carrier: dict[str, str] = {}
 
@@ -83,26 +85,19 @@ async def one_turn(index: int) -> None:
         request=TurnRequest("hi", trace=carrier or None),
     )
     if traced is not None:
-        from hermes_queue.tracing.attempts import TurnTrace
-
-        turn = TurnTrace(traced, record, 1, "w", time.time_ns())
-        turn.enter()
-        with tracing.finish_span("completed", {}):
+        turn = traced.begin_turn(record, 1, "w", time.time_ns())
+        with traced.finish_span("completed", {}):
             pass
         turn.end("completed")
         traced.first_frame(record.run_id, time.time(), 1)
-    else:
-        with tracing.finish_span("completed", {}):
-            pass
 
 
-async def measure(turns: int) -> float:
+async def measure(turns: int, traced: Tracing | None) -> float:
     """CPU µs per turn of this process (all its threads)."""
-    await one_turn(0)
+    await one_turn(0, traced)
     start = time.process_time()
     for index in range(turns):
-        await asyncio.create_task(one_turn(index))  # a task each, as jobs and requests are
-    traced = tracing.active()
+        await asyncio.create_task(one_turn(index, traced))  # a task each, as jobs and requests
     if traced is not None:
         traced.provider.force_flush()  # type: ignore[attr-defined]
     return (time.process_time() - start) * 1e6 / turns
@@ -111,13 +106,11 @@ async def measure(turns: int) -> float:
 async def rounds(turns: int, count: int) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {"off": [], "on": []}
     for _ in range(count):
-        tracing.use(None)
-        results["off"].append(await measure(turns))
-        tracing.install(os.environ, "bench")
-        results["on"].append(await measure(turns))
-        active: Any = tracing.active()
-        active.shutdown()
-        tracing.use(None)
+        results["off"].append(await measure(turns, None))
+        traced = tracing.install(os.environ, "bench")
+        assert traced is not None, "the OTEL_* variables this benchmark sets ask for traces"
+        results["on"].append(await measure(turns, traced))
+        traced.shutdown()
     return results
 
 

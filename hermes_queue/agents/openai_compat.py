@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 
-from hermes_queue import tracing
 from hermes_queue.agents.base import (
     AgentError,
     AgentRequest,
@@ -39,9 +38,10 @@ from hermes_queue.agents.base import (
     Usage,
 )
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
+from hermes_queue.tracing.context import current_turn
 
 if TYPE_CHECKING:
-    from hermes_queue.tracing.attempts import ModelCall
+    from hermes_queue.tracing.context import ModelCallSpan
 
 T = TypeVar("T")
 
@@ -189,11 +189,11 @@ class _Attempt:
     finish_reason: str = ""
     done: bool = False
     streamed: bool = False  # something reached the sink: retrying would duplicate output
-    call: ModelCall | None = None  # its span, when the worker traces (hermes_queue/tracing/)
+    call: ModelCallSpan | None = None  # its span, when the worker traces (hermes_queue/tracing/)
 
     async def run(self, session: aiohttp.ClientSession, payload: bytes) -> None:
         """Send the request and read its stream; ``_Transient`` for what a retry might fix."""
-        turn = tracing.current_turn()
+        turn = current_turn()
         if turn is None:
             return await self._request(session, payload)
         self.call = call = turn.model_call(self.model)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from hermes_queue import tracing
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api.endpoint import SERVED
 from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
@@ -21,12 +21,17 @@ from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.config import Settings
 from hermes_queue.runs.reaper import reap_forever
 
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
-def _lifetime(settings: Settings) -> Callable[[web.Application], AsyncIterator[None]]:
+
+def _lifetime(
+    settings: Settings, tracing: Tracing | None
+) -> Callable[[web.Application], AsyncIterator[None]]:
     """The app's cleanup context: open the process's state at startup, close it at cleanup."""
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        state = app[STATE] = await ApiState.open(settings)
+        state = app[STATE] = await ApiState.open(settings, tracing)
         # The API reaps too, so a run whose only worker died is still settled.
         reaper = asyncio.create_task(
             reap_forever(state.runs, settings.runs.reaper_interval_seconds)
@@ -38,11 +43,12 @@ def _lifetime(settings: Settings) -> Callable[[web.Application], AsyncIterator[N
     return lifetime
 
 
-def create_app(settings: Settings) -> web.Application:
-    traced = tracing.active()  # a server span per request, outermost, when tracing is on
-    middlewares = MIDDLEWARES if traced is None else [traced.http_middleware(), *MIDDLEWARES]
+def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Application:
+    """The app; ``tracing``: this process's (hermes_queue/tracing/), when it traces."""
+    # A server span per request, outermost, when tracing is on.
+    middlewares = MIDDLEWARES if tracing is None else [tracing.http_middleware(), *MIDDLEWARES]
     app = web.Application(middlewares=middlewares, client_max_size=settings.api.body_limit_bytes)
-    app.cleanup_ctx.append(_lifetime(settings))
+    app.cleanup_ctx.append(_lifetime(settings, tracing))
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(ROUTES)
     app[SERVED] = tuple(ROUTES)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -24,7 +25,6 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue import tracing
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.client_gone import on_client_gone
 from hermes_queue.api.http.sse import (
@@ -41,6 +41,9 @@ from hermes_queue.replies import ReplyText
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import ZERO_ID, Page
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 # Events taken from a subscription per write: bounds one write, never splits an event's frames.
 MAX_BATCH = 256
@@ -93,9 +96,16 @@ class RunFeed:
     (:meth:`final_reply`)."""
 
     def __init__(
-        self, hub: StreamHub, redis: aioredis.Redis, keys: Keys, keepalive_seconds: float
+        self,
+        hub: StreamHub,
+        redis: aioredis.Redis,
+        keys: Keys,
+        keepalive_seconds: float,
+        tracing: Tracing | None = None,
     ) -> None:
         self._hub = hub
+        # Notes a reader's first frame (its delay after the run's first event), when on.
+        self._tracing = tracing
         self._redis = redis
         self._keys = keys
         self._keepalive = keepalive_seconds
@@ -193,7 +203,7 @@ class RunFeed:
     ) -> bool:
         idle = 0
         checked = self._hub.connection_losses  # changed: Redis was away, may have lost the run
-        traced = tracing.active()  # notes the first frame's delay, then None
+        traced = self._tracing  # notes the first frame's delay, then None
         while True:
             events = await subscription.get_many(timeout=self._keepalive, max_items=MAX_BATCH)
             if not events:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 from aiohttp import web
@@ -32,6 +32,9 @@ from hermes_queue.schedules.firing import Firing, job_timezone
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 
 @dataclass
@@ -99,7 +102,7 @@ class ApiState:
     background: BackgroundTasks
 
     @classmethod
-    async def open(cls, settings: Settings) -> ApiState:
+    async def open(cls, settings: Settings, tracing: Tracing | None = None) -> ApiState:
         redis = connect(settings.redis)
         keys = settings.redis.keys
         hub = StreamHub(redis, keys, queue_size=settings.streams.subscriber_queue_size)
@@ -122,7 +125,7 @@ class ApiState:
             max_depth=api.max_ready_depth,
             max_age=api.max_ready_age_seconds,
         )
-        feed = RunFeed(hub, redis, keys, api.keepalive_seconds)
+        feed = RunFeed(hub, redis, keys, api.keepalive_seconds, tracing)
         # Run-now fires are read by nobody's request: started without this process's presence.
         firing = Firing(
             store,
@@ -142,7 +145,11 @@ class ApiState:
             routing=routing,
             backpressure=backpressure,
             turns=TurnStarter(
-                RunStarter(runs, hub.presence), store, backpressure, routing.model_name
+                RunStarter(runs, hub.presence),
+                store,
+                backpressure,
+                routing.model_name,
+                tracing,
             ),
             feed=feed,
             idempotency=IdempotencyRecords(

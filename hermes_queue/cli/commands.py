@@ -7,12 +7,15 @@ import json
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hermes_queue.config import ConfigError, Settings, load_settings
 from hermes_queue.logs import configure_logging
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -23,12 +26,12 @@ def _settings(**overrides: Any) -> Settings:
         raise click.ClickException(str(exc)) from None
 
 
-def _trace(role: str) -> None:
+def _trace(role: str) -> Tracing | None:
     """OpenTelemetry traces when the standard OTEL_* variables name an endpoint (tracing/)."""
     from hermes_queue import tracing
 
     try:
-        tracing.install(os.environ, role)
+        return tracing.install(os.environ, role)
     except ValueError as exc:  # an OTEL_* value this installation cannot honour
         raise click.ClickException(str(exc)) from None
 
@@ -53,8 +56,7 @@ def api(host: str | None, port: int | None) -> None:
         secrets=(settings.api.api_key,),
         urls=(settings.redis.url, settings.store.url),
     )
-    _trace("api")
-    _run(serve_api(settings), settings.process.event_loop)
+    _run(serve_api(settings, _trace("api")), settings.process.event_loop)
 
 
 @main.command()
@@ -70,8 +72,7 @@ def worker(concurrency: int | None) -> None:
         secrets=(settings.api.api_key,),
         urls=(settings.redis.url, settings.store.url),
     )
-    _trace("worker")
-    _run(serve_worker(settings), settings.process.event_loop)
+    _run(serve_worker(settings, _trace("worker")), settings.process.event_loop)
 
 
 @main.command()
@@ -88,9 +89,9 @@ def dev(host: str | None, port: int | None) -> None:
         secrets=(settings.api.api_key,),
         urls=(settings.redis.url, settings.store.url),
     )
-    _trace("dev")
+    tracing = _trace("dev")
     _run(
-        serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ),
+        serve_dev(settings, "HERMES_QUEUE_REDIS_URL" in os.environ, tracing),
         settings.process.event_loop,
     )
 

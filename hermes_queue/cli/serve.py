@@ -8,6 +8,7 @@ import logging
 import secrets
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -19,6 +20,9 @@ from hermes_queue.keyguard import GENERATE_HINT, OPEN_WARNING, key_weakness
 from hermes_queue.redisio.addresses import is_loopback
 from hermes_queue.redisio.embedded import EmbeddedRedis
 from hermes_queue.workers.worker import build_worker
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +67,12 @@ async def drain(state: DrainState, stop: asyncio.Event, grace_seconds: float) ->
         await asyncio.wait_for(stop.wait(), grace_seconds)
 
 
-async def serve_api(settings: Settings, *, announce: bool = True) -> None:
+async def serve_api(
+    settings: Settings, tracing: Tracing | None = None, *, announce: bool = True
+) -> None:
     check_bind_safety(settings.api)
     stop = _stop_on_signals()
-    app = create_app(settings)
+    app = create_app(settings, tracing)
     runner = api_runner(app, settings.api)
     await runner.setup()
     drain_state = app[STATE].drain
@@ -81,9 +87,9 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
         await runner.cleanup()
 
 
-async def serve_worker(settings: Settings) -> None:
+async def serve_worker(settings: Settings, tracing: Tracing | None = None) -> None:
     """Run until SIGTERM/SIGINT: stop taking jobs, drain for drain_seconds, hand back the rest."""
-    worker = build_worker(settings, handle_signals=True)
+    worker = build_worker(settings, handle_signals=True, tracing=tracing)
     try:
         await worker.start()
     except asyncio.CancelledError:
@@ -92,7 +98,9 @@ async def serve_worker(settings: Settings) -> None:
         await worker.close()
 
 
-async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
+async def serve_dev(
+    settings: Settings, redis_url_given: bool, tracing: Tracing | None = None
+) -> None:
     """API and worker in one process, with a private Redis unless one was configured."""
     embedded = None if redis_url_given else EmbeddedRedis.start()
     if embedded is not None:
@@ -107,8 +115,8 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
         )
     check_bind_safety(settings.api)
     stop = _stop_on_signals()
-    worker = build_worker(settings, handle_signals=False)
-    runner = api_runner(create_app(settings), settings.api)
+    worker = build_worker(settings, handle_signals=False, tracing=tracing)
+    runner = api_runner(create_app(settings, tracing), settings.api)
     await runner.setup()
     await web.TCPSite(runner, settings.api.host, settings.api.port).start()
     base = f"http://{settings.api.host}:{settings.api.port}"

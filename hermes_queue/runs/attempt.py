@@ -17,13 +17,14 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from hermes_queue import tracing
 from hermes_queue.config import RunSettings
 from hermes_queue.events import EventType
 from hermes_queue.keys import Keys
@@ -37,6 +38,12 @@ from hermes_queue.streams.codec import encode_data
 log = logging.getLogger(__name__)
 
 
+class FinishTrace(Protocol):
+    """Where a traced process records the terminal transition (``tracing.spans.Tracing``)."""
+
+    def finish_span(self, status: str, data: Mapping[str, Any]) -> AbstractContextManager[Any]: ...
+
+
 class FencedScripts:
     """The scripts every attempt of one repository writes through, and what they share."""
 
@@ -48,8 +55,10 @@ class FencedScripts:
         approvals: Approvals,
         on_finished: Outcomes,
         record_ttl: int,
+        finish_trace: FinishTrace | None = None,
     ) -> None:
         self.settings = settings
+        self.finish_trace = finish_trace
         self.keys = keys
         # The keys each script takes, as its header declares them.
         self.keys_of = ScriptKeys(keys)
@@ -216,7 +225,8 @@ class Attempt:
         """The terminal event and status (after ``before``, in the same script); False when
         not written (logged, see above)."""
         try:
-            with tracing.finish_span(status, data):
+            traced = self.scripts.finish_trace
+            with traced.finish_span(status, data) if traced is not None else nullcontext():
                 written = await self._finish(status, event_type, data, fields or {}, before or [])
         except Exception:
             log.exception("run %s: could not write its terminal event", self.run_id)

@@ -11,8 +11,8 @@ from enum import StrEnum
 from typing import Any
 
 from hermes_queue.routing import Selection
+from hermes_queue.runs.trace_context import trace_id_of
 from hermes_queue.runs.turn_request import TurnRequest
-from hermes_queue.tracing.carrier import trace_id_of
 
 
 class RunStatus(StrEnum):
@@ -99,7 +99,7 @@ class NewRun:
     model: str = ""
     persist: Persist | None = None
     # Its client reads it as an OpenAI stream, which cannot take back text it was shown: a
-    # worker lost mid-text then ends the run rather than resuming it (workers/start.py).
+    # worker lost mid-text then ends the run rather than resuming it (workers/resume.py).
     openai_stream: bool = False
 
     def fields(self) -> dict[str, str]:

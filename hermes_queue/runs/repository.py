@@ -24,7 +24,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.replies import ReplyText
 from hermes_queue.runs.approvals import Approvals
-from hermes_queue.runs.attempt import Attempt, FencedScripts
+from hermes_queue.runs.attempt import Attempt, FencedScripts, FinishTrace
 from hermes_queue.runs.leases import Leases
 from hermes_queue.runs.model import (
     QUEUE_WAIT_SECONDS,
@@ -73,7 +73,9 @@ class RunRepository:
         keys: Keys,
         settings: RunSettings,
         on_finished: Outcomes | None = None,
+        finish_trace: FinishTrace | None = None,
     ) -> None:
+        """``finish_trace``: a traced worker's tracing, which records each terminal write."""
         self.redis = redis
         self.settings = settings
         self.keys = keys
@@ -98,7 +100,13 @@ class RunRepository:
         self.approvals = Approvals(redis, settings, self.keys)
         # What the attempts this repository's claims return write through.
         self._fenced = FencedScripts(
-            redis, settings, self.keys, self.approvals, self._on_finished, self._record_ttl
+            redis,
+            settings,
+            self.keys,
+            self.approvals,
+            self._on_finished,
+            self._record_ttl,
+            finish_trace,
         )
 
     async def aclose(self) -> None:

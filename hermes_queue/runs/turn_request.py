@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_queue.tracing.carrier import carrier_of
+from hermes_queue.runs.trace_context import carrier_of
 
 # 2: ``trace`` (the W3C trace context of the request that started the turn) may be present.
 TURN_REQUEST_VERSION = 2

@@ -8,7 +8,7 @@ another process), else a new trace. It writes, with their real times:
 - ``run.claim``: the claim script;
 - ``agent.turn``: the attempt, from the claim to its end, with the outcome and the tokens of
   its model calls; a later attempt's carries an event saying why it exists (``run.resumed``
-  after recorded steps, else ``run.restarted``), mirroring what ``workers/start.py`` tells
+  after recorded steps, else ``run.restarted``), mirroring what ``workers/resume.py`` tells
   readers;
 
 and, as the turn goes, its children: one ``chat <model>`` span per live model request
@@ -30,12 +30,12 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from hermes_queue.logs import trace_id_var
-from hermes_queue.tracing import names, turn_var
-from hermes_queue.tracing.spans import quiet_span
+from hermes_queue.tracing import names
+from hermes_queue.tracing.context import turn_var
+from hermes_queue.tracing.quiet_spans import quiet_span
 
 if TYPE_CHECKING:
     from hermes_queue.runs.model import RunRecord
-    from hermes_queue.tracing.spans import Tracing
 
 T = TypeVar("T")
 
@@ -49,15 +49,16 @@ BOTH = "earlier attempts lost their worker or were handed back"
 class TurnTrace:
     def __init__(
         self,
-        tracing: Tracing,
+        tracer: trace.Tracer,
+        parent: Context | None,
         record: RunRecord,
         attempt: int,
         worker_id: str,
         claim_started_ns: int,
     ) -> None:
-        self.tracer = tracer = tracing.tracer
-        carrier = record.request.trace
-        parent = tracing.propagator.extract(carrier) if carrier else Context()
+        """``parent``: the context the run carries (its request's span), else a new trace."""
+        self.tracer = tracer
+        parent = parent if parent is not None else Context()
         self.base: dict[str, Any] = {
             names.RUN_ID: record.run_id,
             names.SESSION_ID: record.session_id,
@@ -283,7 +284,7 @@ class ModelCall:
 
 
 def _why_again(record: RunRecord, attempt: int) -> tuple[str, dict[str, Any]]:
-    """The event of a later attempt: what its readers are told (workers/start.py), and why."""
+    """The event of a later attempt: what its readers are told (workers/resume.py), and why."""
     earlier = attempt - 1
     reason = WORKER_LOST if record.lost >= earlier else HANDED_BACK if not record.lost else BOTH
     attributes: dict[str, Any] = {

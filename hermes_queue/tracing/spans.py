@@ -15,12 +15,14 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from hermes_queue.logs import trace_id_var
-from hermes_queue.tracing import names, turn_var
-from hermes_queue.tracing.carrier import TRACEPARENT
+from hermes_queue.runs.trace_context import TRACEPARENT
+from hermes_queue.tracing import names
+from hermes_queue.tracing.attempts import TurnTrace
+from hermes_queue.tracing.context import turn_var
+from hermes_queue.tracing.quiet_spans import hex_trace_id, quiet_span
 
 if TYPE_CHECKING:
     from hermes_queue.runs.model import RunRecord
-    from hermes_queue.tracing.attempts import TurnTrace
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -34,37 +36,6 @@ class Created(Protocol):
 
 
 E = TypeVar("E", bound=Created)
-
-
-@contextlib.contextmanager
-def quiet_span(
-    tracer: trace.Tracer,
-    name: str,
-    *,
-    context: Any = None,
-    kind: SpanKind = SpanKind.INTERNAL,
-    attributes: Mapping[str, Any] | None = None,
-) -> Iterator[trace.Span]:
-    """A current span that, on an exception, records only its type (``error.type``): an
-    exception's text may quote a message or a provider's answer, which spans never carry."""
-    with tracer.start_as_current_span(
-        name,
-        context=context,
-        kind=kind,
-        attributes=attributes,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except BaseException as exc:
-            span.set_attribute(names.ERROR_TYPE, type(exc).__name__)
-            span.set_status(Status(StatusCode.ERROR))
-            raise
-
-
-def hex_trace_id(span: trace.Span) -> str:
-    return trace.format_trace_id(span.get_span_context().trace_id)
 
 
 def route_of(request: web.Request) -> str:
@@ -150,12 +121,9 @@ class Tracing:
     def begin_turn(
         self, record: RunRecord, attempt: int, worker_id: str, claim_started_ns: int
     ) -> TurnTrace:
-        """The claimed attempt's spans (``attempts.TurnTrace``), entered for this job. Takes the
-        record and attempt number, not ``runs.attempt.Attempt``, which itself calls into this
-        package (its terminal transition's span): the import would run both ways."""
-        from hermes_queue.tracing.attempts import TurnTrace
-
-        turn = TurnTrace(self, record, attempt, worker_id, claim_started_ns)
+        """The claimed attempt's spans (``attempts.TurnTrace``), entered for this job."""
+        parent = self.propagator.extract(record.request.trace) if record.request.trace else None
+        turn = TurnTrace(self.tracer, parent, record, attempt, worker_id, claim_started_ns)
         turn.enter()
         return turn
 
@@ -165,7 +133,7 @@ class Tracing:
         if reason := data.get("reason"):
             attributes[names.FAIL_REASON] = str(reason)
         turn = turn_var.get()
-        if turn is not None:
+        if isinstance(turn, TurnTrace):
             turn.finishing(status, attributes.get(names.FAIL_REASON))
         with quiet_span(self.tracer, names.FINISH, attributes=attributes):
             yield

@@ -38,11 +38,11 @@ from typing import Any, TypeVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue import tracing
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
 from hermes_queue.agents.steps import HandBack
 from hermes_queue.events import EventType, message_id_for
 from hermes_queue.runs.attempt import Attempt
+from hermes_queue.tracing.context import current_turn
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +103,12 @@ class RunEventSink:
         cancel: CancelToken | None = None,
         wakeup: Wakeup | None = None,
         hand_back: Callable[[], bool] = lambda: False,
+        on_first_event: Callable[[], object] | None = None,
     ) -> None:
+        """``on_first_event``: told once, at the agent's first event (text, a tool, an
+        approval request): not at what the worker itself announces (``run.started``)."""
         self.attempt = attempt
+        self._on_first_event = on_first_event
         self.run_id = attempt.run_id
         # Whether the worker is stopping: then a recorded step is the attempt's last (HandBack).
         self._hand_back = hand_back
@@ -251,9 +255,15 @@ class RunEventSink:
             raise HandBack(f"worker stopping after step {record.get('kind')}")
 
     # -- EventSink --------------------------------------------------------------------------
+    def _agent_event(self) -> None:
+        if self._on_first_event is not None:
+            first, self._on_first_event = self._on_first_event, None
+            first()
+
     async def delta(self, text: str) -> None:
         if not text:
             return
+        self._agent_event()
         await self._ensure_message()
         self.text_streamed = True
         self._streamed.append(text)
@@ -267,6 +277,7 @@ class RunEventSink:
     async def reasoning(self, text: str) -> None:
         if not text:
             return
+        self._agent_event()
         await self._ensure_message()
         await self.emit(EventType.REASONING, {"text": text})
 
@@ -274,6 +285,7 @@ class RunEventSink:
         """The agent's progress note (``agents.base.NoteSink``), not the model's reasoning."""
         if not text:
             return
+        self._agent_event()
         await self._ensure_message()
         await self.emit(EventType.PROGRESS_NOTE, {"text": text})
 
@@ -285,7 +297,8 @@ class RunEventSink:
         args: Any = None,
         emoji: str | None = None,
     ) -> None:
-        if (turn := tracing.current_turn()) is not None:
+        self._agent_event()
+        if (turn := current_turn()) is not None:
             turn.tool_started(name, call_id)
         await self._ensure_message()
         data = {"tool": name, "tool_call_id": call_id, "preview": preview, "args": args}
@@ -301,7 +314,8 @@ class RunEventSink:
         error: bool = False,
         result: str | None = None,
     ) -> None:
-        if (turn := tracing.current_turn()) is not None:
+        self._agent_event()
+        if (turn := current_turn()) is not None:
             turn.tool_completed(name, call_id, error)
         await self._ensure_message()
         await self.emit(
@@ -322,7 +336,8 @@ class RunEventSink:
 
     async def approval(self, request: ApprovalRequest) -> str:
         """Ask for consent, park the turn until an answer, a stop or the timeout (then deny)."""
-        turn = tracing.current_turn()
+        self._agent_event()
+        turn = current_turn()
         if turn is not None:
             return await turn.approval_wait(self._approval(request))
         return await self._approval(request)

@@ -12,20 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermes_queue import tracing
 from hermes_queue.agents.base import (
     AgentBackend,
     AgentError,
     AgentResult,
-    ApprovalRequest,
     CancelToken,
-    EventSink,
     ProviderAuthError,
     TurnCancelled,
 )
@@ -41,8 +39,11 @@ from hermes_queue.store.base import StoreError
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
+from hermes_queue.workers.resume import Unresumable, start_attempt
 from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink, Wakeup
-from hermes_queue.workers.start import Unresumable, start_attempt
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ class WorkerRuntime:
     shutting_down: Callable[[], bool] = lambda: False
     active: dict[str, ActiveRun] = field(default_factory=dict)
     metrics: WorkerMetrics | None = None
+    # This process's tracing (hermes_queue/tracing/), when on.
+    tracing: Tracing | None = None
     # The agent's Hermes home, whose secret files a reply's MEDIA: tags may never deliver.
     hermes_home: str = ""
 
@@ -92,70 +95,10 @@ class WorkerRuntime:
             run.approvals.notify()
 
 
-class FirstEventProbe:
-    """The sink as the backend sees it, noting the agent's first event for the time-to-first-
-    event histogram (what a user waits for), then passing every call through unchanged."""
-
-    def __init__(self, sink: RunEventSink, metrics: WorkerMetrics, created_at: float) -> None:
-        self._sink = sink
-        self._metrics = metrics
-        self._created_at = created_at
-        self._seen = False
-
-    def _note(self) -> None:
-        if not self._seen:
-            self._seen = True
-            self._metrics.first_event(self._created_at)
-
-    def __getattr__(self, name: str) -> Any:  # any sink method added later passes through
-        return getattr(self._sink, name)
-
-    async def delta(self, text: str) -> None:
-        if text:
-            self._note()
-        await self._sink.delta(text)
-
-    async def reasoning(self, text: str) -> None:
-        if text:
-            self._note()
-        await self._sink.reasoning(text)
-
-    async def thinking(self, text: str) -> None:
-        if text:
-            self._note()
-        await self._sink.thinking(text)
-
-    async def tool_started(
-        self,
-        name: str,
-        call_id: str,
-        preview: str | None = None,
-        args: Any = None,
-        emoji: str | None = None,
-    ) -> None:
-        self._note()
-        await self._sink.tool_started(name, call_id, preview, args, emoji)
-
-    async def tool_completed(
-        self,
-        name: str,
-        call_id: str,
-        duration: float = 0.0,
-        error: bool = False,
-        result: str | None = None,
-    ) -> None:
-        self._note()
-        await self._sink.tool_completed(name, call_id, duration, error, result)
-
-    async def approval(self, request: ApprovalRequest) -> str:
-        self._note()
-        return await self._sink.approval(request)
-
-
 async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
     """One delivery of a run's job (the queue delivers at least once)."""
     run_id_var.set(run_id)
-    traced = tracing.active()
+    traced = runtime.tracing
     claim_started = time.time_ns() if traced is not None else 0
     attempt = await _claim(runtime, run_id)
     if attempt is None:
@@ -218,18 +161,23 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
     """Run the turn; whatever happens, end it with one terminal write, a hand-back, or
     nothing at all when the lease is lost (the reaper's then)."""
     attempt = active.attempt
+    first_event = None
+    if runtime.metrics is not None and attempt.number == 1:
+        # The agent's first event: what a user waits for (time-to-first-event histogram).
+        first_event = functools.partial(runtime.metrics.first_event, attempt.record.created_at)
     sink = RunEventSink(
-        attempt, cancel=active.token, wakeup=active.approvals, hand_back=runtime.shutting_down
+        attempt,
+        cancel=active.token,
+        wakeup=active.approvals,
+        hand_back=runtime.shutting_down,
+        on_first_event=first_event,
     )
     turn_log = None
     if attempt.record.persist and runtime.store is not None:
         turn_log = SessionTurnLog(runtime.store, attempt.run_id, attempt.record.session_id)
     try:
         request = await start_attempt(attempt, runtime.repository, sink, turn_log)
-        agent_sink: EventSink = sink
-        if runtime.metrics is not None and attempt.number == 1:
-            agent_sink = FirstEventProbe(sink, runtime.metrics, attempt.record.created_at)
-        result = await runtime.backend.run_turn(request, agent_sink, active.token)
+        result = await runtime.backend.run_turn(request, sink, active.token)
         result = _checked_runtime(attempt, result)
         await sink.flush()
         if turn_log:
@@ -354,7 +302,7 @@ async def _end_unresumable(
     attempt: Attempt, turn_log: SessionTurnLog | None, lost: Unresumable
 ) -> str:
     """A reply shown to an OpenAI stream was cut by a lost worker: the run ends ``worker_lost``
-    with its transcript as the client saw it (workers/start.py)."""
+    with its transcript as the client saw it (workers/resume.py)."""
     if turn_log is not None:
         try:
             await turn_log.record_interrupted(lost.done, lost.shown)

@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import uuid
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -39,6 +39,9 @@ from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
 from hermes_queue.workers.shard_listener import listen_shards
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from hermes_queue.workers.warmup import WarmUpState, warm_up
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +146,18 @@ class WorkerProcess:
     """One worker process's side of the queue: what each delivered job runs, and what runs
     beside the jobs (listener, lease keeper, reaper, catalog publisher)."""
 
-    def __init__(self, settings: Settings, worker_id: str, metrics: WorkerMetrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        worker_id: str,
+        metrics: WorkerMetrics,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.settings = settings
         self.worker_id = worker_id
         self.metrics = metrics
+        # This process's tracing (hermes_queue/tracing/), when the CLI installed it.
+        self.tracing = tracing
         self.runtime: WorkerRuntime | None = None
         self._clients: list[aioredis.Redis] = []
         self._background: list[asyncio.Task[None]] = []
@@ -159,7 +170,13 @@ class WorkerProcess:
         listener = redis if settings.redis.cluster else connect(settings.redis, for_pubsub=True)
         self._clients = [redis] if settings.redis.cluster else [redis, listener]
         keys = settings.redis.keys
-        repository = RunRepository(redis, keys, settings.runs, on_finished=metrics.count_outcome)
+        repository = RunRepository(
+            redis,
+            keys,
+            settings.runs,
+            on_finished=metrics.count_outcome,
+            finish_trace=self.tracing,
+        )
         backend = load_backend(settings.agents.backend, **backend_options(settings))
         # Before anything that takes or announces work: the first turn must not pay set-up.
         await warm_up(backend, self.warm_up_state)
@@ -171,6 +188,7 @@ class WorkerProcess:
             turn_timeout=float(settings.worker.job_timeout_seconds),
             shutting_down=lambda: worker.shutting_down,
             metrics=metrics,
+            tracing=self.tracing,
             # Hermes' own default home when none is set: its secrets are refused there too.
             hermes_home=settings.agents.hermes_home or os.environ.get("HERMES_HOME") or "~/.hermes",
         )
@@ -230,11 +248,15 @@ class WorkerProcess:
 
 
 def build_worker(
-    settings: Settings, *, handle_signals: bool = True, burst: bool = False
+    settings: Settings,
+    *,
+    handle_signals: bool = True,
+    burst: bool = False,
+    tracing: Tracing | None = None,
 ) -> WakeableWorker:
     """The queue's worker, handing every delivery to this process's ``WorkerProcess``."""
     metrics = WorkerMetrics()
-    process = WorkerProcess(settings, new_worker_id(), metrics)
+    process = WorkerProcess(settings, new_worker_id(), metrics, tracing)
     worker = queue_worker(
         settings.redis, settings.worker, process, handle_signals=handle_signals, burst=burst
     )

@@ -49,10 +49,16 @@ def _unavailable(reason: str) -> None:
 
 
 class LiveApi:
-    """API (real TCP port on 127.0.0.1) + worker on an event loop in a background thread."""
+    """API (real TCP port on 127.0.0.1) + worker on an event loop in a background thread; the
+    API traces (exported nowhere), so its runs carry a trace id to the run view."""
 
     def __init__(self, settings: Settings) -> None:
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from hermes_queue.tracing.spans import Tracing
+
         self.settings = settings
+        self.tracing = Tracing(TracerProvider())
         self.loop = asyncio.new_event_loop()
         self.base_url = ""
         self._held: list[Any] = []  # session streams started and left open (start_turn)
@@ -86,7 +92,7 @@ class LiveApi:
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
-        app = create_app(self.settings)
+        app = create_app(self.settings, self.tracing)
         app.middlewares.append(self._track_streams)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -406,17 +412,9 @@ def test_dashboard_lists_scheduled_jobs(live: LiveApi, browser: Any) -> None:
 
 def test_the_run_view_shows_the_runs_trace(live: LiveApi, browser: Any) -> None:
     """A run started while the API traces carries its trace id to the run view."""
-    from opentelemetry.sdk.trace import TracerProvider
     from selenium.webdriver.common.by import By
 
-    from hermes_queue import tracing
-    from hermes_queue.tracing.spans import Tracing
-
-    previous = tracing.use(Tracing(TracerProvider()))  # traced, exported nowhere
-    try:
-        run_id = live.start_run("traced turn")
-    finally:
-        tracing.use(previous)
+    run_id = live.start_run("traced turn")
     trace_id = live.call("GET", f"/v1/runs/{run_id}")["trace_id"]
     assert len(trace_id) == 32
 

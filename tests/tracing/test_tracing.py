@@ -25,9 +25,8 @@ from hermes_queue.config import Settings
 from hermes_queue.logs import JsonFormatter, TextFormatter, trace_id_var
 from hermes_queue.routing import Selection
 from hermes_queue.runs.model import RunRecord
+from hermes_queue.runs.trace_context import carrier_of, trace_id_of
 from hermes_queue.runs.turn_request import TurnRequest
-from hermes_queue.tracing.attempts import TurnTrace
-from hermes_queue.tracing.carrier import carrier_of, trace_id_of
 from hermes_queue.tracing.spans import Tracing
 from tests.agents.test_echo import RecordingSink
 from tests.agents.test_openai_compat import KEY, make_backend
@@ -44,14 +43,17 @@ TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.shutdown()
+
+
+@pytest.fixture
+def traced(spans: InMemorySpanExporter) -> Iterator[Tracing]:
+    """A process's tracing, exporting to ``spans``: handed to the API and worker under test."""
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    previous = tracing.use(Tracing(provider))
-    try:
-        yield exporter
-    finally:
-        tracing.use(previous)
-        provider.shutdown()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    yield Tracing(provider)
+    provider.shutdown()
 
 
 def test_the_carrier_keeps_a_valid_traceparent_and_tracestate_only() -> None:
@@ -92,7 +94,7 @@ def test_without_an_endpoint_nothing_of_the_sdk_is_loaded() -> None:
         "from hermes_queue.api.app import create_app\n"
         "from hermes_queue.workers.worker import build_worker\n"
         "import hermes_queue.agents.hermes.durable\n"
-        "assert tracing.install(os.environ, 'api') is None and tracing.active() is None\n"
+        "assert tracing.install(os.environ, 'api') is None\n"
         "loaded = [m for m in sys.modules if m.startswith(('opentelemetry.sdk',"
         " 'hermes_queue.tracing.spans', 'hermes_queue.tracing.attempts'))]\n"
         "print(loaded)\n"
@@ -137,10 +139,10 @@ async def read_events(api: TestClient, run_id: str, **headers: str) -> list[dict
 
 
 async def test_a_turn_is_one_trace_under_the_callers_traceparent(
-    settings: Settings, spans: InMemorySpanExporter
+    settings: Settings, spans: InMemorySpanExporter, traced: Tracing
 ) -> None:
     headers = {"traceparent": TRACEPARENT, "tracestate": "vendor=1"}
-    async with running_api(settings) as api, running_worker(settings):
+    async with running_api(settings, traced) as api, running_worker(settings, traced):
         created = await api.post(
             "/v1/runs", json={"input": "hi [tool:search] [approve]"}, headers=headers
         )
@@ -194,9 +196,9 @@ async def status_of(api: TestClient, run_id: str) -> dict[str, Any]:
 
 
 async def test_without_a_traceparent_a_request_starts_a_trace_of_its_own(
-    settings: Settings, spans: InMemorySpanExporter
+    settings: Settings, spans: InMemorySpanExporter, traced: Tracing
 ) -> None:
-    async with running_api(settings) as api:
+    async with running_api(settings, traced) as api:
         created = await api.post("/v1/runs", json={"input": "hi"})
         run_id = (await created.json())["run_id"]
         status = await status_of(api, run_id)
@@ -206,12 +208,10 @@ async def test_without_a_traceparent_a_request_starts_a_trace_of_its_own(
 
 
 async def test_each_request_of_the_openai_backend_is_a_model_call_span(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpanExporter, traced: Tracing
 ) -> None:
     """A retried request is two spans: the failed one and the answered one (with its usage
     and time to first chunk), both children of the attempt's span."""
-    traced = tracing.active()
-    assert traced is not None
     turn_request = TurnRequest("hello", trace={"traceparent": TRACEPARENT})
     route = Selection(provider="fake", model="gpt-fake")
     record = RunRecord("r1", "s1", "running", route=route, request=turn_request)
@@ -219,8 +219,7 @@ async def test_each_request_of_the_openai_backend_is_a_model_call_span(
         backend = make_backend(fake)
 
         async def attempt() -> Any:  # its own task, as the worker runs each job
-            turn = TurnTrace(traced, record, 1, "w1", time.time_ns())
-            turn.enter()
+            turn = traced.begin_turn(record, 1, "w1", time.time_ns())
             try:
                 return await backend.run_turn(
                     agent_request("hello [flaky:1]"), RecordingSink(), CancelToken()

@@ -1,4 +1,4 @@
-"""Durable steps in one process, on real Redis (agents/steps.py, workers/start.py): an attempt
+"""Durable steps in one process, on real Redis (agents/steps.py, workers/resume.py): an attempt
 records each finished step with its events, a later attempt resumes after the last one and
 runs no recorded tool again, a tool in flight at the loss is declared lost (or run again when
 read-only), and a stopping worker hands the run back at the next step boundary. The same under
@@ -23,8 +23,8 @@ from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.streams.reader import read_range
+from hermes_queue.workers.resume import build_request
 from hermes_queue.workers.sink import RunEventSink
-from hermes_queue.workers.start import build_request
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from tests.support.polling import eventually
 

@@ -20,7 +20,7 @@ agent is kept):
 - ``tool_start_callback``: the start of each live tool call is recorded just before it runs.
 
 When the worker traces, each live model call (not a replayed one) is also a span
-(``tracing.current_turn().model_calls``).
+(``current_turn().model_calls``).
 
 Each record goes through ``TurnBridge.checkpoint``, which blocks the agent's thread until the
 worker has stored it with the events before it; what stops the attempt (a lost lease, Redis
@@ -40,7 +40,6 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from hermes_queue import tracing
 from hermes_queue.agents.hermes.bridge import TurnBridge
 from hermes_queue.agents.steps import (
     LOST_TOOL_RESULT,
@@ -50,6 +49,7 @@ from hermes_queue.agents.steps import (
     tool_result,
     tool_started,
 )
+from hermes_queue.tracing.context import current_turn
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class DurableTurn:
         streaming = cls._interruptible_streaming_api_call.__get__(agent)
         plain = cls._interruptible_api_call.__get__(agent)
         flush = cls._flush_messages_to_session_db.__get__(agent)
-        if (turn := tracing.current_turn()) is not None:  # a span per live model call
+        if (turn := current_turn()) is not None:  # a span per live model call
             streaming = turn.model_calls(streaming, streaming=True)
             plain = turn.model_calls(plain, streaming=False)
         agent._interruptible_streaming_api_call = self._model_call(streaming)

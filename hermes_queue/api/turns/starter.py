@@ -21,9 +21,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from hermes_queue import tracing
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.runtime_selection import persist_lock
@@ -34,6 +33,9 @@ from hermes_queue.runs.start import RunStarter, Strategy
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists, SessionRow
 from hermes_queue.store.protocol import SessionStore
+
+if TYPE_CHECKING:
+    from hermes_queue.tracing.spans import Tracing
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class NewTurn:
     # model name when the client named none either).
     named_model: str = ""
     # Its client reads it as an OpenAI stream, which cannot take back text it was shown: a
-    # worker lost mid-text then ends the run rather than resuming it (workers/start.py).
+    # worker lost mid-text then ends the run rather than resuming it (workers/resume.py).
     openai_stream: bool = False
 
 
@@ -116,6 +118,7 @@ class TurnStarter:
         store: SessionStore,
         backpressure: Backpressure,
         default_model: str,
+        tracing: Tracing | None = None,
     ) -> None:
         # Started with this process's readers of runs (streams/presence.py): the request
         # that starts a stored-session turn reads it (a completion, a session chat).
@@ -123,6 +126,8 @@ class TurnStarter:
         self._store = store
         self._backpressure = backpressure
         self._default_model = default_model
+        # An enqueue span carrying the request's trace into the run, when tracing is on.
+        self._tracing = tracing
 
     async def enqueue_turn(
         self,
@@ -135,7 +140,7 @@ class TurnStarter:
         the run id as soon as the run exists (an ``Idempotency-Key`` record), even when the
         request then fails because too few replicas acknowledged it: the run stands on the
         primary, so a retry must find it rather than start a second one."""
-        traced = tracing.active()
+        traced = self._tracing
         if traced is not None and turn.request.trace is None:
             # Under an enqueue span, the run carrying the request's trace context.
             return await traced.enqueue(
