@@ -115,9 +115,8 @@ def _plain(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-_HELM_ONLY_LINE = re.compile(
-    r"^\s*(%s):" % "|".join(re.escape(k) for k in HELM_ONLY_LABELS + HELM_ONLY_ANNOTATIONS)
-)
+_HELM_ONLY_KEYS = "|".join(re.escape(k) for k in HELM_ONLY_LABELS + HELM_ONLY_ANNOTATIONS)
+_HELM_ONLY_LINE = re.compile(rf"^\s*({_HELM_ONLY_KEYS}):")
 
 
 def _plain_text(item: Rendered) -> str:
@@ -187,29 +186,30 @@ def generated_files() -> dict[str, str]:
     }
 
 
-def differences() -> list[str]:
-    """The generated files whose committed copy is missing or differs from a fresh render."""
+def differences(out: Path = OUT) -> list[str]:
+    """The generated files whose copy under ``out`` is missing or differs from a fresh render."""
     return [
         name
         for name, text in generated_files().items()
-        if not (OUT / name).is_file() or (OUT / name).read_text(encoding="utf-8") != text
+        if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != text
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    parser.add_argument("--out", type=Path, default=OUT, help="default: deploy/kubernetes")
     args = parser.parse_args(argv)
     if args.check:
-        stale = differences()
+        stale = differences(args.out)
         for name in stale:
-            print(f"deploy/kubernetes/{name}: differs from the chart's render", file=sys.stderr)
+            print(f"{args.out / name}: differs from the chart's render", file=sys.stderr)
         return 1 if stale else 0
     for name, text in generated_files().items():
-        path = OUT / name
+        path = args.out / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        print(f"wrote deploy/kubernetes/{name}")
+        print(f"wrote {path}")
     return 0
 
 
