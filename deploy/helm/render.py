@@ -2,6 +2,7 @@
 
     python deploy/helm/render.py            # rewrite the generated files under deploy/kubernetes/
     python deploy/helm/render.py --check    # exit 1 naming every file that differs from a render
+    python deploy/helm/render.py -f my-values.yaml --out DIR   # your values, your own copy
 
 The plain manifests are the chart rendered with its default values (fixed replica counts)
 for a release named ``hermes-queue`` in the namespace ``hermes-queue``, minus what only Helm
@@ -153,12 +154,25 @@ def _pick(rendered: list[Rendered], *, kind: str = "", template: str = "") -> li
     ]
 
 
-def generated_files() -> dict[str, str]:
-    """Path under deploy/kubernetes/ -> content, for every generated file."""
-    base = render()
-    optional = render(OPTIONAL_ON)
-    worker_hpa = render(WORKER_HPA)
-    defaults = "default values"
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` on top, nested mappings merged (as Helm merges values files)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def generated_files(values: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Path under deploy/kubernetes/ -> content, for every generated file (with ``values``
+    over the chart's defaults; the committed copy has none)."""
+    given = dict(values or {})
+    base = render(given)
+    optional = render(_merged(given, OPTIONAL_ON))
+    worker_hpa = render(_merged(given, WORKER_HPA))
+    defaults = "default values" if not given else "values given to render.py"
     return {
         "configmap.yaml": _document(_pick(base, template="configmap.yaml"), defaults, ""),
         "api.yaml": _document(_pick(base, template="api.yaml"), defaults, ""),
@@ -199,13 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
     parser.add_argument("--out", type=Path, default=OUT, help="default: deploy/kubernetes")
+    parser.add_argument(
+        "-f", "--values", type=Path, help="a values file over the defaults (not with --check)"
+    )
     args = parser.parse_args(argv)
+    if args.check and args.values:
+        parser.error("--check compares the committed copy, rendered with the defaults")
+    values = yaml.safe_load(args.values.read_text(encoding="utf-8")) if args.values else None
     if args.check:
         stale = differences(args.out)
         for name in stale:
             print(f"{args.out / name}: differs from the chart's render", file=sys.stderr)
         return 1 if stale else 0
-    for name, text in generated_files().items():
+    for name, text in generated_files(values).items():
         path = args.out / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
