@@ -242,7 +242,11 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         "minReplicas",
     ),
     ("an unknown autoscaler", {"worker": {"autoscaling": {"kind": "vpa"}}}, "kind"),
-    ("a HERMES_QUEUE_ variable in extraEnv", {"extraEnv": [{"name": "HERMES_QUEUE_PORT"}]}, ""),
+    (
+        "a HERMES_QUEUE_ variable in extraEnv",
+        {"extraEnv": [{"name": "HERMES_QUEUE_PORT"}]},
+        "/extraEnv/0/name",
+    ),
 ]
 
 
