@@ -25,6 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue import tracing
+from hermes_queue.api.drain import Drain
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.client_gone import on_client_gone
 from hermes_queue.api.http.sse import (
@@ -32,6 +33,7 @@ from hermes_queue.api.http.sse import (
     EndStream,
     Renderer,
     cursor_at_end,
+    drained_bytes,
     event_bytes,
     lost_bytes,
 )
@@ -87,17 +89,40 @@ class RunUnfinished(ApiError):
         super().__init__(500, "internal_error", "The run ended without a terminal event")
 
 
+class DrainCut(RunUnfinished):
+    """The process's stream-drain bound passed before the run ended (api/drain.py): the run
+    goes on; a retry on another replica (with the same ``Idempotency-Key``: the same run)
+    gets its reply."""
+
+    def __init__(self) -> None:
+        ApiError.__init__(
+            self,
+            503,
+            "gateway_draining",
+            "This API process shut down before the turn ended; the turn goes on: retry with "
+            "the same Idempotency-Key, or read the session, on another replica",
+            headers={"Retry-After": "1"},
+        )
+
+
 class RunFeed:
     """Following runs' events: as SSE (:meth:`prefetch`, :meth:`pump`) or to their final reply
-    (:meth:`final_reply`)."""
+    (:meth:`final_reply`). Every reader is stopped when the process's stream-drain bound passes
+    (``drain``), and ends as its dialect says (``sse.drained_bytes``, :class:`DrainCut`)."""
 
     def __init__(
-        self, hub: StreamHub, redis: aioredis.Redis, keys: Keys, keepalive_seconds: float
+        self,
+        hub: StreamHub,
+        redis: aioredis.Redis,
+        keys: Keys,
+        keepalive_seconds: float,
+        drain: Drain | None = None,
     ) -> None:
         self._hub = hub
         self._redis = redis
         self._keys = keys
         self._keepalive = keepalive_seconds
+        self._drain = drain or Drain()
 
     async def prefetch(
         self, run_id: str, cursor: str | None, *, from_start: bool = False
@@ -127,28 +152,51 @@ class RunFeed:
         return Prefetched(record, page, cursor, tip)
 
     async def final_reply(
-        self, run_id: str, observe: Callable[[RunEvent], object] | None = None
+        self,
+        run_id: str,
+        observe: Callable[[RunEvent], object] | None = None,
+        *,
+        dialect: str | None = "hermes",
     ) -> FinalReply:
         """Wait for the run's terminal event, reading it from its first; ``observe`` sees every
         event on the way (a stored response folds them). Raises :class:`RunUnfinished` when the
-        events end first."""
+        events end first, :class:`DrainCut` when the stream-drain bound stopped the wait
+        (counted as ``dialect``'s; None: a wait no client is behind, not counted)."""
+        async with self._hub.subscribe(run_id, None) as subscription:
+            forget = self._drain.watch(subscription.abandon)
+            try:
+                reply = await self._final(subscription, observe)
+            finally:
+                forget()
+            if reply is not None:
+                return reply
+        if self._drain.cutting:
+            if dialect is not None:
+                self._drain.cut(dialect)
+            raise DrainCut()
+        raise RunUnfinished()
+
+    @staticmethod
+    async def _final(
+        subscription: Subscription, observe: Callable[[RunEvent], object] | None
+    ) -> FinalReply | None:
+        """The reply, read to the terminal event; None when the events end first."""
         text: list[tuple[str, str]] = []  # (event id, delta)
         shown: str | None = None
-        async with self._hub.subscribe(run_id, None) as subscription:
-            async for event in subscription:
-                if observe is not None:
-                    observe(event)
-                if event.type == EventType.MESSAGE_DELTA:
-                    text.append((event.id, str(event.data.get("delta", ""))))
-                elif event.type == EventType.ASSISTANT_COMPLETED:
-                    shown = str(event.data.get("content", ""))
-                elif event.type in (EventType.RUN_RESTARTED, EventType.RUN_RESUMED):
-                    # A later attempt says again what the interrupted one had started to say.
-                    text = [(eid, delta) for eid, delta in text if not superseded(event, eid)]
-                    shown = None
-                if event.terminal:
-                    return FinalReply(event, "".join(delta for _, delta in text), shown)
-        raise RunUnfinished()
+        async for event in subscription:
+            if observe is not None:
+                observe(event)
+            if event.type == EventType.MESSAGE_DELTA:
+                text.append((event.id, str(event.data.get("delta", ""))))
+            elif event.type == EventType.ASSISTANT_COMPLETED:
+                shown = str(event.data.get("content", ""))
+            elif event.type in (EventType.RUN_RESTARTED, EventType.RUN_RESUMED):
+                # A later attempt says again what the interrupted one had started to say.
+                text = [(eid, delta) for eid, delta in text if not superseded(event, eid)]
+                shown = None
+            if event.terminal:
+                return FinalReply(event, "".join(delta for _, delta in text), shown)
+        return None
 
     async def _exists(self, run_id: str) -> bool:
         return bool(await self._redis.exists(self._keys.run(run_id)))
@@ -183,9 +231,11 @@ class RunFeed:
         try:
             async with self._hub.subscribe(run_id, cursor, page=page) as subscription:
                 forget = on_client_gone(request, subscription.abandon)
+                unwatch = self._drain.watch(subscription.abandon)
                 try:
                     return await self._pump(response, run_id, render, subscription, end)
                 finally:
+                    unwatch()
                     forget()
         except (ConnectionResetError, ConnectionError):
             return False
@@ -204,7 +254,11 @@ class RunFeed:
         while True:
             events = await subscription.get_many(timeout=self._keepalive, max_items=MAX_BATCH)
             if not events:
-                if subscription.finished:  # the hub closed, or the client left
+                if subscription.finished:  # the hub closed, the client left, or the bound
+                    if self._drain.cutting:
+                        closing, dialect = drained_bytes(run_id, render)
+                        await response.write_eof(closing)
+                        self._drain.cut(dialect)
                     return False
                 idle += 1
                 losses = self._hub.connection_losses

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from hermes_queue.api.drain import Drain
 from hermes_queue.api.feed import RunFeed
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.idempotency import IdempotencyRecords
@@ -31,16 +32,6 @@ from hermes_queue.runs.start import RunStarter
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
-
-
-@dataclass
-class DrainState:
-    """Mutable so cli/serve.py can flip it on a running app: while ``draining``, new agent turns
-    are refused so a load balancer retries them on another replica, while reads and open
-    streams keep working until the listener closes (upstream-api.md §1.4)."""
-
-    draining: bool = False
-
 
 T = TypeVar("T")
 
@@ -92,7 +83,8 @@ class ApiState:
     feed: RunFeed
     idempotency: IdempotencyRecords
     catalog: CachedCatalog
-    drain: DrainState
+    # The process's shutdown: readiness, requests in flight, streams cut at the bound.
+    drain: Drain
     background: BackgroundTasks
 
     @classmethod
@@ -119,7 +111,8 @@ class ApiState:
             max_depth=api.max_ready_depth,
             max_age=api.max_ready_age_seconds,
         )
-        feed = RunFeed(hub, redis, keys, api.keepalive_seconds)
+        drain = Drain(on_cut=metrics.drain_cut)
+        feed = RunFeed(hub, redis, keys, api.keepalive_seconds, drain)
         return cls(
             settings=settings,
             keys=keys,
@@ -142,7 +135,7 @@ class ApiState:
                 retention=settings.runs.retention_seconds,
             ),
             catalog=CachedCatalog(redis, keys),
-            drain=DrainState(),
+            drain=drain,
             background=BackgroundTasks(),
         )
 

@@ -62,6 +62,11 @@ TRUNCATED_MESSAGE = "The reply was cut off at the model's output limit"
 WORKER_LOST_MESSAGE = "The worker running this turn was lost after part of the reply"
 STREAM_GAP_MESSAGE = "Events of this turn were lost; the stream cannot show the rest"
 RUN_LOST_MESSAGE = "This run no longer exists in Redis: no event can follow"
+SERVER_DRAINING = "server_draining"
+SERVER_DRAINING_MESSAGE = (
+    "This API replica shut down before the turn ended; the turn goes on: its reply is on "
+    "/v1/runs/{run_id}/events and in the session transcript, from any replica"
+)
 
 
 def visible_ascii(raw: Any, fallback: str) -> str:
@@ -157,6 +162,9 @@ class ChatStream:
                 raise EndStream([self._error_row(event, STREAM_GAP_MESSAGE, STREAM_GAP), DONE])
             case EventType.STREAM_LOST:
                 raise EndStream([self._error_row(event, RUN_LOST_MESSAGE, RUN_LOST), DONE])
+            case EventType.STREAM_DRAINED:
+                message = SERVER_DRAINING_MESSAGE.format(run_id=event.run_id)
+                raise EndStream([self._error_row(event, message, SERVER_DRAINING), DONE])
             case _:
                 return []
 

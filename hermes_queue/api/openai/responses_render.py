@@ -23,6 +23,8 @@ from hermes_queue.api.http.sse import EndStream, Frame, Renderer
 from hermes_queue.api.openai.chat_render import (
     RUN_LOST,
     RUN_LOST_MESSAGE,
+    SERVER_DRAINING,
+    SERVER_DRAINING_MESSAGE,
     STREAM_GAP,
     STREAM_GAP_MESSAGE,
     WORKER_LOST,
@@ -216,6 +218,8 @@ class ResponseFold:
                 return STREAM_GAP_MESSAGE, STREAM_GAP
             case EventType.STREAM_LOST:
                 return RUN_LOST_MESSAGE, RUN_LOST
+            case EventType.STREAM_DRAINED:
+                return SERVER_DRAINING_MESSAGE.format(run_id=event.run_id), SERVER_DRAINING
         return None
 
     def _fail(self, error: str, code: str | None = None) -> list[Frame]:
