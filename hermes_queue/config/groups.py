@@ -72,6 +72,11 @@ class RedisSettings(_Group):
     # stats are spread over this many hash tags (keys.py), so over up to this many primaries.
     # Changing it moves run ids to other shards: change it only on an empty deployment.
     cluster_shards: int = _named("redis_cluster_shards", 16)
+    # A call that cannot reach a writable primary in a way that proves it was not applied (no
+    # connection, no primary named yet, READONLY from a demoted one) is retried for up to this
+    # long, so requests wait out a primary switchover instead of failing (redisio/switchover.py).
+    # A call that may have been applied is never retried. 0: fail at once.
+    switchover_wait_seconds: float = _named("redis_switchover_wait_seconds", 5.0)
 
     @property
     def cluster(self) -> bool:
@@ -91,6 +96,7 @@ class RedisSettings(_Group):
                 f"namespace {self.namespace!r} must be non-empty without {{}}, ':' or spaces"
             )
         _at_least(self.cluster_shards, 1, "redis_cluster_shards")
+        _not_negative(self.switchover_wait_seconds, "redis_switchover_wait_seconds")
 
 
 @dataclass(frozen=True, repr=False)

@@ -45,6 +45,11 @@ from hermes_queue.redisio.cluster import (
     parse_cluster_url,
 )
 from hermes_queue.redisio.pool import BoundedPool
+from hermes_queue.redisio.switchover import (
+    SwitchoverConnection,
+    SwitchoverSentinelConnection,
+    switchover_options,
+)
 
 COMMAND_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
@@ -170,9 +175,13 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
         assert not for_pubsub, "no cluster-wide pub/sub client: subscribe per shard"
         client = connect_cluster(cluster, **options)
         return cast("aioredis.Redis", client)
+    # A switchover is waited out, retrying only what was not applied (redisio/switchover.py).
+    options.update(switchover_options(settings.switchover_wait_seconds))
     target = parse_sentinel_url(settings.url)
     if target is not None:
-        return _through_sentinel(target, **options)
+        return _through_sentinel(target, connection_class=SwitchoverSentinelConnection, **options)
+    if settings.url.partition("://")[0].lower() == "redis":  # not TLS, not a Unix socket
+        options["connection_class"] = SwitchoverConnection
     pool = BoundedPool.from_url(settings.url, **options)
     return aioredis.Redis(connection_pool=pool)
 
