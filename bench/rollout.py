@@ -58,7 +58,7 @@ from hermes_queue.config import Settings
 from hermes_queue.redisio.embedded import free_port
 from tests.support.polling import eventually
 from tests.support.processes import Cluster, Proc, wait_http
-from tests.support.redis_group import SentinelGroup
+from tests.support.redis_group import Node, SentinelGroup
 
 API_KEY = "bench-rollout-" + "k" * 20
 KINDS = ("openai", "session", "runs")
@@ -285,11 +285,23 @@ async def roll_apis(
         apis[index] = (port, new)
 
 
+async def restart_node(group: SentinelGroup, node: Node) -> None:
+    """Stop ``node`` (SIGTERM), wait until the primary sees its replica gone, start it again
+    and wait until it is a synced replica."""
+    node.stop()
+    await eventually(
+        lambda: group._replicas_online(group.primary()) < group.replicas,
+        within=30,
+        what=f"{node.name} seen gone",
+        retry_on=(AssertionError,),
+    )
+    await group.restart(node)
+
+
 async def roll_redis(group: SentinelGroup, settings: Settings, steps: list[Step]) -> None:
     replica = next(node for node in group.nodes if node is not group.primary())
     started = time.monotonic()
-    replica.stop()
-    await group.restart(replica)
+    await restart_node(group, replica)
     steps.append(Step("redis replica restart", time.monotonic() - started))
     started = time.monotonic()
     done = await asyncio.to_thread(
@@ -304,8 +316,7 @@ async def roll_redis(group: SentinelGroup, settings: Settings, steps: list[Step]
     )
     old = next(node for node in group.nodes if (node.host, node.port) == done.old)
     started = time.monotonic()
-    old.stop()
-    await group.restart(old)
+    await restart_node(group, old)
     steps.append(Step("redis old primary restart", time.monotonic() - started))
 
 

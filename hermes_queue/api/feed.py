@@ -29,12 +29,12 @@ from hermes_queue.api.drain import Drain
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.client_gone import on_client_gone
 from hermes_queue.api.http.sse import (
-    KEEPALIVE,
     EndStream,
     Renderer,
     cursor_at_end,
     drained_bytes,
     event_bytes,
+    keepalive_of,
     lost_bytes,
 )
 from hermes_queue.events import EventType, RunEvent, superseded
@@ -249,6 +249,7 @@ class RunFeed:
         end: bytes | None,
     ) -> bool:
         idle = 0
+        keepalive = keepalive_of(render)
         checked = self._hub.connection_losses  # changed: Redis was away, may have lost the run
         traced = tracing.active()  # notes the first frame's delay, then None
         while True:
@@ -269,7 +270,7 @@ class RunFeed:
                         return False
                     if lost is not None:  # known now (not while Redis is away)
                         checked = losses
-                await response.write(KEEPALIVE)
+                await response.write(keepalive)
                 continue
             idle = 0
             if traced is not None:

@@ -87,6 +87,13 @@ def resume_cursor(request: web.Request) -> str | None:
 
 STREAM_CLOSED = b": stream closed\n\n"
 KEEPALIVE = b": keepalive\n\n"
+# The OpenAI dialects' keepalive: a lone comment line, without the blank line that ends an
+# event. The openai SDK's decoder (openai-python, 2.24 at least) keeps the last ``id:`` across
+# events, so once a frame had one it dispatches an empty event at the blank line ending a
+# comment-only block, then fails to parse its empty data as JSON: every keepalive (any silence
+# of ``keepalive_seconds``, e.g. a long tool step) broke an SDK stream. A comment line is
+# ignored by every SSE parser and still keeps the connection busy.
+KEEPALIVE_LINE = b": keepalive\n"
 # How a Hermes-dialect stream ends when its API process stops before the run does (the
 # stream-drain bound, api/drain.py): no event and no ``id:`` (the client's last id is the last
 # frame it got), ``retry:`` so an EventSource reconnects within a second, through the load
@@ -177,6 +184,12 @@ def run_lost_frame(run_id: str) -> bytes:
         },
     }
     return encode_frame("stream.error", payload, "") + b": run not found\n\n"
+
+
+def keepalive_of(render: Renderer) -> bytes:
+    """The keepalive of ``render``'s dialect (a renderer may name its own: ``keepalive``)."""
+    keepalive: bytes = getattr(render, "keepalive", KEEPALIVE)
+    return keepalive
 
 
 def drained_bytes(run_id: str, render: Renderer) -> tuple[bytes, str]:

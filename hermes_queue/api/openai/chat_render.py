@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.api.http.sse import EndStream, Frame
+from hermes_queue.api.http.sse import KEEPALIVE_LINE, EndStream, Frame
 from hermes_queue.api.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.events import EventType, RunEvent, superseded
 
@@ -92,6 +92,8 @@ class ChatStream:
     Per connection: it remembers whether any reply text went out, which a failure's ``hermes``
     block reports as ``partial``. The agent's progress notes are not shown (upstream's chat
     stream has no frame for them)."""
+
+    keepalive = KEEPALIVE_LINE  # the openai SDK's decoder needs it (http/sse.py)
 
     def __init__(self, completion_id: str, created: int, model: str) -> None:
         self.completion_id, self.created, self.model = completion_id, created, model

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_queue.api.http.sse import EndStream, Frame, Renderer
+from hermes_queue.api.http.sse import KEEPALIVE_LINE, EndStream, Frame, Renderer
 from hermes_queue.api.openai.chat_render import (
     RUN_LOST,
     RUN_LOST_MESSAGE,
@@ -352,4 +352,5 @@ def stream_renderer(meta: ResponseMeta, starting_after: int = -1) -> Renderer:
             raise EndStream(frames)
         return frames
 
+    render.keepalive = KEEPALIVE_LINE  # type: ignore[attr-defined]  # the SDK's (http/sse.py)
     return render
