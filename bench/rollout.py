@@ -305,7 +305,7 @@ async def roll_redis(group: SentinelGroup, settings: Settings, steps: list[Step]
     steps.append(Step("redis replica restart", time.monotonic() - started))
     started = time.monotonic()
     done = await asyncio.to_thread(
-        switchover, settings.redis, replica=None, timeout=10, say=lambda _line: None
+        switchover, settings.redis, replica=None, timeout=30, say=lambda _line: None
     )
     steps.append(
         Step(

@@ -173,9 +173,10 @@ def sentinel_switchover(target: SentinelTarget, timeout: float, say: Say) -> Swi
         old = group.primary()
         if old is None:
             raise SwitchoverError("the Sentinels name no primary")
-        replicas = group.replicas()
-        if not replicas:
-            raise SwitchoverError(f"primary {old[0]}:{old[1]} has no healthy replica")
+        try:  # a replica just restarted is seen healthy at the Sentinels' next look (~10 s)
+            replicas = _until("a replica the Sentinels see healthy", group.replicas, timeout)
+        except SwitchoverError:
+            raise SwitchoverError(f"primary {old[0]}:{old[1]} has no healthy replica") from None
         with group.node(old, timeout) as primary:
             started = time.monotonic()
             _call(primary, "CLIENT", "PAUSE", int(timeout * 1000), "WRITE")
