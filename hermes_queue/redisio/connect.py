@@ -176,11 +176,14 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
         client = connect_cluster(cluster, **options)
         return cast("aioredis.Redis", client)
     # A switchover is waited out, retrying only what was not applied (redisio/switchover.py).
+    waits = settings.switchover_wait_seconds > 0
     options.update(switchover_options(settings.switchover_wait_seconds))
     target = parse_sentinel_url(settings.url)
     if target is not None:
-        return _through_sentinel(target, connection_class=SwitchoverSentinelConnection, **options)
-    if settings.url.partition("://")[0].lower() == "redis":  # not TLS, not a Unix socket
+        if waits:
+            options["connection_class"] = SwitchoverSentinelConnection
+        return _through_sentinel(target, **options)
+    if waits and settings.url.partition("://")[0].lower() == "redis":  # not TLS nor a socket
         options["connection_class"] = SwitchoverConnection
     pool = BoundedPool.from_url(settings.url, **options)
     return aioredis.Redis(connection_pool=pool)
