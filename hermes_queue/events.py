@@ -52,6 +52,11 @@ class EventType(StrEnum):
     # Synthesised by readers, never stored: the run is gone from Redis (retention passed, or
     # Redis lost its data); the Hermes dialects show it as ``stream.error``.
     STREAM_LOST = "stream.lost"
+    # Synthesised by readers, never stored: this API process stopped reading the run (its
+    # stream-drain bound passed, api/drain.py) although the run goes on. The Hermes dialects
+    # show no frame for it (their stream closes with a resume frame); the OpenAI ones end the
+    # stream with an error (``server_draining``).
+    STREAM_DRAINED = "stream.drained"
 
 
 TERMINAL_EVENTS = frozenset(
@@ -142,6 +147,11 @@ def superseded(event: RunEvent, entry_id: str) -> bool:
 def lost_event(run_id: str) -> RunEvent:
     """The synthesised event that says "this run is gone: nothing can follow"."""
     return RunEvent(type=EventType.STREAM_LOST, run_id=run_id)
+
+
+def drained_event(run_id: str) -> RunEvent:
+    """The synthesised event that says "this process stops reading: the run goes on"."""
+    return RunEvent(type=EventType.STREAM_DRAINED, run_id=run_id)
 
 
 def message_id_for(run_id: str) -> str:

@@ -51,6 +51,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("completed", "failed", "cancelled")
 JOB_TRIGGERS = ("schedule", "manual")
 QUEUE_STATES = ("ready", "deferred", "running", "blocked")
+# The API dialects, as a drain cut counts them (api/drain.py).
+DIALECTS = ("hermes", "openai")
 # Waits: from instant (an idle worker woken by pub/sub) to minutes (a backlog).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # Agent turns: a second to an hour (job_timeout_seconds).
@@ -193,11 +195,28 @@ class ApiMetrics(_ProcessMetrics):
         )
         for reason in ("depth", "age"):
             self.backpressure_rejections_total.labels(reason=reason)
+        self.drain_cuts_total = Counter(
+            "hermes_queue_drain_cuts",
+            "Responses this API process cut because its stream-drain bound (stream_drain_seconds"
+            " after SIGTERM and drain_grace_seconds) passed before their run ended, by dialect: "
+            "hermes (a runs or session stream, closed with a frame its client resumes from on "
+            "another replica, or a session chat waiting for its reply), openai (a chat "
+            "completions or Responses stream ended with an error chunk, or a completion waiting "
+            "for its reply; the client cannot resume it).",
+            ["dialect"],
+            registry=self.registry,
+        )
+        for dialect in DIALECTS:
+            self.drain_cuts_total.labels(dialect=dialect)
 
     def rejected(self, reason: str) -> None:
         self.safely(
             "backpressure", lambda: self.backpressure_rejections_total.labels(reason=reason).inc()
         )
+
+    def drain_cut(self, dialect: str) -> None:
+        """``api.drain.Drain``'s hook: one response cut at the stream-drain bound."""
+        self.safely("drain_cuts", lambda: self.drain_cuts_total.labels(dialect=dialect).inc())
 
 
 class WorkerMetrics(_ProcessMetrics):

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api.endpoint import SERVED
-from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
+from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers, close_while_draining
 from hermes_queue.api.routes import ROUTES
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.config import Settings
@@ -50,6 +50,7 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     app = web.Application(middlewares=middlewares, client_max_size=settings.api.body_limit_bytes)
     app.cleanup_ctx.append(_lifetime(settings, tracing))
     app.on_response_prepare.append(add_security_headers)
+    app.on_response_prepare.append(close_while_draining)
     app.add_routes(ROUTES)
     app[SERVED] = tuple(ROUTES)
     return app

@@ -25,14 +25,16 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue.api.drain import Drain
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.client_gone import on_client_gone
 from hermes_queue.api.http.sse import (
-    KEEPALIVE,
     EndStream,
     Renderer,
     cursor_at_end,
+    drained_bytes,
     event_bytes,
+    keepalive_of,
     lost_bytes,
 )
 from hermes_queue.events import RunEvent
@@ -91,9 +93,26 @@ class RunUnfinished(ApiError):
         super().__init__(500, "internal_error", "The run ended without a terminal event")
 
 
+class DrainCut(RunUnfinished):
+    """The process's stream-drain bound passed before the run ended (api/drain.py): the run
+    goes on; a retry on another replica (with the same ``Idempotency-Key``: the same run)
+    gets its reply."""
+
+    def __init__(self) -> None:
+        ApiError.__init__(
+            self,
+            503,
+            "gateway_draining",
+            "This API process shut down before the turn ended; the turn goes on: retry with "
+            "the same Idempotency-Key, or read the session, on another replica",
+            headers={"Retry-After": "1"},
+        )
+
+
 class RunFeed:
     """Following runs' events: as SSE (:meth:`prefetch`, :meth:`pump`) or to their final reply
-    (:meth:`final_reply`)."""
+    (:meth:`final_reply`). Every reader is stopped when the process's stream-drain bound passes
+    (``drain``), and ends as its dialect says (``sse.drained_bytes``, :class:`DrainCut`)."""
 
     def __init__(
         self,
@@ -101,6 +120,7 @@ class RunFeed:
         redis: aioredis.Redis,
         keys: Keys,
         keepalive_seconds: float,
+        drain: Drain | None = None,
         tracing: Tracing | None = None,
     ) -> None:
         self._hub = hub
@@ -109,6 +129,7 @@ class RunFeed:
         self._redis = redis
         self._keys = keys
         self._keepalive = keepalive_seconds
+        self._drain = drain or Drain()
 
     async def prefetch(
         self, run_id: str, cursor: str | None, *, from_start: bool = False
@@ -138,20 +159,43 @@ class RunFeed:
         return Prefetched(record, page, cursor, tip)
 
     async def final_reply(
-        self, run_id: str, observe: Callable[[RunEvent], object] | None = None
+        self,
+        run_id: str,
+        observe: Callable[[RunEvent], object] | None = None,
+        *,
+        dialect: str | None = "hermes",
     ) -> FinalReply:
         """Wait for the run's terminal event, reading it from its first; ``observe`` sees every
         event on the way (a stored response folds them). Raises :class:`RunUnfinished` when the
-        events end first."""
-        reply = ReplyText()
+        events end first, :class:`DrainCut` when the stream-drain bound stopped the wait
+        (counted as ``dialect``'s; None: a wait no client is behind, not counted)."""
         async with self._hub.subscribe(run_id, None) as subscription:
-            async for event in subscription:
-                if observe is not None:
-                    observe(event)
-                reply.add(event)
-                if event.terminal:
-                    return FinalReply(event, reply.text, reply.shown)
+            forget = self._drain.watch(subscription.abandon)
+            try:
+                reply = await self._final(subscription, observe)
+            finally:
+                forget()
+            if reply is not None:
+                return reply
+        if self._drain.cutting:
+            if dialect is not None:
+                self._drain.cut(dialect)
+            raise DrainCut()
         raise RunUnfinished()
+
+    @staticmethod
+    async def _final(
+        subscription: Subscription, observe: Callable[[RunEvent], object] | None
+    ) -> FinalReply | None:
+        """The reply, read to the terminal event; None when the events end first."""
+        reply = ReplyText()
+        async for event in subscription:
+            if observe is not None:
+                observe(event)
+            reply.add(event)
+            if event.terminal:
+                return FinalReply(event, reply.text, reply.shown)
+        return None
 
     async def _exists(self, run_id: str) -> bool:
         return bool(await self._redis.exists(self._keys.run(run_id)))
@@ -186,9 +230,11 @@ class RunFeed:
         try:
             async with self._hub.subscribe(run_id, cursor, page=page) as subscription:
                 forget = on_client_gone(request, subscription.abandon)
+                unwatch = self._drain.watch(subscription.abandon)
                 try:
                     return await self._pump(response, run_id, render, subscription, end)
                 finally:
+                    unwatch()
                     forget()
         except (ConnectionResetError, ConnectionError):
             return False
@@ -202,12 +248,17 @@ class RunFeed:
         end: bytes | None,
     ) -> bool:
         idle = 0
+        keepalive = keepalive_of(render)
         checked = self._hub.connection_losses  # changed: Redis was away, may have lost the run
         traced = self._tracing  # notes the first frame's delay, then None
         while True:
             events = await subscription.get_many(timeout=self._keepalive, max_items=MAX_BATCH)
             if not events:
-                if subscription.finished:  # the hub closed, or the client left
+                if subscription.finished:  # the hub closed, the client left, or the bound
+                    if self._drain.cutting:
+                        closing, dialect = drained_bytes(run_id, render)
+                        await response.write_eof(closing)
+                        self._drain.cut(dialect)
                     return False
                 idle += 1
                 losses = self._hub.connection_losses
@@ -218,7 +269,7 @@ class RunFeed:
                         return False
                     if lost is not None:  # known now (not while Redis is away)
                         checked = losses
-                await response.write(KEEPALIVE)
+                await response.write(keepalive)
                 continue
             idle = 0
             if traced is not None:

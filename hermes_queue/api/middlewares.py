@@ -26,7 +26,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API);
 # the OpenAPI document describes the API, not its data.
-PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/openapi.json", *DASHBOARD_ASSETS})
+PUBLIC_PATHS = frozenset(
+    {"/health", "/v1/health", "/health/ready", "/openapi.json", *DASHBOARD_ASSETS}
+)
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
@@ -108,34 +110,24 @@ def _add_cors_headers(request: web.Request, response: web.StreamResponse) -> Non
         response.headers["Vary"] = f"{vary}, Origin"
 
 
-# -- Drain (upstream-api.md §1.4) ------------------------------------------------------------------
-# Routes (method POST) that start an agent turn: refused while the process drains.
-DRAIN_ROUTES = frozenset(
-    {
-        "/v1/runs",
-        "/v1/chat/completions",
-        "/v1/responses",
-        "/api/sessions/{session_id}/chat",
-        "/api/sessions/{session_id}/chat/stream",
-        "/api/jobs/{job_id}/run",
-    }
-)
-
-
+# -- Drain (api/drain.py) -------------------------------------------------------------------------
 @web.middleware
 async def drain_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """503 ``gateway_draining`` on run-creating routes while the process drains (after auth,
-    as upstream: 401 comes first)."""
-    if request.app[STATE].drain.draining and request.method == "POST":
-        resource = request.match_info.route.resource
-        if resource is not None and resource.canonical in DRAIN_ROUTES:
-            raise ApiError(
-                503,
-                "gateway_draining",
-                "This API process is shutting down; retry the request",
-                headers={"Retry-After": "1"},
-            )
-    return await handler(request)
+    """Count every request in flight, so a stopping process exits only once they are answered
+    (streams: once their run ended, within the stream-drain bound). Nothing is refused while the
+    process drains, unlike upstream's 503 ``gateway_draining``: a request that still reaches a
+    stopping replica is one its load balancer sent before it learned (docs/compatibility.md)."""
+    with request.app[STATE].drain.holding():
+        return await handler(request)
+
+
+async def close_while_draining(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare hook: while the process drains every response ends its connection
+    (``Connection: close``), so a kept-alive client sends its next request through the load
+    balancer, to a replica that stays."""
+    if request.app[STATE].drain.draining:
+        response.force_close()
+        response.headers["Connection"] = "close"
 
 
 @web.middleware
@@ -225,13 +217,13 @@ async def add_security_headers(request: web.Request, response: web.StreamRespons
     _add_cors_headers(request, response)
 
 
-# Outermost first. CORS precedes the body limit (upstream's order) and everything that could
-# answer with a body; drain follows auth (401 before 503, as upstream).
+# Outermost first: drain counts every request, whatever answers it. CORS precedes the body
+# limit (upstream's order) and everything that could answer with a body.
 MIDDLEWARES = [
+    drain_middleware,
     request_id_middleware,
     cors_middleware,
     error_middleware,
     body_limit_middleware,
     auth_middleware,
-    drain_middleware,
 ]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from hermes_queue.api.drain import Drain
 from hermes_queue.api.feed import RunFeed
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.idempotency import IdempotencyRecords
@@ -35,16 +36,6 @@ from hermes_queue.streams.hub import StreamHub
 
 if TYPE_CHECKING:
     from hermes_queue.tracing.spans import Tracing
-
-
-@dataclass
-class DrainState:
-    """Mutable so cli/serve.py can flip it on a running app: while ``draining``, new agent turns
-    are refused so a load balancer retries them on another replica, while reads and open
-    streams keep working until the listener closes (upstream-api.md §1.4)."""
-
-    draining: bool = False
-
 
 T = TypeVar("T")
 
@@ -98,7 +89,8 @@ class ApiState:
     catalog: CachedCatalog
     # Scheduled jobs' fires and their records (run-now, settling what a read shows).
     firing: Firing
-    drain: DrainState
+    # The process's shutdown: readiness, requests in flight, streams cut at the bound.
+    drain: Drain
     background: BackgroundTasks
 
     @classmethod
@@ -125,7 +117,8 @@ class ApiState:
             max_depth=api.max_ready_depth,
             max_age=api.max_ready_age_seconds,
         )
-        feed = RunFeed(hub, redis, keys, api.keepalive_seconds, tracing)
+        drain = Drain(on_cut=metrics.drain_cut)
+        feed = RunFeed(hub, redis, keys, api.keepalive_seconds, drain, tracing)
         # Run-now fires are read by nobody's request: started without this process's presence.
         firing = Firing(
             store,
@@ -161,7 +154,7 @@ class ApiState:
             ),
             catalog=CachedCatalog(redis, keys),
             firing=firing,
-            drain=DrainState(),
+            drain=drain,
             background=BackgroundTasks(),
         )
 

@@ -237,6 +237,35 @@ def check(role: str) -> None:
     sys.exit(run_check(_settings(), role))
 
 
+@main.command("redis-switchover")
+@click.option(
+    "--replica",
+    default=None,
+    help="Redis Cluster only: the replica (HOST:PORT) to promote in place of its primary.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds the switch may take (writes wait at most this long, usually ~1 s).",
+)
+def redis_switchover(replica: str | None, timeout: float) -> None:
+    """Switch the Redis primary to a replica without failing a request or losing a write
+    (Sentinel: pause writes, let the replicas catch up, fail over, make the old primary a
+    replica; Cluster: CLUSTER FAILOVER on --replica). See docs/deploy.md, Rollouts."""
+    from hermes_queue.cli.switchover import SwitchoverError, switchover
+
+    settings = _settings()
+    try:
+        done = switchover(settings.redis, replica=replica, timeout=timeout, say=click.echo)
+    except SwitchoverError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"switched in {done.total_seconds:.2f} s (writes waited {done.paused_seconds:.2f} s)"
+    )
+
+
 def _ops() -> ModuleType:
     """The operator commands' module, imported on use: it pulls in redis and rich, which
     would slow every other command (and --help) by a third of a second."""

@@ -66,7 +66,8 @@ async def redis_session(settings: Settings) -> AsyncIterator[aioredis.Redis]:
     """A client for one command, whose Redis failures become one clear error line."""
     where = mask_url(settings.redis.url)
     try:
-        client = connect(settings.redis)
+        # An operator's command answers at once: no waiting out a switchover.
+        client = connect(dataclasses.replace(settings.redis, switchover_wait_seconds=0))
     except ValueError as exc:
         raise OpsError(f"invalid redis_url {where}: {exc}") from None
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import signal
@@ -13,8 +12,9 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from hermes_queue.api.app import create_app
+from hermes_queue.api.drain import drain_api
 from hermes_queue.api.server import api_runner
-from hermes_queue.api.state import STATE, DrainState
+from hermes_queue.api.state import STATE
 from hermes_queue.config import ApiSettings, ConfigError, Settings
 from hermes_queue.keyguard import GENERATE_HINT, OPEN_WARNING, key_weakness
 from hermes_queue.redisio.addresses import is_loopback
@@ -53,20 +53,6 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def drain(state: DrainState, stop: asyncio.Event, grace_seconds: float) -> None:
-    """Refuse new agent turns (503 gateway_draining) for ``grace_seconds`` before the listener
-    closes, so a load balancer still routing here sends the client's retry to another replica
-    instead of a refused connection, while reads and open SSE streams finish undisturbed. A
-    second signal ends the grace at once."""
-    state.draining = True
-    if grace_seconds <= 0:
-        return
-    log.info("draining: new runs refused for %.1f s before the listener closes", grace_seconds)
-    stop.clear()
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), grace_seconds)
-
-
 async def serve_api(
     settings: Settings, tracing: Tracing | None = None, *, announce: bool = True
 ) -> None:
@@ -75,14 +61,18 @@ async def serve_api(
     app = create_app(settings, tracing)
     runner = api_runner(app, settings.api)
     await runner.setup()
-    drain_state = app[STATE].drain
     site = web.TCPSite(runner, settings.api.host, settings.api.port, shutdown_timeout=5.0)
     await site.start()
     if announce:
         log.info("API listening on http://%s:%d", settings.api.host, settings.api.port)
     try:
         await stop.wait()
-        await drain(drain_state, stop, settings.api.drain_grace_seconds)
+        await drain_api(
+            app[STATE].drain,
+            stop,
+            grace_seconds=settings.api.drain_grace_seconds,
+            stream_seconds=settings.api.stream_drain_seconds,
+        )
     finally:
         await runner.cleanup()
 

@@ -72,6 +72,11 @@ class RedisSettings(_Group):
     # stats are spread over this many hash tags (keys.py), so over up to this many primaries.
     # Changing it moves run ids to other shards: change it only on an empty deployment.
     cluster_shards: int = _named("redis_cluster_shards", 16)
+    # A call that cannot reach a writable primary in a way that proves it was not applied (no
+    # connection, no primary named yet, READONLY from a demoted one) is retried for up to this
+    # long, so requests wait out a primary switchover instead of failing (redisio/switchover.py).
+    # A call that may have been applied is never retried. 0: fail at once.
+    switchover_wait_seconds: float = _named("redis_switchover_wait_seconds", 5.0)
 
     @property
     def cluster(self) -> bool:
@@ -91,6 +96,7 @@ class RedisSettings(_Group):
                 f"namespace {self.namespace!r} must be non-empty without {{}}, ':' or spaces"
             )
         _at_least(self.cluster_shards, 1, "redis_cluster_shards")
+        _not_negative(self.switchover_wait_seconds, "redis_switchover_wait_seconds")
 
 
 @dataclass(frozen=True, repr=False)
@@ -147,9 +153,14 @@ class ApiSettings(_Group):
     # Idempotency-Key records (POST /v1/runs, /v1/chat/completions) are kept this long, capped
     # at retention_seconds so a replay always finds the run it names.
     idempotency_ttl_seconds: int = 86_400
-    # On SIGTERM an API process answers run-creating requests 503 gateway_draining for this long
-    # (reads and open streams keep working) before it closes its listener.
+    # On SIGTERM an API process reports not-ready (GET /health/ready: 503) and goes on serving
+    # every request, new turns included: for at least drain_grace_seconds (what a load
+    # balancer still routes here while it takes the replica out), then until each open stream's
+    # run ends, at most stream_drain_seconds more; what is left then is closed (a Hermes stream
+    # with a frame its client resumes from elsewhere). An orchestrator's grace period must
+    # exceed its pre-stop delay + drain_grace_seconds + stream_drain_seconds (api/drain.py).
     drain_grace_seconds: float = 5.0
+    stream_drain_seconds: float = 300.0
     # Backpressure: run-creating endpoints answer 429 queue_full while the ready queue holds
     # max_ready_depth runs or its oldest waited max_ready_age_seconds (0: that limit is off).
     max_ready_depth: int = 0
@@ -169,6 +180,7 @@ class ApiSettings(_Group):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         _not_negative(self.drain_grace_seconds, "drain_grace_seconds")
+        _not_negative(self.stream_drain_seconds, "stream_drain_seconds")
         if self.queue_stream_interval_seconds <= 0:
             raise ConfigError("queue_stream_interval_seconds must be positive")
 

@@ -36,6 +36,7 @@ from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from hermes_queue.redisio.addresses import host_and_port
+from hermes_queue.redisio.switchover import SafeRetryCluster
 
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
@@ -77,7 +78,8 @@ def connect_cluster(target: ClusterTarget, **options: Any) -> AsyncRedisCluster:
     """An asyncio cluster client; ``max_connections`` bounds each node's pool."""
     options.pop("timeout", None)  # a pool's wait for a free connection: not a cluster option
     options.pop("health_check_interval", None)
-    client: AsyncRedisCluster = AsyncRedisCluster(
+    # Retries only what was not applied (redisio/switchover.py); MOVED and ASK are followed.
+    client: AsyncRedisCluster = SafeRetryCluster(  # type: ignore[abstract]
         startup_nodes=[ClusterNode(host, port) for host, port in target.seeds],
         username=target.username,
         password=target.password,

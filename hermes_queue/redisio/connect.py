@@ -45,6 +45,11 @@ from hermes_queue.redisio.cluster import (
     parse_cluster_url,
 )
 from hermes_queue.redisio.pool import BoundedPool
+from hermes_queue.redisio.switchover import (
+    SwitchoverConnection,
+    SwitchoverSentinelConnection,
+    switchover_options,
+)
 
 COMMAND_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
@@ -170,9 +175,16 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
         assert not for_pubsub, "no cluster-wide pub/sub client: subscribe per shard"
         client = connect_cluster(cluster, **options)
         return cast("aioredis.Redis", client)
+    # A switchover is waited out, retrying only what was not applied (redisio/switchover.py).
+    waits = settings.switchover_wait_seconds > 0
+    options.update(switchover_options(settings.switchover_wait_seconds))
     target = parse_sentinel_url(settings.url)
     if target is not None:
+        if waits:
+            options["connection_class"] = SwitchoverSentinelConnection
         return _through_sentinel(target, **options)
+    if waits and settings.url.partition("://")[0].lower() == "redis":  # not TLS nor a socket
+        options["connection_class"] = SwitchoverConnection
     pool = BoundedPool.from_url(settings.url, **options)
     return aioredis.Redis(connection_pool=pool)
 

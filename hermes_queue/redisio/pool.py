@@ -45,7 +45,12 @@ class BoundedPool(aioredis.ConnectionPool):
         if connection is None:
             connection = await self._wait()
         try:
-            await self._make_ready(connection)
+            # A connection that cannot be made sent nothing: the connection's retry policy
+            # (``redisio.switchover``) may wait for a primary being switched.
+            retry: Any = connection.retry
+            await retry.call_with_retry(
+                lambda: self._make_ready(connection), lambda _error: asyncio.sleep(0)
+            )
         except BaseException:
             await self.release(connection)
             raise

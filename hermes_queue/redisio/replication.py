@@ -18,8 +18,10 @@ created), and starts a second run without one.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -29,7 +31,12 @@ from redis.exceptions import AskError, MovedError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue.redisio.switchover import NotApplied, refused_for_now
+
 log = logging.getLogger(__name__)
+
+# Pauses before sending a call again that a node refused for now (or could not be reached).
+_PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
 
 # How long a write waits for its replicas: a healthy replica acknowledges within a round trip,
 # so this only bounds how long a client waits while the replicas are away.
@@ -63,7 +70,9 @@ async def call_replicated(
         return await script(keys=keys, args=args)
     timeout_ms = WAIT_TIMEOUT_MS if timeout_ms is None else timeout_ms
     client = script.registered_client
-    for _ in range(2):
+    # A call not applied is sent again: once for each of the slot moving (a switchover) and
+    # the new node lacking the script; on a cluster also while a node refuses it for now.
+    for pause in _PAUSES:
         if isinstance(client, RedisCluster):
             result, acknowledged = await _on_node(client, script, keys, args, replicas, timeout_ms)
         else:
@@ -76,10 +85,18 @@ async def call_replicated(
             continue
         if isinstance(result, MovedError | AskError):  # the slot moved (table refreshed): again
             continue
+        if isinstance(result, NotApplied) or refused_for_now(result):
+            await asyncio.sleep(pause)
+            continue
         if isinstance(result, Exception):
             raise result
         if isinstance(acknowledged, Exception):
-            raise acknowledged
+            # The script was applied; WAIT was refused (the node became a replica under it:
+            # a switchover): whether a replica has the write is not known.
+            if strict:
+                raise NotReplicated(result, 0, replicas) from acknowledged
+            log.warning("write applied, its replication unknown: %r", acknowledged)
+            return result
         if int(acknowledged) < replicas:
             if strict:
                 raise NotReplicated(result, int(acknowledged), replicas)
@@ -112,13 +129,32 @@ async def _on_node(
     ]
     try:
         await node.execute_pipeline(commands)
+    except NotApplied as exc:  # not connected: nothing was sent
+        await node.disconnect()
+        await _refresh(cluster)
+        return exc, None
     except (RedisConnectionError, RedisTimeoutError, OSError):
         await node.disconnect()
-        await cluster.nodes_manager.initialize()
+        await _refresh(cluster)
         raise
-    if isinstance(commands[0].result, MovedError | AskError):
-        await cluster.nodes_manager.initialize()
-    return commands[0].result, commands[1].result
+    first = commands[0].result
+    if isinstance(first, MovedError | AskError | NotApplied) or refused_for_now(first):
+        await _refresh(cluster)
+    return first, commands[1].result
+
+
+# One refresh of a cluster client's slot table at a time: redis-py's refresh iterates the seed
+# nodes while its command path may drop one, which fails a concurrent refresh.
+_refreshing: weakref.WeakKeyDictionary[RedisCluster, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+async def _refresh(cluster: RedisCluster) -> None:
+    lock = _refreshing.setdefault(cluster, asyncio.Lock())
+    async with lock:
+        try:
+            await cluster.nodes_manager.initialize()
+        except RuntimeError:  # a seed dropped meanwhile ("dictionary changed size"): again
+            await cluster.nodes_manager.initialize()
 
 
 ScriptCall = Callable[..., Awaitable[Any]]

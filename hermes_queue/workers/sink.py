@@ -36,11 +36,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
 from hermes_queue.agents.steps import HandBack
 from hermes_queue.events import EventType, message_id_for
+from hermes_queue.redisio.switchover import refused_for_now
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.tracing.context import current_turn
 
@@ -192,18 +194,24 @@ class RunEventSink:
                     await self._hurry.wait()
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Run an idempotent Redis call, retrying connection failures with backoff."""
+        """Run an idempotent Redis call, retrying connection failures and a node's refusals
+        for now (``CLUSTERDOWN`` during a cluster failover, ``READONLY`` from a demoted
+        primary: ``redisio.switchover.refused_for_now``) with backoff."""
         for delay in _RETRY_DELAYS:
             try:
                 return await call()
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
+                if isinstance(exc, ResponseError) and not refused_for_now(exc):
+                    raise
                 log.warning(
                     "%s for %s failed (%s); retrying in %.2fs", what, self.run_id, exc, delay
                 )
                 await asyncio.sleep(delay)
         try:
             return await call()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not refused_for_now(exc):
+                raise
             raise EventPublishFailed(str(exc)) from exc
 
     async def _append(self, batch: list[Event]) -> None:

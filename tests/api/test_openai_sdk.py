@@ -180,3 +180,28 @@ async def test_responses_stream(client: AsyncOpenAI, settings: Settings) -> None
         "function_call",
         "function_call_output",
     ]
+
+
+async def test_a_stream_through_keepalives_is_read_to_its_end(settings: Settings) -> None:
+    """A quiet stretch (a tool step longer than keepalive_seconds) sends keepalives; the SDK's
+    decoder keeps the last id across events and once read each one as an empty, unparseable
+    event (JSONDecodeError): now they reach it as lone comment lines (api/http/sse.py)."""
+    quiet = settings.replace(keepalive_seconds=0.2)
+    async with tcp_api(quiet) as base_url, running_worker(quiet):
+        sdk = AsyncOpenAI(base_url=base_url, api_key=settings.api.api_key, max_retries=0)
+        try:
+            stream = await sdk.chat.completions.create(
+                model=settings.routing.model_name,
+                messages=[{"role": "user", "content": "wait [tool:x] [slowtool:1]"}],
+                stream=True,
+            )
+            chunks = [chunk async for chunk in stream]
+            response = await sdk.responses.create(
+                model=settings.routing.model_name, input="wait [tool:y] [slowtool:1]", stream=True
+            )
+            kinds = [event.type async for event in response]
+        finally:
+            await sdk.close()
+    finals = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finals[-1] == "stop"
+    assert kinds[-1] == "response.completed"

@@ -545,6 +545,13 @@ def test_worker_grace_periods_exceed_drain_seconds() -> None:
                 assert grace > drain, f"{deployment['metadata']['name']}: {grace}s <= {drain}s"
 
 
+def test_compose_api_grace_period_covers_its_drain() -> None:
+    api = compose_settings("api").api
+    drain = api.drain_grace_seconds + api.stream_drain_seconds
+    grace = _duration_seconds(compose()["services"]["api"]["stop_grace_period"])
+    assert grace > drain, f"compose api: stop_grace_period {grace}s <= its drain {drain}s"
+
+
 # --- docker compose -------------------------------------------------------------------------
 
 

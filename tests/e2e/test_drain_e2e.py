@@ -1,46 +1,77 @@
-"""Drain of a real API process: after SIGTERM, new runs get 503 gateway_draining (or, once the
-listener closes, a refused connection) — never a 500 — while reads keep working."""
+"""Drain of a real API process (api/drain.py): after SIGTERM it reports not-ready at once, goes
+on serving everything that reaches it (a new turn too), keeps a stream that does not resume
+open until its turn ends, however long that takes, and only then exits.
+
+The turn is longer than the ~15 s after which a SIGTERMed replica used to close (grace 5 s,
+then aiohttp's two 5 s shutdown waits) and than the grace configured here: a slow tool call of
+:data:`TOOL_SECONDS`. SIGTERM is sent once the stream has shown that tool starting, so the
+turn is in flight by construction; everything after is awaited on what the client sees.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-import time
+from typing import Any
 
 import aiohttp
 
+from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
 from tests.support.processes import Cluster
 
-GRACE = 1.5
+TOOL_SECONDS = 18
+GRACE = 0.5
 
 
-async def test_sigterm_drains_before_closing(cluster: Cluster, settings: Settings) -> None:
-    url = await cluster.start_api(drain_grace_seconds=GRACE)
-    api = cluster.procs[-1]
+async def _chunks(stream: aiohttp.ClientResponse) -> Any:
+    """The chat completion's frames as the openai SDK reads them: (event name, data)."""
+    async for frame in iter_sse(stream):
+        if frame.data:
+            yield frame.event, frame.data
+
+
+async def test_sigterm_keeps_a_long_stream_to_its_end_then_exits(
+    cluster: Cluster, settings: Settings
+) -> None:
+    url, api = await cluster.start_api_process(drain_grace_seconds=GRACE)
+    await cluster.start_worker()
     headers = {"Authorization": f"Bearer {settings.api.api_key}"}
+    turn = {
+        "stream": True,
+        "messages": [{"role": "user", "content": f"long [tool:lookup] [slowtool:{TOOL_SECONDS}]"}],
+    }
     async with aiohttp.ClientSession(headers=headers) as http:
-        async with http.post(f"{url}/v1/runs", json={"input": "before"}) as response:
-            run_id = (await response.json())["run_id"]
-        api.process.send_signal(signal.SIGTERM)
-        await api.wait_for_log("draining")
-        draining, refused, reads = 0, 0, 0
-        deadline = time.monotonic() + GRACE + 10
-        while time.monotonic() < deadline and api.process.poll() is None:
-            try:
-                async with http.post(f"{url}/v1/runs", json={"input": "during"}) as response:
-                    assert response.status == 503, await response.text()
-                    assert response.headers["Retry-After"] == "1"
-                    assert (await response.json())["error"]["code"] == "gateway_draining"
-                    draining += 1
-                async with http.get(f"{url}/v1/runs/{run_id}") as response:
-                    assert response.status == 200
-                    reads += 1
-            except aiohttp.ClientConnectionError:
-                refused += 1
-            await asyncio.sleep(0.05)
-        assert api.process.wait(10) == 0
-    assert draining > 0 and reads > 0
-    # Only the run created before the drain exists.
-    found = cluster.redis().scan_iter(match=f"{settings.redis.namespace}:run:*", count=500)
-    assert sum(1 for key in found if not key.endswith(b":events")) == 1
+        assert (await (await http.get(f"{url}/health/ready")).json()) == {"status": "ready"}
+        async with http.post(f"{url}/v1/chat/completions", json=turn) as stream:
+            assert stream.status == 200
+            frames = _chunks(stream)
+            seen: list[tuple[str, str]] = []
+            async for event, data in frames:
+                seen.append((event, data))
+                if event == "hermes.tool.progress" and '"running"' in data:
+                    break  # the slow tool is running: the turn is in flight
+            api.process.send_signal(signal.SIGTERM)
+            await api.wait_for_log("draining")
+
+            # Not ready at once, and without the key.
+            async with aiohttp.ClientSession() as anonymous:
+                async with anonymous.get(f"{url}/health/ready") as ready:
+                    assert ready.status == 503
+                    assert await ready.json() == {"status": "draining"}
+            # Still served, new turns included, each answer closing its connection.
+            async with http.post(f"{url}/v1/runs", json={"input": "during the drain"}) as made:
+                assert made.status == 202, await made.text()
+                assert made.headers["Connection"] == "close"
+                during = (await made.json())["run_id"]
+            async with http.get(f"{url}/v1/runs/{during}") as read:
+                assert read.status == 200
+
+            async for event, data in frames:
+                seen.append((event, data))
+            assert seen[-1] == ("", "[DONE]")
+            final = [data for event, data in seen if '"finish_reason": "stop"' in data]
+            assert final, seen[-3:]
+        # The process outlived the turn and exits after it, on its own, cleanly.
+        assert await asyncio.to_thread(api.process.wait, 30) == 0
+    assert "drained: nothing in flight" in api.log()

@@ -22,7 +22,13 @@ from typing import Any
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.events import RunEvent, format_stream_id, lost_event, parse_stream_id
+from hermes_queue.events import (
+    RunEvent,
+    drained_event,
+    format_stream_id,
+    lost_event,
+    parse_stream_id,
+)
 
 # One rendered frame: (event name or None for an unnamed frame, JSON payload or raw string,
 # its id line: "" for none).
@@ -81,6 +87,19 @@ def resume_cursor(request: web.Request) -> str | None:
 
 STREAM_CLOSED = b": stream closed\n\n"
 KEEPALIVE = b": keepalive\n\n"
+# The OpenAI dialects' keepalive: a lone comment line, without the blank line that ends an
+# event. The openai SDK's decoder (openai-python, 2.24 at least) keeps the last ``id:`` across
+# events, so once a frame had one it dispatches an empty event at the blank line ending a
+# comment-only block, then fails to parse its empty data as JSON: every keepalive (any silence
+# of ``keepalive_seconds``, e.g. a long tool step) broke an SDK stream. A comment line is
+# ignored by every SSE parser and still keeps the connection busy.
+KEEPALIVE_LINE = b": keepalive\n"
+# How a Hermes-dialect stream ends when its API process stops before the run does (the
+# stream-drain bound, api/drain.py): no event and no ``id:`` (the client's last id is the last
+# frame it got), ``retry:`` so an EventSource reconnects within a second, through the load
+# balancer to another replica, with ``Last-Event-ID``; the comment says so to anyone else.
+# Unlike ``: stream closed`` it does not say the run ended (docs/compatibility.md).
+RESUME_FRAME = b"retry: 1000\n: server draining; reconnect with Last-Event-ID to resume\n\n"
 
 
 def _id_tuple(stream_id: str) -> tuple[int, int]:
@@ -165,6 +184,22 @@ def run_lost_frame(run_id: str) -> bytes:
         },
     }
     return encode_frame("stream.error", payload, "") + b": run not found\n\n"
+
+
+def keepalive_of(render: Renderer) -> bytes:
+    """The keepalive of ``render``'s dialect (a renderer may name its own: ``keepalive``)."""
+    keepalive: bytes = getattr(render, "keepalive", KEEPALIVE)
+    return keepalive
+
+
+def drained_bytes(run_id: str, render: Renderer) -> tuple[bytes, str]:
+    """How a stream the stream-drain bound cuts ends in ``render``'s dialect, and which
+    dialect that is (``hermes``: resumable; ``openai``: its error chunk, not resumable)."""
+    try:
+        shown = event_bytes(drained_event(run_id), render)
+    except EndStream as ended:
+        return ended.encoded(), "openai"
+    return shown + RESUME_FRAME, "hermes"
 
 
 def lost_bytes(run_id: str, render: Renderer) -> bytes:

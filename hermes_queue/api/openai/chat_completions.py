@@ -207,7 +207,7 @@ def _unfinished_headers(*, partial: bool, error: str) -> dict[str, str]:
 async def _complete(
     feed: RunFeed, run_id: str, created: int, model: str, headers: dict[str, str]
 ) -> web.Response:
-    reply = await feed.final_reply(run_id)
+    reply = await feed.final_reply(run_id, dialect="openai")
     event, data = reply.terminal, reply.terminal.data
     if event.type == EventType.RUN_FAILED and is_controlled_reply(data):
         data = controlled_reply(data)  # upstream answers it as an ordinary reply

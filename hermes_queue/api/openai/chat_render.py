@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.api.http.sse import EndStream, Frame
+from hermes_queue.api.http.sse import KEEPALIVE_LINE, EndStream, Frame
 from hermes_queue.events import EventType, RunEvent
 from hermes_queue.replies import ReplyText, controlled_reply, is_controlled_reply, truncated
 
@@ -62,6 +62,11 @@ TRUNCATED_MESSAGE = "The reply was cut off at the model's output limit"
 WORKER_LOST_MESSAGE = "The worker running this turn was lost after part of the reply"
 STREAM_GAP_MESSAGE = "Events of this turn were lost; the stream cannot show the rest"
 RUN_LOST_MESSAGE = "This run no longer exists in Redis: no event can follow"
+SERVER_DRAINING = "server_draining"
+SERVER_DRAINING_MESSAGE = (
+    "This API replica shut down before the turn ended; the turn goes on: its reply is on "
+    "/v1/runs/{run_id}/events and in the session transcript, from any replica"
+)
 
 
 def visible_ascii(raw: Any, fallback: str) -> str:
@@ -87,6 +92,8 @@ class ChatStream:
     Per connection: it remembers whether any reply text went out, which a failure's ``hermes``
     block reports as ``partial``. The agent's progress notes are not shown (upstream's chat
     stream has no frame for them)."""
+
+    keepalive = KEEPALIVE_LINE  # the openai SDK's decoder needs it (http/sse.py)
 
     def __init__(self, completion_id: str, created: int, model: str) -> None:
         self.completion_id, self.created, self.model = completion_id, created, model
@@ -157,6 +164,9 @@ class ChatStream:
                 raise EndStream([self._error_row(event, STREAM_GAP_MESSAGE, STREAM_GAP), DONE])
             case EventType.STREAM_LOST:
                 raise EndStream([self._error_row(event, RUN_LOST_MESSAGE, RUN_LOST), DONE])
+            case EventType.STREAM_DRAINED:
+                message = SERVER_DRAINING_MESSAGE.format(run_id=event.run_id)
+                raise EndStream([self._error_row(event, message, SERVER_DRAINING), DONE])
             case _:
                 return []
 

@@ -19,10 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_queue.api.http.sse import EndStream, Frame, Renderer
+from hermes_queue.api.http.sse import KEEPALIVE_LINE, EndStream, Frame, Renderer
 from hermes_queue.api.openai.chat_render import (
     RUN_LOST,
     RUN_LOST_MESSAGE,
+    SERVER_DRAINING,
+    SERVER_DRAINING_MESSAGE,
     STREAM_GAP,
     STREAM_GAP_MESSAGE,
     WORKER_LOST,
@@ -215,6 +217,8 @@ class ResponseFold:
                 return STREAM_GAP_MESSAGE, STREAM_GAP
             case EventType.STREAM_LOST:
                 return RUN_LOST_MESSAGE, RUN_LOST
+            case EventType.STREAM_DRAINED:
+                return SERVER_DRAINING_MESSAGE.format(run_id=event.run_id), SERVER_DRAINING
         return None
 
     def _fail(self, error: str, code: str | None = None) -> list[Frame]:
@@ -347,4 +351,5 @@ def stream_renderer(meta: ResponseMeta, starting_after: int = -1) -> Renderer:
             raise EndStream(frames)
         return frames
 
+    render.keepalive = KEEPALIVE_LINE  # type: ignore[attr-defined]  # the SDK's (http/sse.py)
     return render

@@ -15,6 +15,10 @@ class Health(AnswerModel):
     version: str
 
 
+class Readiness(AnswerModel):
+    status: Literal["ready", "draining"]
+
+
 class HealthDetailed(AnswerModel):
     status: Literal["ok", "degraded"]
     readiness: dict[str, Any]

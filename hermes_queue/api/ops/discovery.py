@@ -177,6 +177,18 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "platform": PLATFORM, "version": __version__})
 
 
+async def ready(request: web.Request) -> web.Response:
+    """Whether a load balancer should send this replica new work, asked without the key: 200
+    ``ready`` while it serves, 503 ``draining`` from the moment it was told to stop
+    (``api/drain.py``: it still serves what reaches it meanwhile). Touches no dependency: in a
+    Redis outage every replica would fail the check at once and the balancer would have no
+    backend left, whereas the replicas themselves answer 503 ``redis_unavailable`` with
+    ``Retry-After``, and serve what needs no Redis."""
+    if request.app[STATE].drain.draining:
+        return web.json_response({"status": "draining"}, status=503)
+    return web.json_response({"status": "ready"})
+
+
 async def _catalog_published(catalog: CachedCatalog) -> bool:
     """Whether a worker's catalog is in Redis. Capabilities must answer even when Redis cannot
     (clients read it before anything else), so a failed or slow read counts as no catalog."""

@@ -102,7 +102,9 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
     """The ``/v1/queue`` snapshot as SSE ``event: queue`` frames, one per interval.
 
     A frame goes out every interval anyway, so no keepalive comments are needed; the loop ends
-    when a write finds the client gone.
+    when a write finds the client gone, or after a frame once the process drains (a snapshot
+    stream never ends by itself, so it must not hold the drain: the dashboard's EventSource
+    reconnects, through the balancer, to a replica that stays).
     """
     limit, offset = _page(request)
     state = request.app[STATE]
@@ -117,6 +119,9 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
             log.warning("queue stream: queue state unavailable: %r", exc)
             frame = ": queue state unavailable\n\n"
         try:
+            if state.drain.draining:
+                await response.write_eof(frame.encode() + b"retry: 1000\n\n")
+                return response
             await response.write(frame.encode())
         except ConnectionResetError:  # aiohttp's ClientConnectionResetError included
             return response

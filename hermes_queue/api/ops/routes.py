@@ -17,6 +17,18 @@ DISCOVERY = [
     Endpoint("GET", "/v1/health", discovery.health, "Liveness", "discovery", LIVENESS, public=True),
     Endpoint(
         "GET",
+        "/health/ready",
+        discovery.ready,
+        "Readiness for load balancers",
+        "discovery",
+        {
+            200: Answer("Serving: send it work", out.Readiness),
+            503: Answer("Draining (stopping): send it no new work", out.Readiness),
+        },
+        public=True,
+    ),
+    Endpoint(
+        "GET",
         "/v1/capabilities",
         discovery.capabilities,
         "Capabilities",

@@ -1,0 +1,409 @@
+"""Rollout figures: every tier restarted under load, one process at a time (issue 30).
+
+HAProxy (Debian's ``haproxy``) in front of two API replicas, health-checking ``GET
+/health/ready``; two workers; Redis through Sentinel (a primary, a replica, three Sentinels);
+every process on loopback, configured with the ``redis+sentinel://`` URL. Load, all through
+HAProxy, from three kinds of clients, ``--clients`` of each, each running turns one after
+another (each turn at least ``--turn-seconds`` long, with two tool steps: the echo agent's
+``[tool:…]``, ``[slowtool:S]`` and ``[slow:S]`` markers):
+
+* ``openai``: the openai SDK's streaming chat completion, which cannot resume;
+* ``session``: a session chat stream (``POST /api/sessions/{id}/chat/stream``), read to its end
+  as hermes-webui reads it, without resuming;
+* ``runs``: ``POST /v1/runs`` then its events, resuming with ``Last-Event-ID`` after a drop.
+
+Once every client is in its first turn, the rollout: each worker in turn (a new one started,
+then SIGTERM to the old one, which hands its turns over at their next step boundary); each API
+replica in turn (set to ``drain`` in HAProxy as endpoint removal would, 1 s later SIGTERM, its
+exit awaited, a new one started on the same port, back in HAProxy once its readiness passes);
+then Redis (the replica restarted, ``hermes-queue redis-switchover`` to it, the old primary
+restarted, coming back as a replica). Then the clients finish the turns they are in.
+
+Reported: turns completed and failed, streams cut (a non-resuming stream that ended without
+its final frame), per client kind; non-2xx answers; the longest added delay (a turn's length
+over the median of all turns); each step's duration (a worker's and an API replica's from
+SIGTERM to exit, Redis's from the command to the primary answering). Bounded: each client
+stops starting turns once the rollout is over, and after ``--max-turns``; the whole run after
+``--deadline`` seconds.
+
+    python -m bench.rollout [--clients 2] [--turn-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+
+from bench.lib import report
+from hermes_queue.cli.switchover import switchover
+from hermes_queue.client import HermesQueueClient, iter_sse
+from hermes_queue.config import Settings
+from hermes_queue.redisio.embedded import free_port
+from tests.support.polling import eventually
+from tests.support.processes import Cluster, Proc, wait_http
+from tests.support.redis_group import Node, SentinelGroup
+
+API_KEY = "bench-rollout-" + "k" * 20
+KINDS = ("openai", "session", "runs")
+
+
+def turn_text(seconds: float) -> str:
+    """An echo turn of at least ``seconds``: ~51 deltas around two tool calls."""
+    tool = max(1.0, seconds * 0.3)
+    delay = max(0.05, (seconds - 2 * tool) / 51)
+    return f"rollout [tool:alpha] [tool:beta] [slowtool:{tool:.1f}] [slow:{delay:.2f}]"
+
+
+@dataclass
+class Tally:
+    """What the clients saw, per kind."""
+
+    completed: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    cut: Counter[str] = field(default_factory=Counter)
+    resumes: Counter[str] = field(default_factory=Counter)
+    non_2xx: Counter[str] = field(default_factory=Counter)
+    durations: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Balancer:
+    """HAProxy over the API replicas, with its admin socket."""
+
+    def __init__(self, ports: list[int], workdir: Path) -> None:
+        self.port = free_port()
+        self.socket = workdir / "haproxy.sock"
+        servers = "\n".join(
+            f"    server api{i} 127.0.0.1:{port} check inter 500ms fall 2 rise 2"
+            for i, port in enumerate(ports)
+        )
+        self.config = workdir / "haproxy.cfg"
+        self.config.write_text(
+            f"""global
+    stats socket {self.socket} mode 600 level admin
+    maxconn 2000
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 600s
+    timeout server 600s
+    timeout http-keep-alive 10s
+    option http-server-close
+frontend hermes
+    bind 127.0.0.1:{self.port}
+    default_backend api
+backend api
+    balance roundrobin
+    option httpchk GET /health/ready
+    http-check expect status 200
+{servers}
+"""
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        self.process = subprocess.Popen([binary, "-f", str(self.config), "-db"])
+
+    def admin(self, command: str) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(self.socket))
+            conn.sendall(command.encode() + b"\n")
+            chunks = []
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def status(self, server: str) -> str:
+        for line in self.admin("show stat").splitlines():
+            fields = line.split(",")
+            if len(fields) > 17 and fields[0] == "api" and fields[1] == server:
+                return fields[17]
+        return "?"
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class Clients:
+    """The three kinds of clients, each running turns until told to stop."""
+
+    def __init__(self, base: str, text: str, max_turns: int) -> None:
+        self.base, self.text, self.max_turns = base, text, max_turns
+        self.tally = Tally()
+        self.stop = asyncio.Event()
+        self.in_turn: set[str] = set()
+
+    async def run(self, kind: str, index: int) -> None:
+        name = f"{kind}{index}"
+        for _ in range(self.max_turns):
+            if self.stop.is_set():
+                return
+            self.in_turn.add(name)
+            started = time.monotonic()
+            try:
+                ok = await getattr(self, f"_{kind}")(name)
+            except Exception as exc:  # every failure is a finding, never a crash
+                self.tally.errors.append(f"{name}: {exc!r}")
+                ok = False
+            if ok:
+                self.tally.completed[kind] += 1
+                self.tally.durations.append(time.monotonic() - started)
+            else:
+                self.tally.failed[kind] += 1
+
+    async def _openai(self, name: str) -> bool:
+        client = openai.AsyncOpenAI(base_url=self.base + "/v1", api_key=API_KEY, max_retries=0)
+        finish = None
+        try:
+            stream = await client.chat.completions.create(
+                model="hermes-agent",
+                messages=[{"role": "user", "content": self.text}],
+                stream=True,
+            )
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+        except openai.APIStatusError as exc:
+            self.tally.non_2xx[f"openai {exc.status_code}"] += 1
+            return False
+        except openai.APIError as exc:
+            self.tally.cut["openai"] += 1
+            self.tally.errors.append(f"{name}: {exc!r}")
+            return False
+        finally:
+            await client.close()
+        if finish != "stop":
+            self.tally.cut["openai"] += 1
+        return finish == "stop"
+
+    async def _session(self, name: str) -> bool:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        session_id = f"{name}-{uuid.uuid4().hex[:8]}"
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
+        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as http:
+            async with http.post(f"{self.base}/api/sessions", json={"id": session_id}) as made:
+                if made.status != 201:
+                    self.tally.non_2xx[f"session create {made.status}"] += 1
+                    return False
+            url = f"{self.base}/api/sessions/{session_id}/chat/stream"
+            try:
+                async with http.post(url, json={"message": self.text}) as response:
+                    if response.status != 200:
+                        self.tally.non_2xx[f"session chat {response.status}"] += 1
+                        return False
+                    events = [f.event async for f in iter_sse(response) if f.data]
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self.tally.cut["session"] += 1
+                self.tally.errors.append(f"{name}: {exc!r}")
+                return False
+        if "done" not in events or "run.completed" not in events:
+            self.tally.cut["session"] += 1
+            return False
+        return True
+
+    async def _runs(self, name: str) -> bool:
+        async with HermesQueueClient(self.base, API_KEY, reconnect_delay=0.2) as client:
+            try:
+                run_id = await client.create_run(self.text)
+            except Exception as exc:
+                self.tally.non_2xx[f"runs create {exc}"[:60]] += 1
+                return False
+            last = None
+            async for _id, payload in client.iter_events(run_id):
+                last = payload.get("event")
+            return last == "run.completed"
+
+
+@dataclass
+class Step:
+    what: str
+    seconds: float
+    note: str = ""
+
+
+async def start_api(cluster: Cluster, port: int) -> Proc:
+    """An API replica on ``port`` (the balancer's server address), once it is ready."""
+    proc = cluster.spawn("api", ["api"], cluster.settings.replace(port=port))
+    url = f"http://127.0.0.1:{port}/health/ready"
+    await wait_http(url, proc.process, "the API", log=proc.log)
+    return proc
+
+
+async def roll_workers(cluster: Cluster, workers: list[Proc], steps: list[Step]) -> None:
+    for old in list(workers):
+        new = await cluster.start_worker()
+        started = time.monotonic()
+        old.process.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(old.process.wait, 600)
+        steps.append(Step(f"worker {old.process.pid}", time.monotonic() - started, f"exit {code}"))
+        workers[workers.index(old)] = new
+
+
+async def roll_apis(
+    cluster: Cluster, apis: list[tuple[int, Proc]], lb: Balancer, steps: list[Step]
+) -> None:
+    for index, (port, old) in enumerate(list(apis)):
+        server = f"api/api{index}"
+        lb.admin(f"set server {server} state drain")
+        await asyncio.sleep(1.0)  # the endpoint-removal lag the issue's balancer had
+        started = time.monotonic()
+        old.process.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(old.process.wait, 900)
+        drained = time.monotonic() - started
+        new = await start_api(cluster, port)
+        lb.admin(f"set server {server} state ready")
+        await eventually(lambda s=f"api{index}": lb.status(s) == "UP", within=30, what="UP")
+        steps.append(
+            Step(
+                f"api {index}", drained, f"exit {code}; back in {time.monotonic() - started:.1f} s"
+            )
+        )
+        apis[index] = (port, new)
+
+
+async def restart_node(group: SentinelGroup, node: Node) -> None:
+    """Stop ``node`` (SIGTERM), wait until the primary sees its replica gone, start it again
+    and wait until it is a synced replica."""
+    node.stop()
+    await eventually(
+        lambda: group._replicas_online(group.primary()) < group.replicas,
+        within=30,
+        what=f"{node.name} seen gone",
+        retry_on=(AssertionError,),
+    )
+    await group.restart(node)
+
+
+async def roll_redis(group: SentinelGroup, settings: Settings, steps: list[Step]) -> None:
+    replica = next(node for node in group.nodes if node is not group.primary())
+    started = time.monotonic()
+    await restart_node(group, replica)
+    steps.append(Step("redis replica restart", time.monotonic() - started))
+    started = time.monotonic()
+    done = await asyncio.to_thread(
+        switchover, settings.redis, replica=None, timeout=30, say=lambda _line: None
+    )
+    steps.append(
+        Step(
+            "redis switchover",
+            time.monotonic() - started,
+            f"writes waited {done.paused_seconds:.2f} s",
+        )
+    )
+    old = next(node for node in group.nodes if (node.host, node.port) == done.old)
+    started = time.monotonic()
+    await restart_node(group, old)
+    steps.append(Step("redis old primary restart", time.monotonic() - started))
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="hq-rollout-"))
+    text = turn_text(args.turn_seconds)
+    with SentinelGroup() as group:
+        settings = Settings.of(
+            redis_url=group.url,
+            namespace=f"rollout-{uuid.uuid4().hex[:8]}",
+            api_key=API_KEY,
+            log_level="INFO",
+            # With one replica, restarting it (or the old primary) leaves the primary none to
+            # acknowledge writes: redis_min_replicas = 1 needs two replicas to roll without a 503.
+            redis_min_replicas=0,
+            drain_seconds=args.turn_seconds,
+            drain_grace_seconds=2.0,
+            stream_drain_seconds=args.turn_seconds * 3,
+            store_url=f"sqlite:///{workdir}/store.db",
+        ).validate()
+        cluster = Cluster(settings, logdir=str(workdir))
+        lb: Balancer | None = None
+        try:
+            ports = [free_port(), free_port()]
+            apis = [(port, await start_api(cluster, port)) for port in ports]
+            workers = [await cluster.start_worker(), await cluster.start_worker()]
+            lb = Balancer(ports, workdir)
+            lb.start()
+            await eventually(
+                lambda: all(lb.status(f"api{i}") == "UP" for i in range(2)),
+                within=30,
+                retry_on=(OSError,),
+                what="HAProxy seeing both replicas UP",
+            )
+            clients = Clients(lb.url, text, args.max_turns)
+            tasks = [
+                asyncio.create_task(clients.run(kind, i))
+                for kind in KINDS
+                for i in range(args.clients)
+            ]
+            await eventually(lambda: len(clients.in_turn) == len(tasks), within=30)
+            await asyncio.sleep(args.turn_seconds / 3)  # every turn well under way
+            steps: list[Step] = []
+            began = time.monotonic()
+            async with asyncio.timeout(args.deadline):
+                await roll_workers(cluster, workers, steps)
+                await roll_apis(cluster, apis, lb, steps)
+                await roll_redis(group, settings, steps)
+                rolled = time.monotonic() - began
+                clients.stop.set()
+                await asyncio.gather(*tasks)
+        finally:
+            if lb is not None:
+                lb.stop()
+            cluster.stop_all()
+    tally = clients.tally
+    median = statistics.median(tally.durations) if tally.durations else 0.0
+    result = {
+        "turn_text": text,
+        "clients_per_kind": args.clients,
+        "completed": dict(tally.completed),
+        "failed": dict(tally.failed),
+        "cut": dict(tally.cut),
+        "non_2xx": dict(tally.non_2xx),
+        "turn_seconds_median": round(median, 1),
+        "longest_added_delay_s": round(max(tally.durations, default=0.0) - median, 1),
+        "rollout_seconds": round(rolled, 1),
+        "steps": [(s.what, round(s.seconds, 2), s.note) for s in steps],
+        "errors": tally.errors[:10],
+        "logs": str(workdir),
+    }
+    rows = [[kind, tally.completed[kind], tally.failed[kind], tally.cut[kind]] for kind in KINDS]
+    report.print_table("turns", ["client", "completed", "failed", "cut"], rows)
+    report.print_table("steps", ["step", "seconds", "note"], result["steps"])
+    print(json.dumps(result, indent=2))
+    return result
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=2, help="clients of each kind")
+    parser.add_argument("--turn-seconds", type=float, default=60.0)
+    parser.add_argument("--max-turns", type=int, default=12, help="per client")
+    parser.add_argument("--deadline", type=float, default=1800.0, help="seconds, whole rollout")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main(parse()))
