@@ -15,7 +15,12 @@ from aiohttp import web
 from hermes_queue import tracing
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api.endpoint import SERVED
-from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers
+from hermes_queue.api.middlewares import (
+    MIDDLEWARES,
+    REDIS_OUTAGE,
+    add_security_headers,
+    redis_outage,
+)
 from hermes_queue.api.routes import ROUTES
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.config import Settings
@@ -42,6 +47,7 @@ def create_app(settings: Settings) -> web.Application:
     traced = tracing.active()  # a server span per request, outermost, when tracing is on
     middlewares = MIDDLEWARES if traced is None else [traced.http_middleware(), *MIDDLEWARES]
     app = web.Application(middlewares=middlewares, client_max_size=settings.api.body_limit_bytes)
+    app[REDIS_OUTAGE] = redis_outage()
     app.cleanup_ctx.append(_lifetime(settings))
     app.on_response_prepare.append(add_security_headers)
     app.add_routes(ROUTES)
