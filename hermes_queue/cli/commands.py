@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -11,16 +12,35 @@ from typing import Any
 
 import click
 
-from hermes_queue.config import ConfigError, Settings, load_settings
+from hermes_queue.cli.failures import DEBUG, ConfigFailure, FailingCleanly, Failure
+from hermes_queue.config import Settings, load_settings
 from hermes_queue.logs import configure_logging
 
 
 def _settings(**overrides: Any) -> Settings:
-    try:
-        settings = load_settings()
-        return settings.replace(**{k: v for k, v in overrides.items() if v is not None}).validate()
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    """The settings (environment, file, then ``overrides`` from options), validated; a bad one
+    is one ``error: …`` line and exit 2. A DEBUG log level also asks for tracebacks."""
+    settings = load_settings()
+    settings = settings.replace(**{k: v for k, v in overrides.items() if v is not None})
+    settings.validate()
+    if settings.process.log_level.upper() == "DEBUG":
+        click.get_current_context().find_root().meta[DEBUG] = True
+    return settings
+
+
+def _serving(settings: Settings, role: str) -> None:
+    """What every serving process does before it starts: the checks that need more than the
+    settings (``preflight``), its logging and its tracing."""
+    from hermes_queue.cli.preflight import preflight
+
+    preflight(settings)
+    configure_logging(
+        settings.process.log_level,
+        settings.process.log_format,
+        secrets=(settings.api.api_key,),
+        urls=(settings.redis.url, settings.store.url),
+    )
+    _trace(role)
 
 
 def _trace(role: str) -> None:
@@ -30,13 +50,18 @@ def _trace(role: str) -> None:
     try:
         tracing.install(os.environ, role)
     except ValueError as exc:  # an OTEL_* value this installation cannot honour
-        raise click.ClickException(str(exc)) from None
+        raise ConfigFailure(str(exc)) from None
 
 
-@click.group()
+@click.group(cls=FailingCleanly)
 @click.version_option(package_name="hermes-queue")
-def main() -> None:
-    """hermes-queue: the Hermes agent API, scaled out over arq workers and Redis Streams."""
+@click.option("--debug", is_flag=True, help="On failure, print the traceback above the error line.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """hermes-queue: the Hermes agent API, scaled out over arq workers and Redis Streams.
+
+    A failure is one `error: …` line on stderr: exit 2 for a bad setting, 1 otherwise."""
+    ctx.meta[DEBUG] = debug
 
 
 @main.command()
@@ -47,13 +72,7 @@ def api(host: str | None, port: int | None) -> None:
     from hermes_queue.cli.serve import serve_api
 
     settings = _settings(host=host, port=port)
-    configure_logging(
-        settings.process.log_level,
-        settings.process.log_format,
-        secrets=(settings.api.api_key,),
-        urls=(settings.redis.url, settings.store.url),
-    )
-    _trace("api")
+    _serving(settings, "api")
     _run(serve_api(settings), settings.process.event_loop)
 
 
@@ -64,13 +83,7 @@ def worker(concurrency: int | None) -> None:
     from hermes_queue.cli.serve import serve_worker
 
     settings = _settings(worker_concurrency=concurrency)
-    configure_logging(
-        settings.process.log_level,
-        settings.process.log_format,
-        secrets=(settings.api.api_key,),
-        urls=(settings.redis.url, settings.store.url),
-    )
-    _trace("worker")
+    _serving(settings, "worker")
     _run(serve_worker(settings), settings.process.event_loop)
 
 
@@ -82,13 +95,7 @@ def dev(host: str | None, port: int | None) -> None:
     from hermes_queue.cli.serve import serve_dev
 
     settings = _settings(host=host, port=port)
-    configure_logging(
-        settings.process.log_level,
-        settings.process.log_format,
-        secrets=(settings.api.api_key,),
-        urls=(settings.redis.url, settings.store.url),
-    )
-    _trace("dev")
+    _serving(settings, "dev")
     _run(
         serve_dev(settings, redis_url_given="HERMES_QUEUE_REDIS_URL" in os.environ),
         settings.process.event_loop,
@@ -136,9 +143,11 @@ def config_check() -> None:
 @main.command()
 def migrate() -> None:
     """Apply pending session-store migrations (also done on start unless migrate_on_start=false)."""
+    from hermes_queue.cli.preflight import check_store_directory
     from hermes_queue.store import StoreError, create_store
 
     settings = _settings()
+    check_store_directory(settings.store)
 
     async def apply() -> list[int]:
         store = create_store(settings.store.url, schema=settings.store.schema or None)
@@ -150,7 +159,7 @@ def migrate() -> None:
     try:
         applied = asyncio.run(apply())
     except StoreError as exc:
-        raise click.ClickException(f"migration failed: {exc}") from None
+        raise Failure(f"migration failed: {exc}") from None
     if applied:
         click.echo(f"applied migrations {', '.join(map(str, applied))}")
     else:
@@ -245,11 +254,8 @@ def _ops() -> ModuleType:
 
 
 def _run(coro: Any, event_loop: str = "asyncio") -> None:
+    """Run a serving process to its end; what it raises is reported by ``FailingCleanly``."""
     from hermes_queue import loops
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         loops.run(coro, event_loop)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-    except KeyboardInterrupt:
-        pass

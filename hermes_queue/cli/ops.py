@@ -36,9 +36,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from hermes_queue.cli.check import mask_url
+from hermes_queue.cli.failures import Failure
 from hermes_queue.cli.jobs import JobsView, job_store, read_jobs, render_jobs
 from hermes_queue.config import Settings
+from hermes_queue.logs import mask_url
 from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, QueueSnapshot, snapshot
 from hermes_queue.redisio.connect import close, connect
 from hermes_queue.runs.model import RunRecord, RunStatus
@@ -54,11 +55,8 @@ MAX_WORKER_ROWS = 20
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)
 
 
-class OpsError(click.ClickException):
+class OpsError(Failure):
     """One ``error: …`` line on stderr and exit 1, as ``tail`` prints its errors."""
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
 
 
 @asynccontextmanager

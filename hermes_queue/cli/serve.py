@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import secrets
 import signal
-from pathlib import Path
+import socket
 
 from aiohttp import web
 
 from hermes_queue.api.app import create_app
 from hermes_queue.api.server import api_runner
 from hermes_queue.api.state import STATE, DrainState
+from hermes_queue.cli.failures import StartupError
 from hermes_queue.config import ApiSettings, ConfigError, Settings
+from hermes_queue.config.groups import bad_value
 from hermes_queue.keyguard import GENERATE_HINT, OPEN_WARNING, key_weakness
 from hermes_queue.redisio.addresses import is_loopback
 from hermes_queue.redisio.embedded import EmbeddedRedis
@@ -37,6 +40,32 @@ def check_bind_safety(settings: ApiSettings) -> None:
             f"refusing to listen on {settings.host}: the API key (HERMES_QUEUE_API_KEY) "
             f"{weakness}; {GENERATE_HINT}"
         )
+
+
+async def listen(site: web.TCPSite, api: ApiSettings, runner: web.BaseRunner) -> None:
+    """Start listening; a bind that fails is one line naming the setting to change (the
+    runner cleaned up first, so the app's connections close). A port held by another process
+    is a runtime failure (exit 1: it may be free on the next start), an address that is not
+    this machine's, or a privileged port, a configuration one (exit 2)."""
+    where = f"{api.host}:{api.port}"
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"cannot listen on {where}: the port is already in use by another process; "
+                "stop it, or set another port (HERMES_QUEUE_PORT or --port)"
+            ) from None
+        if exc.errno == errno.EACCES:
+            raise bad_value(
+                "port", str(api.port), "needs privileges to bind", "a port of 1024 or more"
+            ) from None
+        if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+            raise bad_value(
+                "host", api.host, "is not an address of this machine", "one of its addresses"
+            ) from None
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from None
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -71,7 +100,7 @@ async def serve_api(settings: Settings, *, announce: bool = True) -> None:
     await runner.setup()
     drain_state = app[STATE].drain
     site = web.TCPSite(runner, settings.api.host, settings.api.port, shutdown_timeout=5.0)
-    await site.start()
+    await listen(site, settings.api, runner)
     if announce:
         log.info("API listening on http://%s:%d", settings.api.host, settings.api.port)
     try:
@@ -93,24 +122,28 @@ async def serve_worker(settings: Settings) -> None:
 
 
 async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
-    """API and worker in one process, with a private Redis unless one was configured."""
-    embedded = None if redis_url_given else EmbeddedRedis.start()
-    if embedded is not None:
-        settings = settings.replace(redis_url=embedded.url)
-    if not settings.api.api_key:
-        settings = settings.replace(api_key="hq-" + secrets.token_urlsafe(24))
-    if settings.store.url.startswith("sqlite:///") and not settings.store.url.startswith(
-        "sqlite:////"
-    ):
-        Path(settings.store.url.removeprefix("sqlite:///")).parent.mkdir(
-            parents=True, exist_ok=True
-        )
+    """API and worker in one process, with a private Redis unless one was configured. The
+    private Redis is stopped on every way out, a failed start included (and dies with this
+    process even when it is killed: ``EmbeddedRedis``)."""
     check_bind_safety(settings.api)
+    embedded = None if redis_url_given else EmbeddedRedis.start()
+    try:
+        if embedded is not None:
+            settings = settings.replace(redis_url=embedded.url)
+        if not settings.api.api_key:
+            settings = settings.replace(api_key="hq-" + secrets.token_urlsafe(24))
+        await _run_dev(settings, embedded is not None)
+    finally:
+        if embedded is not None:
+            embedded.stop()
+
+
+async def _run_dev(settings: Settings, embedded: bool) -> None:
     stop = _stop_on_signals()
     worker = build_worker(settings, handle_signals=False)
     runner = api_runner(create_app(settings), settings.api)
     await runner.setup()
-    await web.TCPSite(runner, settings.api.host, settings.api.port).start()
+    await listen(web.TCPSite(runner, settings.api.host, settings.api.port), settings.api, runner)
     base = f"http://{settings.api.host}:{settings.api.port}"
     print(f"hermes-queue dev is up\n  base URL: {base}\n  API key:  {settings.api.api_key}")
     print(f"  redis:    {settings.redis.url}{' (embedded)' if embedded else ''}")
@@ -129,5 +162,3 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
         await asyncio.gather(worker_task, return_exceptions=True)
         await worker.close()
         await runner.cleanup()
-        if embedded is not None:
-            embedded.stop()

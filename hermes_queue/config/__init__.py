@@ -18,6 +18,7 @@ from typing import Any
 
 from hermes_queue.booleans import parse_bool
 from hermes_queue.config.groups import (
+    ENV_PREFIX,
     EVENT_LOOPS,
     AgentSettings,
     ApiSettings,
@@ -32,10 +33,10 @@ from hermes_queue.config.groups import (
     StoreSettings,
     StreamSettings,
     WorkerSettings,
+    bad_value,
 )
 from hermes_queue.providers import ProviderConfigError, parse_providers, parse_routes, to_json
 
-ENV_PREFIX = "HERMES_QUEUE_"
 CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
 # Variables under these prefixes belong to the test suite and tooling, not to the settings.
 _RESERVED_ENV_PREFIXES = ("HERMES_QUEUE_TEST_", "HERMES_QUEUE_BENCH_")
@@ -67,9 +68,8 @@ def _cast(name: str, raw: Any, default: Any) -> Any:
         if kind is float:
             return float(text)
     except ValueError:
-        raise ConfigError(
-            f"setting {name!r} has value {text!r}, which is not a valid {kind.__name__}"
-        ) from None
+        expected = {bool: "true or false", int: "a whole number", float: "a number"}[kind]
+        raise bad_value(name, text, f"is not a valid {kind.__name__}", expected) from None
     return text
 
 

@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -32,7 +33,9 @@ from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.definitions import parse_create, pause_changes
 from hermes_queue.store import create_store
+from hermes_queue.store.migrations import LATEST_VERSION
 from hermes_queue.workers.warmup import READY, WARMING, WarmUpState
+from tests.support.not_redis import http_server
 
 T = TypeVar("T")
 Setup = Callable[[aioredis.Redis, RunRepository, Keys], Awaitable[T]]
@@ -297,7 +300,7 @@ def test_check_fails_with_redis_down(env: Settings, monkeypatch: pytest.MonkeyPa
     result = invoke("check", "--role", "worker")
     assert result.exit_code == 1
     assert "FAIL  redis          redis://u:***@127.0.0.1:" in result.output
-    assert "is unreachable (ConnectionError)" in result.output
+    assert "is not reachable (ConnectionError)" in result.output
     assert "ok    session_store" in result.output and ":pw@" not in result.output
 
 
@@ -306,9 +309,8 @@ def test_check_fails_with_a_broken_store(env: Settings, monkeypatch: pytest.Monk
     result = invoke("check")
     assert result.exit_code == 1
     assert "ok    redis" in result.output
-    assert "FAIL  session_store  postgresql://nobody@127.0.0.1:1/none is unreachable" in (
-        result.output
-    )
+    # Where the store is, without the user (nor a password) of its URL.
+    assert "FAIL  session_store  postgresql://127.0.0.1:1/none is not reachable" in result.output
 
 
 def test_check_rejects_a_store_url_without_quoting_it(
@@ -316,8 +318,66 @@ def test_check_rejects_a_store_url_without_quoting_it(
 ) -> None:
     monkeypatch.setenv("HERMES_QUEUE_STORE_URL", "mysql://root:secret@db/x")
     result = invoke("check")
-    assert result.exit_code == 1 and "is not a store URL" in result.output
+    assert result.exit_code == 2  # a bad setting, before anything is probed
+    assert "has the unsupported scheme 'mysql'" in result.output
     assert "secret" not in result.output
+
+
+def test_check_tells_not_redis_from_not_reachable(
+    env: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP server where Redis should be is "answers, but not as Redis": the fix is the
+    port, not starting Redis."""
+    assert invoke("migrate").exit_code == 0
+    with http_server() as port:
+        monkeypatch.setenv("HERMES_QUEUE_REDIS_URL", f"redis://127.0.0.1:{port}/0")
+        result = invoke("check")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[0] == (
+        f"FAIL  redis          redis://127.0.0.1:{port}/0 answers, but not as Redis (another "
+        "service listens on that port) (InvalidResponse)"
+    )
+    monkeypatch.setenv("HERMES_QUEUE_REDIS_URL", f"redis://127.0.0.1:{port}/0")  # now closed
+    closed = invoke("check")
+    assert closed.stdout.splitlines()[0].endswith("is not reachable (ConnectionError)")
+
+
+def test_check_names_the_store_and_its_rows_and_never_creates_it(
+    env: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    typo = tmp_path / "stroe.db"
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", f"sqlite:///{typo}")
+    result = invoke("check")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[1] == (
+        f"FAIL  session_store  {typo} does not exist yet: run `hermes-queue migrate` "
+        "(or check store_url)"
+    )
+    missing_dir = tmp_path / "nonexistent" / "x.db"
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", f"sqlite:///{missing_dir}")
+    assert "a directory that does not exist" in invoke("check").output
+    assert sorted(tmp_path.iterdir()) == []  # nothing created, not even -wal or -shm
+
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", env.store.url)
+    assert invoke("migrate").exit_code == 0
+
+    async def chat() -> None:
+        store = create_store(env.store.url)
+        try:
+            await store.create_session("s1")
+            await store.append_messages("s1", [{"role": "user", "content": "hi"}])
+        finally:
+            await store.close()
+
+    asyncio.run(chat())
+    files = sorted(p.name for p in Path(env.store.url.removeprefix("sqlite:///")).parent.iterdir())
+    ok = invoke("check")
+    assert ok.exit_code == 0, ok.output
+    path = Path(env.store.url.removeprefix("sqlite:///")).resolve()
+    assert ok.stdout.splitlines()[1] == (
+        f"ok    session_store  {path} (schema {LATEST_VERSION}, 1 sessions, 1 messages)"
+    )
+    assert sorted(p.name for p in path.parent.iterdir()) == files  # read only
 
 
 def test_mask_url() -> None:
