@@ -43,6 +43,16 @@ def require_hermes() -> None:
         pytest.skip("hermes-agent is not installed (pip install -e '.[hermes]')")
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test's own XDG state directory: a ``hermes-queue dev`` a test starts records itself
+    there (cli/deployment.py), never where a developer's own dev or another test's would be
+    found by the CLI commands under test."""
+    path = str(tmp_path_factory.mktemp("state"))
+    monkeypatch.setenv("XDG_STATE_HOME", path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def hermes_home(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One HERMES_HOME for every in-process Hermes agent: Hermes reads it once per process."""

@@ -31,6 +31,7 @@ def redis_outage() -> OutageLog:
         log, "API requests", quiet_after=30.0, meanwhile="answering 503 redis_unavailable"
     )
 
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API);

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from hermes_queue.cli.deployment import SOURCE as DEV_SOURCE
 from hermes_queue.cli.preflight import sqlite_directory
 from hermes_queue.config import Settings
 from hermes_queue.config.urls import sqlite_path
@@ -85,7 +86,10 @@ def warm_up_check(settings: Settings) -> CheckResult:
     return CheckResult("warm_up", report.ok, report.detail)
 
 
-async def run_checks(settings: Settings) -> list[CheckResult]:
+async def run_checks(settings: Settings, source: str = "") -> list[CheckResult]:
+    """Redis and the session store, concurrently; ``source`` annotates Redis's line when its
+    URL came from a running ``hermes-queue dev`` (``cli/deployment.py``)."""
+
     async def redis_probe() -> str:
         client = connect(settings.redis)
         try:
@@ -100,9 +104,7 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
         if missing:
             raise CheckFailed(missing)
         # Read-only: a probe never creates a store (nor a SQLite file's -wal, -shm).
-        store = create_store(
-            settings.store.url, schema=settings.store.schema or None, create=False
-        )
+        store = create_store(settings.store.url, schema=settings.store.schema or None, create=False)
         try:
             await store.ping()
             version = await store.schema_version()
@@ -120,9 +122,12 @@ async def run_checks(settings: Settings) -> list[CheckResult]:
         return f"schema {version}, {counts['sessions']} sessions, {counts['messages']} messages"
 
     where = store_location(settings.store.url, settings.store.schema)
+    redis_target = mask_url(settings.redis.url)
+    if source.startswith(DEV_SOURCE):
+        redis_target += f" ({source})"
     return list(
         await asyncio.gather(
-            _guarded("redis", mask_url(settings.redis.url), redis_probe, _redis_failure),
+            _guarded("redis", redis_target, redis_probe, _redis_failure),
             _guarded("session_store", where, store_probe),
         )
     )
@@ -142,7 +147,7 @@ def _missing_sqlite_file(settings: Settings) -> str | None:
     return None
 
 
-def check(settings: Settings, role: str) -> int:
+def check(settings: Settings, role: str, source: str = "") -> int:
     """``hermes-queue check``: 0 when this process's dependencies answer, 1 otherwise.
 
     API and worker need the same two (Redis, the session store); a worker is also ready only
@@ -150,7 +155,7 @@ def check(settings: Settings, role: str) -> int:
     required: a worker's probe must not depend on other workers, and an API replica is ready
     before the first worker starts.
     """
-    results = asyncio.run(run_checks(settings))
+    results = asyncio.run(run_checks(settings, source))
     if role == "worker":
         results.append(warm_up_check(settings))
     for r in results:

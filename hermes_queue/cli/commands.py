@@ -8,13 +8,20 @@ import json
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from hermes_queue.cli.failures import DEBUG, ConfigFailure, FailingCleanly, Failure
-from hermes_queue.config import Settings, load_settings
+from hermes_queue.config import Settings, load_settings, setting_sources
 from hermes_queue.logs import configure_logging
+
+if TYPE_CHECKING:
+    from hermes_queue.cli.deployment import Deployment
+
+
+# How long ``tail`` keeps trying an API it never reached before it says so.
+UNREACHED_SECONDS = 3.0
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -172,22 +179,29 @@ def migrate() -> None:
 @click.option("--after", default=None, help="Resume after this event id.")
 def tail(run_id: str, url: str | None, after: str | None) -> None:
     """Follow a run's events to its end, resuming across dropped connections."""
-    from hermes_queue.client import ClientError, HermesQueueClient
+    from hermes_queue.client import ClientError, HermesQueueClient, Unreachable
 
-    settings = _settings()
+    settings = _deployment().settings
     base = url or f"http://{settings.api.host}:{settings.api.port}"
+    # Resuming is for streams that dropped; one that never connected fails within seconds.
+    client = HermesQueueClient(
+        base, settings.api.api_key, give_up_unreached=UNREACHED_SECONDS, connect_timeout=3.0
+    )
 
-    async def follow() -> int:
-        async with HermesQueueClient(base, settings.api.api_key) as client:
-            try:
-                async for event_id, payload in client.iter_events(run_id, after=after):
-                    click.echo(f"{event_id} {json.dumps(payload, ensure_ascii=False)}")
-            except ClientError as exc:
-                click.echo(f"error: {exc}", err=True)
-                return 1
-        return 0
+    async def follow() -> None:
+        async with client:
+            async for event_id, payload in client.iter_events(run_id, after=after):
+                click.echo(f"{event_id} {json.dumps(payload, ensure_ascii=False)}")
 
-    sys.exit(asyncio.run(follow()))
+    try:
+        asyncio.run(follow())
+    except Unreachable as exc:
+        raise Failure(
+            f"{exc}: start one (hermes-queue dev, or hermes-queue api), or name it with --url "
+            "(or HERMES_QUEUE_HOST and HERMES_QUEUE_PORT)"
+        ) from None
+    except ClientError as exc:
+        raise Failure(str(exc)) from None
 
 
 @main.command()
@@ -204,36 +218,58 @@ def tail(run_id: str, url: str | None, after: str | None) -> None:
 @click.option("--iterations", type=click.IntRange(1), default=None, hidden=True)
 def status(as_json: bool, watch: float | None, iterations: int | None) -> None:
     """Queue depth by state, oldest ready age, workers, throughput and recent failures."""
-    _ops().status(_settings(), as_json=as_json, watch=watch, iterations=iterations)
+    deployment = _deployment(announce="stderr" if as_json else "stdout")
+    _ops().warn_if_nothing_here(deployment)
+    _ops().status(deployment.settings, as_json=as_json, watch=watch, iterations=iterations)
 
 
 @main.group()
 def runs() -> None:
-    """Inspect and stop runs (reads Redis directly, like status)."""
+    """Inspect runs and act on them (reads Redis directly, like status)."""
 
 
 @runs.command("list")
 @click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
 @click.option("--offset", type=click.IntRange(0), default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the page as JSON.")
-def runs_list(limit: int, offset: int, as_json: bool) -> None:
-    """In-flight runs: id, session, status, worker, attempt, age."""
-    _ops().runs_list(_settings(), limit=limit, offset=offset, as_json=as_json)
+@click.option("--json", "as_json", is_flag=True, help="Print both pages as JSON.")
+@click.option("--wide", is_flag=True, help="One line per run, whatever the terminal's width.")
+def runs_list(limit: int, offset: int, as_json: bool, wide: bool) -> None:
+    """Queued (ready) runs with their position and wait, then in-flight runs; full ids."""
+    deployment = _deployment(announce="stderr" if as_json else "stdout")
+    _ops().warn_if_nothing_here(deployment)
+    _runs().runs_list(deployment.settings, limit=limit, offset=offset, as_json=as_json, wide=wide)
 
 
 @runs.command("show")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the hermes.run object as JSON.")
 def runs_show(run_id: str, as_json: bool) -> None:
-    """One run's status, attempt, worker and failure reason."""
-    _ops().runs_show(_settings(), run_id, as_json=as_json)
+    """One run's status, attempt, worker, failure reason and pending approval request."""
+    deployment = _deployment(announce="stderr" if as_json else "stdout")
+    _runs().runs_show(deployment.settings, run_id, as_json=as_json)
 
 
 @runs.command("stop")
 @click.argument("run_id")
 def runs_stop(run_id: str) -> None:
     """Stop a run: a queued one is cancelled at once, a running one is told to stop."""
-    _ops().runs_stop(_settings(), run_id)
+    _runs().runs_stop(_deployment(announce="stderr").settings, run_id)
+
+
+@runs.command("approve")
+@click.argument("run_id")
+@click.argument("choice", metavar="once|session|always|deny")
+@click.option("--request-id", default="", help="The pending request to answer (default: oldest).")
+@click.option("--all", "resolve_all", is_flag=True, help="Answer every pending request.")
+def runs_approve(run_id: str, choice: str, request_id: str, resolve_all: bool) -> None:
+    """Answer a run's approval request, as POST /v1/runs/RUN_ID/approval does."""
+    _runs().runs_approve(
+        _deployment(announce="stderr").settings,
+        run_id,
+        choice,
+        request_id=request_id,
+        resolve_all=resolve_all,
+    )
 
 
 @main.command()
@@ -242,7 +278,28 @@ def check(role: str) -> None:
     """Exit 0 when Redis and the session store answer (container readiness probes)."""
     from hermes_queue.cli.check import check as run_check
 
-    sys.exit(run_check(_settings(), role))
+    deployment = _deployment()
+    sys.exit(run_check(deployment.settings, role, deployment.source))
+
+
+def _deployment(*, announce: Literal["stdout", "stderr", None] = None) -> Deployment:
+    """The settings an operator command uses: a running ``hermes-queue dev``'s when
+    ``redis_url`` is not set (``cli/deployment.py``). ``announce``: print which it is as the
+    first line (on stderr when stdout carries JSON)."""
+    from hermes_queue.cli.deployment import resolve
+
+    deployment = resolve(_settings(), setting_sources())
+    if deployment.stale:
+        click.echo(f"note: {deployment.stale}", err=True)
+    if announce is not None:
+        click.echo(deployment.line, err=announce == "stderr")
+    return deployment
+
+
+def _runs() -> ModuleType:
+    from hermes_queue.cli import runs as cli_runs
+
+    return cli_runs
 
 
 def _ops() -> ModuleType:

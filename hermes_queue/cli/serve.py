@@ -7,14 +7,18 @@ import contextlib
 import errno
 import logging
 import secrets
+import shlex
 import signal
 import socket
+import sys
+from pathlib import Path
 
 from aiohttp import web
 
 from hermes_queue.api.app import create_app
 from hermes_queue.api.server import api_runner
 from hermes_queue.api.state import STATE, DrainState
+from hermes_queue.cli import deployment
 from hermes_queue.cli.failures import StartupError
 from hermes_queue.config import ApiSettings, ConfigError, Settings
 from hermes_queue.config.groups import bad_value
@@ -125,17 +129,38 @@ async def serve_dev(settings: Settings, redis_url_given: bool) -> None:
     """API and worker in one process, with a private Redis unless one was configured. The
     private Redis is stopped on every way out, a failed start included (and dies with this
     process even when it is killed: ``EmbeddedRedis``)."""
+    if not settings.api.api_key:
+        settings = settings.replace(api_key="hq-" + secrets.token_urlsafe(24))
     check_bind_safety(settings.api)
     embedded = None if redis_url_given else EmbeddedRedis.start()
     try:
         if embedded is not None:
             settings = settings.replace(redis_url=embedded.url)
-        if not settings.api.api_key:
-            settings = settings.replace(api_key="hq-" + secrets.token_urlsafe(24))
         await _run_dev(settings, embedded is not None)
     finally:
         if embedded is not None:
             embedded.stop()
+
+
+def _announce_dev(settings: Settings, embedded: bool, state: Path) -> None:
+    """The banner: where dev listens, its key, and what the command line needs to find it
+    (the state file it reads by itself, and the exports for anywhere else)."""
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    key = settings.api.api_key
+    exports = {"HERMES_QUEUE_REDIS_URL": settings.redis.url, "HERMES_QUEUE_API_KEY": key}
+    exports["HERMES_QUEUE_STORE_URL"] = deployment.absolute_store_url(settings.store.url)
+    for name, value in (("host", settings.api.host), ("port", settings.api.port)):
+        if value != getattr(ApiSettings(), name):
+            exports[f"HERMES_QUEUE_{name.upper()}"] = str(value)
+    print(f"hermes-queue dev is up\n  base URL: {base}\n  API key:  {key}")
+    print(f"  redis:    {settings.redis.url}{' (embedded)' if embedded else ''}")
+    print(f"  agent:    {settings.agents.backend}")
+    body = '\'{"input":"hello"}\''
+    print(f'  try:      curl -s -H "Authorization: Bearer {key}" -d {body} {base}/v1/runs')
+    print(f"  CLI:      hermes-queue status, runs, tail and check find this instance ({state})")
+    print("            elsewhere (another user, a container), export:")
+    print("            export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in exports.items()))
+    sys.stdout.flush()
 
 
 async def _run_dev(settings: Settings, embedded: bool) -> None:
@@ -144,17 +169,9 @@ async def _run_dev(settings: Settings, embedded: bool) -> None:
     runner = api_runner(create_app(settings), settings.api)
     await runner.setup()
     await listen(web.TCPSite(runner, settings.api.host, settings.api.port), settings.api, runner)
-    base = f"http://{settings.api.host}:{settings.api.port}"
-    print(f"hermes-queue dev is up\n  base URL: {base}\n  API key:  {settings.api.api_key}")
-    print(f"  redis:    {settings.redis.url}{' (embedded)' if embedded else ''}")
-    print(f"  agent:    {settings.agents.backend}")
-    print(
-        f'  try:      curl -s -H "Authorization: Bearer {settings.api.api_key}" '
-        f'-d \'{{"input":"hello"}}\' {base}/v1/runs',
-        flush=True,
-    )
     worker_task = worker.start()
     try:
+        _announce_dev(settings, embedded, deployment.write(settings))
         await stop.wait()
     finally:
         worker.stop_taking_jobs()
@@ -162,3 +179,4 @@ async def _run_dev(settings: Settings, embedded: bool) -> None:
         await asyncio.gather(worker_task, return_exceptions=True)
         await worker.close()
         await runner.cleanup()
+        deployment.remove()

@@ -240,6 +240,7 @@ class Attempt:
                 keys.events(self.run_id),
                 keys.leases_of(self.run_id),
                 current_stats_key(keys, self.run_id),
+                keys.failures_of(self.run_id),
             ],
             args=[
                 self.run_id,

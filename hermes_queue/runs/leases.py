@@ -88,6 +88,7 @@ class Leases:
                 self.keys.leases_of(run_id),
                 self.keys.queue_of(run_id),
                 current_stats_key(self.keys, run_id),
+                self.keys.failures_of(run_id),
             ],
             args=[
                 run_id,

@@ -37,16 +37,17 @@ def test_an_unforeseen_failure_is_one_line_unless_debugging(
         raise RuntimeError("boom at redis://:hunter2secret@db:6379/0")
 
     monkeypatch.setattr(ops, "status", broken)
+    monkeypatch.setattr(ops, "warn_if_nothing_here", lambda _deployment: None)
     plain = CliRunner().invoke(main, ["status"])
     assert plain.exit_code == 1
-    assert plain.output == (
+    assert plain.stderr == (
         "error: RuntimeError: boom at redis://:***@db:6379/0 "
         "(hermes-queue --debug … shows the traceback)\n"
     )
     debug = CliRunner().invoke(main, ["--debug", "status"])
     assert debug.exit_code == 1
-    assert debug.output.startswith("Traceback (most recent call last):")
-    assert debug.output.endswith("error: RuntimeError: boom at redis://:***@db:6379/0\n")
+    assert debug.stderr.startswith("Traceback (most recent call last):")
+    assert debug.stderr.endswith("error: RuntimeError: boom at redis://:***@db:6379/0\n")
     assert "hunter2secret" not in debug.output
     monkeypatch.setenv("HERMES_QUEUE_LOG_LEVEL", "debug")  # the log level asks for it too
     assert "Traceback" in CliRunner().invoke(main, ["status"]).output

@@ -18,7 +18,9 @@ import pytest
 from hermes_queue.redisio.embedded import free_port
 from tests.support.processes import child_env
 
-EXPECTED_STORE = "expected sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://…"
+EXPECTED_STORE = (
+    "expected sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://…"
+)
 
 
 def hq(
