@@ -81,7 +81,7 @@ def settings(redis_url: str, namespace: str, tmp_path: object) -> Settings:
     return Settings.of(
         redis_url=redis_url,
         namespace=namespace,
-        api_key="test-key-0123456789abcdef",
+        api_key="test-key-7f3a9c1e5b2d8046ae91",
         lease_seconds=3.0,
         heartbeat_seconds=0.5,
         reaper_interval_seconds=0.25,

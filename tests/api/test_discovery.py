@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import json
 import time
-from pathlib import Path
 from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
