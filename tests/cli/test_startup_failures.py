@@ -211,3 +211,17 @@ def test_a_killed_dev_takes_its_redis_server_with_it(tmp_path: Path) -> None:
     report = supervised_dev("kill", free_port(), tmp_path)
     assert report["rc"] == -9
     assert report["left"] == []  # killed by the kernel with its parent (PR_SET_PDEATHSIG)
+
+
+@pytest.mark.parametrize("key", ["mysecretpassword123", "passwordpassword12", "adminadmin12345678"])
+def test_a_weak_key_on_a_public_bind_is_refused_in_one_line(key: str, tmp_path: Path) -> None:
+    env = {"HERMES_QUEUE_API_KEY": key}
+    result = hq("api", "--host", "0.0.0.0", "--port", str(free_port()), env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    line = error_line(result)
+    assert line.startswith(
+        "error: refusing to listen on 0.0.0.0: the API key (HERMES_QUEUE_API_KEY) is too "
+        "predictable"
+    )
+    assert line.endswith("generate one with `openssl rand -hex 32`")
+    assert key not in result.stderr
