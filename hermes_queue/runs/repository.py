@@ -90,7 +90,8 @@ class RunRepository:
             name: redis.register_script(_load_script(name, sharded=keys.cluster))
             for name in ("create", "create_session_run", "claim", "stop", "abandoned")
         }
-        # Writes a client is told about wait for redis_min_replicas replicas (redisio/replication.py).
+        # Writes a client is told about wait for redis_min_replicas replicas
+        # (redisio/replication.py).
         self._acked = acknowledged(
             self._scripts,
             settings.min_replicas,

@@ -185,10 +185,12 @@ SUBREAPER = textwrap.dedent(
 )
 
 
+DEV = (sys.executable, "-m", "hermes_queue", "dev")
+
+
 def supervised_dev(mode: str, port: int, tmp_path: Path) -> dict[str, object]:
     finished = subprocess.run(
-        [sys.executable, "-c", SUBREAPER, mode, sys.executable, "-m", "hermes_queue", "dev"]
-        + ["--port", str(port)],
+        [sys.executable, "-c", SUBREAPER, mode, *DEV, "--port", str(port)],
         env=child_env(),
         cwd=tmp_path,
         capture_output=True,
