@@ -27,6 +27,7 @@ from hermes_queue.logs import LOG_FORMATS, mask_url
 from hermes_queue.providers import ProviderSettings, RouteSettings
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 ENV_PREFIX = "HERMES_QUEUE_"
 
 
@@ -327,6 +328,8 @@ class ProcessSettings(_Group):
     event_loop: str = "auto"
 
     def validate(self) -> None:
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise bad_value("log_level", self.log_level, "is not a level", ", ".join(LOG_LEVELS))
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigError(
                 f"event_loop must be one of {', '.join(map(repr, EVENT_LOOPS))}, "

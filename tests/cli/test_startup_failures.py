@@ -89,6 +89,12 @@ def error_line(result: subprocess.CompletedProcess[str]) -> str:
             "error: lease_seconds (1.0) must be more than twice heartbeat_seconds (1.0)",
         ),
         ("status", {"HERMES_QUEUE_PORTT": "1"}, "error: unknown setting HERMES_QUEUE_PORTT"),
+        (
+            "worker",
+            {"HERMES_QUEUE_LOG_LEVEL": "loud"},
+            "error: setting log_level (HERMES_QUEUE_LOG_LEVEL) = 'loud' is not a level; expected "
+            "DEBUG, INFO, WARNING, ERROR, CRITICAL",
+        ),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_2(
