@@ -117,7 +117,10 @@ def _alive(pid: int) -> bool:
 
 def running() -> tuple[DevState | None, str | None]:
     """The running dev's record, or None with why not when there is a record (stale)."""
-    path = state_path()
+    try:
+        path = state_path()
+    except RuntimeError:  # no home directory to look in (a container's nameless user)
+        return None, None
     found = _load(path)
     if found is None:
         return None, None
