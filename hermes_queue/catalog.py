@@ -30,6 +30,7 @@ from redis.exceptions import RedisError
 
 from hermes_queue.aio import cancel_requested
 from hermes_queue.keys import Keys
+from hermes_queue.redisio.health import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +121,16 @@ async def publish_forever(
     if not isinstance(backend, CatalogSource):
         return
     name = getattr(backend, "name", type(backend).__name__)
+    outage = OutageLog(log, "catalog")
     while not cancel_requested():
         try:
             # Bounded: a hung catalog() must not leave the key to lapse unnoticed.
             async with asyncio.timeout(interval):
                 catalog = await backend.catalog()
             await publish_catalog(redis, keys, catalog, ttl)
+            outage.ok()
         except RedisError as exc:
-            log.warning("catalog: Redis unavailable (%s)", exc)
+            outage.failed(exc)
         except TimeoutError:
             log.warning("catalog: backend %s took over %.0fs to list it", name, interval)
         except Exception:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,19 @@ class ClientError(Exception):
         super().__init__(f"HTTP {status}: {body}")
         self.status = status
         self.body = body
+
+
+class Unreachable(ClientError):
+    """No connection to the API could be made at all (nothing listens, wrong host): resuming
+    cannot help a stream that never started, so ``iter_events`` gives up early."""
+
+    def __init__(self, base_url: str, reason: str) -> None:
+        super().__init__(0, reason)
+        self.base_url = base_url
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"no API answers at {self.base_url} ({self.reason})"
 
 
 @dataclass
@@ -66,6 +80,10 @@ class HermesQueueClient:
     api_key: str = ""
     max_reconnects: int = 50
     reconnect_delay: float = 0.2
+    # Give up following a run after this many seconds without ever connecting (None: retry as
+    # for a dropped stream); and how long one connection attempt may take.
+    give_up_unreached: float | None = None
+    connect_timeout: float = 10.0
     session: aiohttp.ClientSession | None = field(default=None, repr=False)
 
     def _headers(self, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -74,7 +92,7 @@ class HermesQueueClient:
 
     async def __aenter__(self) -> HermesQueueClient:
         self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
         )
         return self
 
@@ -110,14 +128,18 @@ class HermesQueueClient:
     async def iter_events(
         self, run_id: str, after: str | None = None
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """Yield ``(event_id, payload)`` until the run's terminal event, resuming on drops."""
+        """Yield ``(event_id, payload)`` until the run's terminal event, resuming on drops.
+        Raises :class:`Unreachable` once ``give_up_unreached`` seconds passed without any
+        connection to the API."""
         cursor, failures = after, 0
+        started, reached = time.monotonic(), False
         while True:
             headers = self._headers({"Last-Event-ID": cursor} if cursor else None)
             try:
                 async with self._http.get(
                     f"{self.base_url}/v1/runs/{run_id}/events", headers=headers
                 ) as response:
+                    reached = True
                     if 400 <= response.status < 500:
                         raise ClientError(response.status, await response.json(content_type=None))
                     if response.status >= 500:  # a replica or Redis is away: retry
@@ -134,9 +156,23 @@ class HermesQueueClient:
                         yield frame.id, payload
                         if payload.get("event") in TERMINAL:
                             return
-            except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
-                pass
+            except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+                waited = time.monotonic() - started
+                if not reached and self.give_up_unreached is not None:
+                    if waited >= self.give_up_unreached:
+                        raise Unreachable(self.base_url, _reason(exc)) from None
             failures += 1
             if failures > self.max_reconnects:
                 raise ClientError(0, f"gave up following {run_id} after {failures} reconnects")
             await asyncio.sleep(min(self.reconnect_delay * failures, 2.0))
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a connection failed, in a few words (``connection refused``, ``timed out``)."""
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return "timed out"
+    cause = getattr(exc, "os_error", None) or exc.__cause__ or exc
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    text = getattr(cause, "strerror", None) or str(cause) or type(cause).__name__
+    return str(text).lower()

@@ -151,6 +151,13 @@ class Keys:
         read (summed over shards) for throughput and the drain rate behind backpressure."""
         return f"{self._base(shard)}:stats:{minute}"
 
+    def failures_at(self, shard: int) -> str:
+        """Sorted set: the shard's recently failed run ids -> when they failed (ms, Redis
+        clock), the last ``RECENT_FAILURES`` of them, kept an hour like the stats. Written by
+        the terminal transition that counts the failure, so the dashboard and ``status`` list
+        the failures they count."""
+        return f"{self._base(shard)}:failures"
+
     # The shard's keys of one run's own shard: what its scripts name beside the run's keys.
     def queue_of(self, run_id: str) -> str:
         return self.queue_at(self.shard_of(run_id))
@@ -163,6 +170,9 @@ class Keys:
 
     def stats_of(self, run_id: str, minute: int) -> str:
         return self.stats_at(self.shard_of(run_id), minute)
+
+    def failures_of(self, run_id: str) -> str:
+        return self.failures_at(self.shard_of(run_id))
 
     # Without a cluster, the one shard's keys by their historic names (tests, tools).
     @property

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TextIO
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 LOG_FORMATS = ("text", "json")
 
@@ -55,6 +55,8 @@ _PATTERNS = (
     # The password of a connection URL: redis://:pw@host, postgresql://user:pw@host.
     (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@"), r"\1***@"),
 )
+# ``user:password@host`` without a scheme (a URL missing its ``postgresql://``).
+_BARE_PASSWORD = re.compile(r"^([^\s:/@]*:)[^\s@/]+@")
 
 
 class Redactor:
@@ -98,6 +100,22 @@ def register_url_password(url: str | None) -> None:
     """Mask the password of a connection URL even where it appears without its URL."""
     with contextlib.suppress(ValueError):  # a malformed URL is config's to report, not ours
         register_secret(urlsplit(url or "").password)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for error lines, probes and status
+    headers (they end up in CI logs and tickets, and a Redis or PostgreSQL URL often carries
+    its credentials). Also masks ``user:password@host`` written without a scheme, which
+    ``urlsplit`` does not see as a password."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            userinfo, _, host = parts.netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    except ValueError:
+        return "<unparseable URL>"
+    return _BARE_PASSWORD.sub(r"\1***@", url)
 
 
 def redact(text: str) -> str:

@@ -14,6 +14,7 @@ readiness (``/health/detailed``) only the live workers (``live_workers``), read 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,12 +24,28 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 
 from hermes_queue.keys import Keys
+from hermes_queue.queue_lists import (
+    FAILED_FIELDS,
+    IN_FLIGHT_FIELDS,
+    QUEUED_FIELDS,
+    RECENT_FAILURES,
+    FailedRun,
+    InFlightRun,
+    QueuedRun,
+    ask_failures,
+    ask_fields,
+    ask_leases,
+    ask_ready,
+    failed_runs,
+    in_flight_runs,
+    merged,
+    queued_runs,
+)
 
 # Per-minute counter buckets read for throughput: the current (partial) minute and 4 before it.
 STATS_MINUTES = 5
 STATS_FIELDS = ("claimed", "completed", "failed", "cancelled")
 MAX_PAGE = 500
-IN_FLIGHT_FIELDS = ("session_id", "status", "worker", "attempt", "created_at", "started_at")
 WORKER_FIELDS = ("slots", "busy", "metrics_port")
 # Retry-After bounds: at least a second, and never so long that clients give up on a recovery.
 RETRY_AFTER_MIN, RETRY_AFTER_MAX = 1, 60
@@ -73,19 +90,6 @@ class Throughput:
 
 
 @dataclass(frozen=True)
-class InFlightRun:
-    run_id: str
-    session_id: str
-    status: str
-    worker: str
-    attempt: int
-    created_at: float
-    started_at: float
-    # Since this attempt was claimed.
-    age_seconds: float
-
-
-@dataclass(frozen=True)
 class QueueSnapshot:
     at: float
     depth: Depth
@@ -95,6 +99,11 @@ class QueueSnapshot:
     in_flight: list[InFlightRun] = field(default_factory=list)
     limit: int = 0
     offset: int = 0
+    # The page of the ready queue at the same limit and offset, next to be taken first.
+    queued: list[QueuedRun] = field(default_factory=list)
+    # The failures ``throughput.failed`` counts (the last RECENT_FAILURES of them), newest
+    # first; None when not asked for.
+    recent_failures: list[FailedRun] | None = None
 
     @property
     def slots(self) -> int:
@@ -132,6 +141,19 @@ class QueueSnapshot:
                 "limit": self.limit,
                 "offset": self.offset,
                 "data": [asdict(r) for r in self.in_flight],
+            },
+            "queued": {
+                "total": self.depth.ready,
+                "limit": self.limit,
+                "offset": self.offset,
+                "data": [asdict(r) for r in self.queued],
+            },
+            "recent_failures": None
+            if self.recent_failures is None
+            else {
+                "total": self.throughput.failed,
+                "window_seconds": self.throughput.window_seconds,
+                "data": [asdict(r) for r in self.recent_failures],
             },
         }
 
@@ -184,13 +206,6 @@ def _stats_keys(keys: Keys, now: float) -> tuple[list[str], float]:
     return [keys.stats_at(s, minute - i) for i in range(STATS_MINUTES) for s in shards], window
 
 
-def _lease_page(rows: list[list[tuple[bytes, float]]], offset: int, limit: int) -> list[bytes]:
-    """Entries ``offset`` to ``offset + limit`` of the lease sets together, soonest deadline
-    first (each row: one shard's head, up to ``offset + limit`` entries, with scores)."""
-    merged = sorted((entry for row in rows for entry in row), key=lambda entry: entry[1])
-    return [run_id for run_id, _deadline in merged[offset : offset + limit]]
-
-
 def _throughput(rows: list[list[Any]], window: float) -> Throughput:
     totals = [sum(_int(row[i]) for row in rows) for i in range(len(STATS_FIELDS))]
     return Throughput(window, *totals)
@@ -238,20 +253,6 @@ async def live_workers(redis: aioredis.Redis, keys: Keys, lease_seconds: float) 
     return _worker_infos(workers, rows, int(now * 1000))
 
 
-def _in_flight_run(run_id: Any, row: list[Any], now: float) -> InFlightRun:
-    """A leased run from its record's ``IN_FLIGHT_FIELDS``."""
-    return InFlightRun(
-        run_id=_text(run_id),
-        session_id=_text(row[0]),
-        status=_text(row[1]),
-        worker=_text(row[2]),
-        attempt=_int(row[3]),
-        created_at=_float(row[4]),
-        started_at=_float(row[5]),
-        age_seconds=round(max(0.0, now - _float(row[5])), 3) if row[5] else 0.0,
-    )
-
-
 async def snapshot(
     redis: aioredis.Redis,
     keys: Keys,
@@ -260,15 +261,19 @@ async def snapshot(
     default_slots: int,
     limit: int = 0,
     offset: int = 0,
+    failures: int = 0,
 ) -> QueueSnapshot:
-    """The whole picture; ``limit`` > 0 also lists that page of in-flight runs. Live workers
-    are those seen within ``lease_seconds``; ``default_slots``: the slots a worker is assumed
-    to have when none is live (``worker_concurrency``), for the desired worker count.
+    """The whole picture; ``limit`` > 0 also lists that page of in-flight runs and of ready
+    runs, ``failures`` > 0 that many of the failures counted (newest first). Live workers are
+    those seen within ``lease_seconds``; ``default_slots``: the slots a worker is assumed to
+    have when none is live (``worker_concurrency``), for the desired worker count.
 
     In-flight runs are paged over the lease set, ordered by lease deadline (soonest first):
-    renewals reorder it, so a run can move between pages from one call to the next.
+    renewals reorder it, so a run can move between pages from one call to the next. Ready runs
+    are paged in the order workers take them (``position`` 1 is next).
     """
     limit = max(0, min(limit, MAX_PAGE))
+    failures = max(0, min(failures, RECENT_FAILURES))
     now = time.time()
     now_ms = int(now * 1000)
     stats_keys, window = _stats_keys(keys, now)
@@ -283,40 +288,32 @@ async def snapshot(
         _ask_live_workers(pipe, keys, now, lease_seconds)
         for key in stats_keys:
             pipe.hmget(key, list(STATS_FIELDS))
-        if limit:
-            for shard in shards:
-                pipe.zrange(keys.leases_at(shard), 0, offset + limit - 1, withscores=True)
+        for shard in shards if limit else ():
+            ask_leases(pipe, keys, shard, offset + limit)
+            ask_ready(pipe, keys, shard, now_ms, offset + limit)
+        for shard in shards if failures else ():
+            ask_failures(pipe, keys, shard, now_ms - int(window * 1000), failures)
         first = await pipe.execute()
     per_shard = [first[5 * i : 5 * i + 5] for i in range(len(shards))]
     rest = first[5 * len(shards) :]
-    ready, total, running, blocked = (sum(row[i] for row in per_shard) for i in (0, 1, 3, 4))
-    workers = rest[0]
-    stats_rows = rest[1 : 1 + len(stats_keys)]
-    page: list[bytes] = _lease_page(rest[1 + len(stats_keys) :], offset, limit) if limit else []
-    heads = [row[2][0] for row in per_shard if row[2]]
+    workers, rest = rest[0], rest[1:]
+    stats_rows, rest = rest[: len(stats_keys)], rest[len(stats_keys) :]
+    pages, rest = rest[: 2 * len(shards) if limit else 0], rest[2 * len(shards) if limit else 0 :]
+    leased = merged(pages[0::2], offset, limit)
+    ready_page = merged(pages[1::2], offset, limit)
+    failed = merged(rest, 0, failures, newest_first=True)
+    depth = _depth(per_shard, now_ms)
 
-    oldest = 0.0
-    head = min(heads, key=lambda entry: entry[1]) if heads else None
-    if head is not None and head[1] <= now_ms:
-        oldest = round(max(0.0, now_ms - head[1]) / 1000, 3)
-    depth = Depth(ready, max(0, total - ready), running, blocked, oldest)
-
-    worker_rows: list[Any] = []
-    run_rows: list[Any] = []
-    if workers or page:
-        async with redis.pipeline(transaction=False) as pipe:
-            _ask_worker_fields(pipe, keys, workers)
-            for run_id in page:
-                pipe.hmget(keys.run(_text(run_id)), list(IN_FLIGHT_FIELDS))
-            rows = await pipe.execute()
-        worker_rows, run_rows = rows[: len(workers)], rows[len(workers) :]
+    async with redis.pipeline(transaction=False) as pipe:
+        _ask_worker_fields(pipe, keys, workers)
+        ask_fields(pipe, keys, leased, IN_FLIGHT_FIELDS)
+        ask_fields(pipe, keys, ready_page, QUEUED_FIELDS)
+        ask_fields(pipe, keys, failed, FAILED_FIELDS)
+        rows = await pipe.execute() if workers or leased or ready_page or failed else []
+    cuts = itertools.accumulate([len(workers), len(leased), len(ready_page)])
+    worker_rows, leased_rows, ready_rows, failed_rows = _split(rows, list(cuts))
 
     infos = _worker_infos(workers, worker_rows, now_ms)
-    in_flight = [
-        _in_flight_run(run_id, row, now)
-        for run_id, row in zip(page, run_rows, strict=True)
-        if row[1] is not None  # finished and expired between the two round trips
-    ]
     per_worker = round(sum(i.slots for i in infos) / len(infos)) if infos else default_slots
     return QueueSnapshot(
         at=round(now, 3),
@@ -324,10 +321,29 @@ async def snapshot(
         workers=infos,
         throughput=_throughput(stats_rows, window),
         desired_workers=desired_workers(depth, per_worker),
-        in_flight=in_flight,
+        in_flight=in_flight_runs(leased, leased_rows, now),
         limit=limit,
         offset=offset,
+        queued=queued_runs(ready_page, ready_rows, now, offset),
+        recent_failures=failed_runs(failed, failed_rows) if failures else None,
     )
+
+
+def _depth(per_shard: list[list[Any]], now_ms: int) -> Depth:
+    """Depth by state from each shard's counts and queue head (oldest first)."""
+    ready, total, running, blocked = (sum(row[i] for row in per_shard) for i in (0, 1, 3, 4))
+    heads = [row[2][0] for row in per_shard if row[2]]
+    oldest = 0.0
+    head = min(heads, key=lambda entry: entry[1]) if heads else None
+    if head is not None and head[1] <= now_ms:
+        oldest = round(max(0.0, now_ms - head[1]) / 1000, 3)
+    return Depth(ready, max(0, total - ready), running, blocked, oldest)
+
+
+def _split(rows: list[Any], cuts: list[int]) -> list[list[Any]]:
+    """``rows`` cut at ``cuts`` (running totals) into len(cuts) + 1 lists (empty ones too)."""
+    bounds = [0, *cuts, max(len(rows), cuts[-1] if cuts else 0)]
+    return [rows[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 async def admission(

@@ -43,6 +43,16 @@ def require_hermes() -> None:
         pytest.skip("hermes-agent is not installed (pip install -e '.[hermes]')")
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test's own XDG state directory: a ``hermes-queue dev`` a test starts records itself
+    there (cli/deployment.py), never where a developer's own dev or another test's would be
+    found by the CLI commands under test."""
+    path = str(tmp_path_factory.mktemp("state"))
+    monkeypatch.setenv("XDG_STATE_HOME", path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def hermes_home(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One HERMES_HOME for every in-process Hermes agent: Hermes reads it once per process."""
@@ -71,7 +81,7 @@ def settings(redis_url: str, namespace: str, tmp_path: object) -> Settings:
     return Settings.of(
         redis_url=redis_url,
         namespace=namespace,
-        api_key="test-key-0123456789abcdef",
+        api_key="test-key-7f3a9c1e5b2d8046ae91",
         lease_seconds=3.0,
         heartbeat_seconds=0.5,
         reaper_interval_seconds=0.25,

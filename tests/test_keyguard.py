@@ -34,6 +34,14 @@ STRONG = "4f9c2a1b7d04e6a8c3b5d7f9e1a2c4b6"
         ("0123456789abcdef", "too predictable"),
         ("abcdefghijklmnopqrstuvwxyz", "too predictable"),
         ("1234567890123456", "too predictable"),
+        # Long enough and mixed, but built from common passwords, words and patterns: what an
+        # attacker tries first (issue 33 §6).
+        ("mysecretpassword123", "too predictable"),
+        ("passwordpassword12", "too predictable"),
+        ("adminadmin12345678", "too predictable"),
+        ("qwertyuiopasdfghjkl", "too predictable"),
+        ("hermes-queue-api-key-2024", "too predictable"),
+        ("test-key-0123456789abcdef", "too predictable"),
     ],
 )
 def test_weak_keys_are_refused_with_the_reason(key: str, reason: str) -> None:
@@ -47,7 +55,14 @@ def test_weak_keys_are_refused_with_the_reason(key: str, reason: str) -> None:
 
 @pytest.mark.parametrize(
     "key",
-    [STRONG, secrets.token_hex(32), "hq-" + secrets.token_urlsafe(24), "test-key-0123456789abcdef"],
+    [
+        STRONG,
+        secrets.token_hex(32),
+        secrets.token_hex(8),  # 16 random hex characters: the shortest key allowed
+        "hq-" + secrets.token_urlsafe(24),
+        "test-key-7f3a9c1e5b2d8046ae91",
+        "x" * 60 + secrets.token_hex(32),  # judged by its first 72 characters
+    ],
 )
 def test_strong_keys_pass(key: str) -> None:
     assert key_weakness(key) is None
@@ -58,7 +73,18 @@ def test_strong_keys_pass(key: str) -> None:
 def test_the_entropy_estimate_tells_random_from_patterned() -> None:
     assert estimated_entropy_bits(secrets.token_hex(32)) > 150
     assert estimated_entropy_bits("0123456789abcdef0123456789abcdef") < 20
+    assert estimated_entropy_bits("mysecretpassword123") < 30  # once ~60 "random" bits
     assert estimated_entropy_bits("x") == 0.0
+
+
+def test_the_refusal_names_hermes_queue_api_key_and_how_to_make_one() -> None:
+    with pytest.raises(ConfigError) as refused:
+        check_bind_safety(ApiSettings(host="0.0.0.0", api_key="mysecretpassword123"))
+    message = str(refused.value)
+    assert message.startswith("refusing to listen on 0.0.0.0: the API key (HERMES_QUEUE_API_KEY)")
+    assert "API_SERVER_KEY" not in message and "openssl rand -hex 32" in message
+    with pytest.raises(ConfigError, match=r"\(HERMES_QUEUE_API_KEY\) is not set"):
+        check_bind_safety(ApiSettings(host="0.0.0.0", api_key=""))
 
 
 def test_surrounding_whitespace_is_normalised_once_for_guard_and_auth() -> None:

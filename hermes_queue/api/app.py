@@ -15,7 +15,13 @@ from aiohttp import web
 
 from hermes_queue.aio import cancel_and_wait
 from hermes_queue.api.endpoint import SERVED
-from hermes_queue.api.middlewares import MIDDLEWARES, add_security_headers, close_while_draining
+from hermes_queue.api.middlewares import (
+    MIDDLEWARES,
+    REDIS_OUTAGE,
+    add_security_headers,
+    close_while_draining,
+    redis_outage,
+)
 from hermes_queue.api.routes import ROUTES
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.config import Settings
@@ -48,6 +54,7 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     # A server span per request, outermost, when tracing is on.
     middlewares = MIDDLEWARES if tracing is None else [tracing.http_middleware(), *MIDDLEWARES]
     app = web.Application(middlewares=middlewares, client_max_size=settings.api.body_limit_bytes)
+    app[REDIS_OUTAGE] = redis_outage()
     app.cleanup_ctx.append(_lifetime(settings, tracing))
     app.on_response_prepare.append(add_security_headers)
     app.on_response_prepare.append(close_while_draining)

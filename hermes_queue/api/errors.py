@@ -71,6 +71,16 @@ def auth_error() -> ApiError:
     )
 
 
+def redis_unavailable() -> ApiError:
+    """Redis is down, or what answers at ``redis_url`` is not Redis (``redisio/health.py``)."""
+    return ApiError(
+        503,
+        "redis_unavailable",
+        "The queue backend (Redis) is unavailable; retry shortly",
+        headers={"Retry-After": "1"},
+    )
+
+
 def run_not_found(run_id: str) -> ApiError:
     return ApiError(404, "run_not_found", f"Run not found: {run_id}")
 

@@ -10,17 +10,27 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisClusterException, RedisError
 
-from hermes_queue.api.errors import ApiError, auth_error
+from hermes_queue.api.errors import ApiError, auth_error, redis_unavailable
 from hermes_queue.api.ops.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.state import STATE
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.logs import request_id_var
+from hermes_queue.redisio.health import OutageLog, classify
 from hermes_queue.store.base import StoreUnavailable
 
 log = logging.getLogger(__name__)
+# The app's log of Redis outages seen by requests (``redis_outage``), one per app.
+REDIS_OUTAGE = web.AppKey("redis_outage", OutageLog)
+
+
+def redis_outage() -> OutageLog:
+    """Requests only see failures: one after 30 s without any is logged as a new outage."""
+    return OutageLog(
+        log, "API requests", quiet_after=30.0, meanwhile="answering 503 redis_unavailable"
+    )
+
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -164,14 +174,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             "The session database is unavailable; retry shortly",
             headers={"Retry-After": "1"},
         ).response()
-    except (RedisConnectionError, RedisTimeoutError, ConnectionRefusedError) as exc:
-        log.warning("Redis unavailable while serving %s: %s", request.path, exc)
-        return ApiError(
-            503,
-            "redis_unavailable",
-            "The queue backend (Redis) is unavailable; retry shortly",
-            headers={"Retry-After": "1"},
-        ).response()
+    except (RedisError, RedisClusterException, ConnectionRefusedError) as exc:
+        if classify(exc) is None:  # a failed command, not a failed server
+            log.exception("unhandled error serving %s %s", request.method, request.path)
+            return ApiError(500, "internal_error", "Internal server error").response()
+        # Down, or something that is not Redis answers there: logged once, not per request.
+        request.app[REDIS_OUTAGE].failed(exc)
+        return redis_unavailable().response()
     except Exception:
         log.exception("unhandled error serving %s %s", request.method, request.path)
         return ApiError(500, "internal_error", "Internal server error").response()

@@ -3,27 +3,53 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from hermes_queue.config import ConfigError, Settings, load_settings
+from hermes_queue.cli.failures import DEBUG, ConfigFailure, FailingCleanly, Failure
+from hermes_queue.config import Settings, load_settings, setting_sources
 from hermes_queue.logs import configure_logging
 
 if TYPE_CHECKING:
+    from hermes_queue.cli.deployment import Deployment
     from hermes_queue.tracing.spans import Tracing
 
 
+# How long ``tail`` keeps trying an API it never reached before it says so.
+UNREACHED_SECONDS = 3.0
+
+
 def _settings(**overrides: Any) -> Settings:
-    try:
-        settings = load_settings()
-        return settings.replace(**{k: v for k, v in overrides.items() if v is not None}).validate()
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    """The settings (environment, file, then ``overrides`` from options), validated; a bad one
+    is one ``error: …`` line and exit 2. A DEBUG log level also asks for tracebacks."""
+    settings = load_settings()
+    settings = settings.replace(**{k: v for k, v in overrides.items() if v is not None})
+    settings.validate()
+    if settings.process.log_level.upper() == "DEBUG":
+        click.get_current_context().find_root().meta[DEBUG] = True
+    return settings
+
+
+def _serving(settings: Settings, role: str) -> Tracing | None:
+    """What every serving process does before it starts: the checks that need more than the
+    settings (``preflight``), its logging and its tracing (returned, for the services it
+    starts)."""
+    from hermes_queue.cli.preflight import preflight
+
+    preflight(settings)
+    configure_logging(
+        settings.process.log_level,
+        settings.process.log_format,
+        secrets=(settings.api.api_key,),
+        urls=(settings.redis.url, settings.store.url),
+    )
+    return _trace(role)
 
 
 def _trace(role: str) -> Tracing | None:
@@ -33,13 +59,18 @@ def _trace(role: str) -> Tracing | None:
     try:
         return tracing.install(os.environ, role)
     except ValueError as exc:  # an OTEL_* value this installation cannot honour
-        raise click.ClickException(str(exc)) from None
+        raise ConfigFailure(str(exc)) from None
 
 
-@click.group()
+@click.group(cls=FailingCleanly)
 @click.version_option(package_name="hermes-queue")
-def main() -> None:
-    """hermes-queue: the Hermes agent API, scaled out over arq workers and Redis Streams."""
+@click.option("--debug", is_flag=True, help="On failure, print the traceback above the error line.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """hermes-queue: the Hermes agent API, scaled out over arq workers and Redis Streams.
+
+    A failure is one `error: …` line on stderr: exit 2 for a bad setting, 1 otherwise."""
+    ctx.meta[DEBUG] = debug
 
 
 @main.command()
@@ -50,13 +81,7 @@ def api(host: str | None, port: int | None) -> None:
     from hermes_queue.cli.serve import serve_api
 
     settings = _settings(host=host, port=port)
-    configure_logging(
-        settings.process.log_level,
-        settings.process.log_format,
-        secrets=(settings.api.api_key,),
-        urls=(settings.redis.url, settings.store.url),
-    )
-    _run(serve_api(settings, _trace("api")), settings.process.event_loop)
+    _run(serve_api(settings, _serving(settings, "api")), settings.process.event_loop)
 
 
 @main.command()
@@ -66,13 +91,7 @@ def worker(concurrency: int | None) -> None:
     from hermes_queue.cli.serve import serve_worker
 
     settings = _settings(worker_concurrency=concurrency)
-    configure_logging(
-        settings.process.log_level,
-        settings.process.log_format,
-        secrets=(settings.api.api_key,),
-        urls=(settings.redis.url, settings.store.url),
-    )
-    _run(serve_worker(settings, _trace("worker")), settings.process.event_loop)
+    _run(serve_worker(settings, _serving(settings, "worker")), settings.process.event_loop)
 
 
 @main.command()
@@ -83,13 +102,7 @@ def dev(host: str | None, port: int | None) -> None:
     from hermes_queue.cli.serve import serve_dev
 
     settings = _settings(host=host, port=port)
-    configure_logging(
-        settings.process.log_level,
-        settings.process.log_format,
-        secrets=(settings.api.api_key,),
-        urls=(settings.redis.url, settings.store.url),
-    )
-    tracing = _trace("dev")
+    tracing = _serving(settings, "dev")
     _run(
         serve_dev(settings, "HERMES_QUEUE_REDIS_URL" in os.environ, tracing),
         settings.process.event_loop,
@@ -137,9 +150,11 @@ def config_check() -> None:
 @main.command()
 def migrate() -> None:
     """Apply pending session-store migrations (also done on start unless migrate_on_start=false)."""
+    from hermes_queue.cli.preflight import check_store_directory
     from hermes_queue.store import StoreError, create_store
 
     settings = _settings()
+    check_store_directory(settings.store)
 
     async def apply() -> list[int]:
         store = create_store(settings.store.url, schema=settings.store.schema or None)
@@ -151,7 +166,7 @@ def migrate() -> None:
     try:
         applied = asyncio.run(apply())
     except StoreError as exc:
-        raise click.ClickException(f"migration failed: {exc}") from None
+        raise Failure(f"migration failed: {exc}") from None
     if applied:
         click.echo(f"applied migrations {', '.join(map(str, applied))}")
     else:
@@ -164,22 +179,29 @@ def migrate() -> None:
 @click.option("--after", default=None, help="Resume after this event id.")
 def tail(run_id: str, url: str | None, after: str | None) -> None:
     """Follow a run's events to its end, resuming across dropped connections."""
-    from hermes_queue.client import ClientError, HermesQueueClient
+    from hermes_queue.client import ClientError, HermesQueueClient, Unreachable
 
-    settings = _settings()
+    settings = _deployment().settings
     base = url or f"http://{settings.api.host}:{settings.api.port}"
+    # Resuming is for streams that dropped; one that never connected fails within seconds.
+    client = HermesQueueClient(
+        base, settings.api.api_key, give_up_unreached=UNREACHED_SECONDS, connect_timeout=3.0
+    )
 
-    async def follow() -> int:
-        async with HermesQueueClient(base, settings.api.api_key) as client:
-            try:
-                async for event_id, payload in client.iter_events(run_id, after=after):
-                    click.echo(f"{event_id} {json.dumps(payload, ensure_ascii=False)}")
-            except ClientError as exc:
-                click.echo(f"error: {exc}", err=True)
-                return 1
-        return 0
+    async def follow() -> None:
+        async with client:
+            async for event_id, payload in client.iter_events(run_id, after=after):
+                click.echo(f"{event_id} {json.dumps(payload, ensure_ascii=False)}")
 
-    sys.exit(asyncio.run(follow()))
+    try:
+        asyncio.run(follow())
+    except Unreachable as exc:
+        raise Failure(
+            f"{exc}: start one (hermes-queue dev, or hermes-queue api), or name it with --url "
+            "(or HERMES_QUEUE_HOST and HERMES_QUEUE_PORT)"
+        ) from None
+    except ClientError as exc:
+        raise Failure(str(exc)) from None
 
 
 @main.command()
@@ -196,36 +218,58 @@ def tail(run_id: str, url: str | None, after: str | None) -> None:
 @click.option("--iterations", type=click.IntRange(1), default=None, hidden=True)
 def status(as_json: bool, watch: float | None, iterations: int | None) -> None:
     """Queue depth by state, oldest ready age, workers, throughput and recent failures."""
-    _ops().status(_settings(), as_json=as_json, watch=watch, iterations=iterations)
+    deployment = _deployment(announce="stderr" if as_json else "stdout")
+    _ops().warn_if_nothing_here(deployment)
+    _ops().status(deployment.settings, as_json=as_json, watch=watch, iterations=iterations)
 
 
 @main.group()
 def runs() -> None:
-    """Inspect and stop runs (reads Redis directly, like status)."""
+    """Inspect runs and act on them (reads Redis directly, like status)."""
 
 
 @runs.command("list")
 @click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
 @click.option("--offset", type=click.IntRange(0), default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the page as JSON.")
-def runs_list(limit: int, offset: int, as_json: bool) -> None:
-    """In-flight runs: id, session, status, worker, attempt, age."""
-    _ops().runs_list(_settings(), limit=limit, offset=offset, as_json=as_json)
+@click.option("--json", "as_json", is_flag=True, help="Print both pages as JSON.")
+@click.option("--wide", is_flag=True, help="One line per run, whatever the terminal's width.")
+def runs_list(limit: int, offset: int, as_json: bool, wide: bool) -> None:
+    """Queued (ready) runs with their position and wait, then in-flight runs; full ids."""
+    deployment = _deployment(announce="stderr" if as_json else "stdout")
+    _ops().warn_if_nothing_here(deployment)
+    _runs().runs_list(deployment.settings, limit=limit, offset=offset, as_json=as_json, wide=wide)
 
 
 @runs.command("show")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the hermes.run object as JSON.")
 def runs_show(run_id: str, as_json: bool) -> None:
-    """One run's status, attempt, worker and failure reason."""
-    _ops().runs_show(_settings(), run_id, as_json=as_json)
+    """One run's status, attempt, worker, failure reason and pending approval request."""
+    deployment = _deployment(announce="stderr" if as_json else "stdout")
+    _runs().runs_show(deployment.settings, run_id, as_json=as_json)
 
 
 @runs.command("stop")
 @click.argument("run_id")
 def runs_stop(run_id: str) -> None:
     """Stop a run: a queued one is cancelled at once, a running one is told to stop."""
-    _ops().runs_stop(_settings(), run_id)
+    _runs().runs_stop(_deployment(announce="stderr").settings, run_id)
+
+
+@runs.command("approve")
+@click.argument("run_id")
+@click.argument("choice", metavar="once|session|always|deny")
+@click.option("--request-id", default="", help="The pending request to answer (default: oldest).")
+@click.option("--all", "resolve_all", is_flag=True, help="Answer every pending request.")
+def runs_approve(run_id: str, choice: str, request_id: str, resolve_all: bool) -> None:
+    """Answer a run's approval request, as POST /v1/runs/RUN_ID/approval does."""
+    _runs().runs_approve(
+        _deployment(announce="stderr").settings,
+        run_id,
+        choice,
+        request_id=request_id,
+        resolve_all=resolve_all,
+    )
 
 
 @main.command()
@@ -234,7 +278,28 @@ def check(role: str) -> None:
     """Exit 0 when Redis and the session store answer (container readiness probes)."""
     from hermes_queue.cli.check import check as run_check
 
-    sys.exit(run_check(_settings(), role))
+    deployment = _deployment()
+    sys.exit(run_check(deployment.settings, role, deployment.source))
+
+
+def _deployment(*, announce: Literal["stdout", "stderr", None] = None) -> Deployment:
+    """The settings an operator command uses: a running ``hermes-queue dev``'s when
+    ``redis_url`` is not set (``cli/deployment.py``). ``announce``: print which it is as the
+    first line (on stderr when stdout carries JSON)."""
+    from hermes_queue.cli.deployment import resolve
+
+    deployment = resolve(_settings(), setting_sources())
+    if deployment.stale:
+        click.echo(f"note: {deployment.stale}", err=True)
+    if announce is not None:
+        click.echo(deployment.line, err=announce == "stderr")
+    return deployment
+
+
+def _runs() -> ModuleType:
+    from hermes_queue.cli import runs as cli_runs
+
+    return cli_runs
 
 
 @main.command("redis-switchover")
@@ -275,11 +340,8 @@ def _ops() -> ModuleType:
 
 
 def _run(coro: Any, event_loop: str = "asyncio") -> None:
+    """Run a serving process to its end; what it raises is reported by ``FailingCleanly``."""
     from hermes_queue import loops
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         loops.run(coro, event_loop)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-    except KeyboardInterrupt:
-        pass

@@ -116,9 +116,20 @@ def render_jobs(view: JobsView, now: float | None = None) -> RenderableType:
         return Text(f"Scheduled jobs: {view.error}", style="yellow")
     scheduled = sum(1 for job in view.jobs if job["enabled"])
     title = f"Scheduled jobs: {scheduled} scheduled, {len(view.jobs) - scheduled} paused or done"
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("job", "id", "schedule", "state"):
-        table.add_column(column, overflow="ellipsis")
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    ids = [job["id"] for job in view.jobs[:MAX_JOB_ROWS]]
+    # The id is what /api/jobs takes: first, and never cut; the name gives way instead.
+    table.add_column("id", no_wrap=True, min_width=max(map(len, ids), default=2))
+    names = [job["name"] for job in view.jobs[:MAX_JOB_ROWS]]
+    table.add_column("job", no_wrap=True, min_width=min(max(map(len, names), default=3), 10))
+    for column in ("schedule", "state"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
     table.add_column("next fire", no_wrap=True)
     table.add_column("last run", no_wrap=True)
     for job in view.jobs[:MAX_JOB_ROWS]:
@@ -127,7 +138,8 @@ def render_jobs(view: JobsView, now: float | None = None) -> RenderableType:
             "-" if epoch is None else f"{_when(job['next_run_at'], now)} ({_until(epoch, now)})"
         )
         last = job["last_status"] or ("pending" if job["last_run_at"] else "-")
-        table.add_row(job["name"], job["id"], job["schedule"], job["state"], next_fire, last)
+        cells = (job["id"], job["name"], job["schedule"], job["state"], next_fire, last)
+        table.add_row(*map(Text, cells))  # data, never markup or emoji codes
     if len(view.jobs) > MAX_JOB_ROWS:
         table.add_row(f"… {len(view.jobs) - MAX_JOB_ROWS} more", "", "", "", "", "")
     if not view.jobs:

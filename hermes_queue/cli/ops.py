@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,13 +35,15 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from hermes_queue.cli.check import mask_url
+from hermes_queue.cli.deployment import Deployment
+from hermes_queue.cli.failures import Failure
 from hermes_queue.cli.jobs import JobsView, job_store, read_jobs, render_jobs
 from hermes_queue.config import Settings
+from hermes_queue.logs import mask_url
+from hermes_queue.queue_lists import RECENT_FAILURES
 from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, QueueSnapshot, snapshot
 from hermes_queue.redisio.connect import close, connect
-from hermes_queue.runs.model import RunRecord, RunStatus
-from hermes_queue.runs.repository import RunRepository
+from hermes_queue.redisio.health import describe
 
 T = TypeVar("T")
 
@@ -51,14 +52,13 @@ T = TypeVar("T")
 READ_TIMEOUT_SECONDS = 10.0
 # Per-worker rows shown by `status`; a fleet of hundreds would push the queue off the screen.
 MAX_WORKER_ROWS = 20
+# Failures listed under the count by `status` (its --json has up to RECENT_FAILURES).
+MAX_FAILURE_ROWS = 5
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)
 
 
-class OpsError(click.ClickException):
+class OpsError(Failure):
     """One ``error: …`` line on stderr and exit 1, as ``tail`` prints its errors."""
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True)
 
 
 @asynccontextmanager
@@ -72,11 +72,9 @@ async def redis_session(settings: Settings) -> AsyncIterator[aioredis.Redis]:
         raise OpsError(f"invalid redis_url {where}: {exc}") from None
     try:
         yield client
-    except UNREACHABLE as exc:
-        raise OpsError(f"Redis at {where} is unreachable ({type(exc).__name__})") from None
-    except RedisError as exc:
-        # The class only: a reply's text can quote keys or data.
-        raise OpsError(f"Redis at {where} failed ({type(exc).__name__})") from None
+    except (*UNREACHABLE, RedisError) as exc:
+        # The state and the class only: a reply's text can quote keys or data.
+        raise OpsError(f"Redis at {where} {describe(exc)}") from None
     finally:
         await close(client)
 
@@ -86,17 +84,17 @@ async def _bounded(awaitable: Awaitable[T]) -> T:
         return await awaitable
 
 
-def _read(settings: Settings, read: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
+def read(settings: Settings, reader: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
     """One bounded read with a client of its own: what every one-shot command does."""
 
     async def go() -> T:
         async with redis_session(settings) as redis:
-            return await _bounded(read(redis))
+            return await _bounded(reader(redis))
 
     return asyncio.run(go())
 
 
-def _table(*columns: str, title: str | None = None) -> Table:
+def table(*columns: str, title: str | None = None) -> Table:
     """A compact table (no outer border, so a watch fits 24 lines); ``name>`` right-aligns."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for c in columns:
@@ -104,7 +102,7 @@ def _table(*columns: str, title: str | None = None) -> Table:
     return table
 
 
-def _age(seconds: float) -> str:
+def age(seconds: float) -> str:
     """Compact durations for narrow terminals: 0.4s, 12s, 3m05s, 27h07m."""
     s = int(seconds)
     if s < 60:
@@ -112,7 +110,7 @@ def _age(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def _clock(ts: float) -> str:
+def clock(ts: float) -> str:
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
@@ -139,8 +137,8 @@ class StatusView:
         return {**self.queue, "jobs": self.jobs.to_json()}
 
 
-def _snapshot(
-    redis: aioredis.Redis, settings: Settings, limit: int = 0, offset: int = 0
+def read_snapshot(
+    redis: aioredis.Redis, settings: Settings, limit: int = 0, offset: int = 0, failures: int = 0
 ) -> Awaitable[QueueSnapshot]:
     """The snapshot ``GET /v1/queue`` serves, counted as the API counts it."""
     return snapshot(
@@ -150,15 +148,12 @@ def _snapshot(
         default_slots=settings.worker.concurrency,
         limit=limit,
         offset=offset,
+        failures=failures,
     )
 
 
-def _runs(redis: aioredis.Redis, settings: Settings) -> RunRepository:
-    return RunRepository(redis, settings.redis.keys, settings.runs)
-
-
 async def read_status(redis: aioredis.Redis, settings: Settings) -> StatusView:
-    snap = await _snapshot(redis, settings)
+    snap = await read_snapshot(redis, settings, failures=RECENT_FAILURES)
     keys = settings.redis.keys
     minute = int(snap.at // 60)
     buckets = [minute - i for i in range(STATS_MINUTES)]
@@ -189,27 +184,26 @@ def render_status(
     depth, workers, tp = q["depth"], q["workers"], q["throughput"]
     header = Text.assemble(
         ("hermes-queue ", "bold"),
-        f"namespace {settings.redis.namespace} · {mask_url(settings.redis.url)} · "
-        f"{_clock(q['at'])}",
+        f"namespace {settings.redis.namespace} · {mask_url(settings.redis.url)} · {clock(q['at'])}",
     )
 
-    queue = _table("state", "runs>", title="Queue")
+    queue = table("state", "runs>", title="Queue")
     for state in ("ready", "deferred", "running", "blocked"):
         queue.add_row(state, str(depth[state]))
-    queue.add_row("oldest ready", _age(q["oldest_ready_age_seconds"]) if depth["ready"] else "-")
+    queue.add_row("oldest ready", age(q["oldest_ready_age_seconds"]) if depth["ready"] else "-")
 
     fleet_summary = Text(
         f"Workers: {workers['count']} live · {workers['slots']} slots · {workers['busy']} busy"
         f" · {workers['free_slots']} free · desired {workers['desired']}",
         style="italic",
     )
-    fleet = _table("worker", "slots>", "busy>", "last beat>", "metrics port>")
+    fleet = table("worker", "slots>", "busy>", "last beat>", "metrics port>")
     for w in workers["data"][:MAX_WORKER_ROWS]:
         fleet.add_row(
-            w["id"],
+            Text(w["id"]),  # a worker id (host:pid:…) is data, not markup or emoji codes
             str(w["slots"]),
             str(w["busy"]),
-            _age(w["seen_seconds_ago"]),
+            age(w["seen_seconds_ago"]),
             str(w.get("metrics_port") or "-"),
         )
     if workers["count"] > MAX_WORKER_ROWS:
@@ -219,7 +213,7 @@ def render_status(
         fleet.add_row(no_worker, "", "", "", "")
 
     window = tp["window_seconds"]
-    throughput = _table("minute", *(f"{f}>" for f in STATS_FIELDS), title="Throughput per minute")
+    throughput = table("minute", *(f"{f}>" for f in STATS_FIELDS), title="Throughput per minute")
     for m, counts in view.minutes:
         cells = [
             Text(str(n), style="red" if f == "failed" and n else "") for f, n in counts.items()
@@ -228,19 +222,52 @@ def render_status(
     throughput.add_row("total", *(str(tp[f]) for f in STATS_FIELDS), style="bold")
     failures = Text(
         f"recent failures: {tp['failed']} failed, {tp['cancelled']} cancelled in the last "
-        f"{_age(window)} · drain {tp['claims_per_second']:.2f} claims/s",
+        f"{age(window)} · drain {tp['claims_per_second']:.2f} claims/s",
         style="red" if tp["failed"] else "",
     )
     # Queue and throughput side by side: a watch must fit a 24-line terminal.
     top = Table.grid(padding=(0, 2))
     top.add_row(queue, throughput)
-    parts: list[RenderableType] = [header, top, failures, fleet_summary, fleet]
+    parts: list[RenderableType] = [header, top, failures]
+    if q.get("recent_failures"):
+        parts.append(render_failures(q["recent_failures"]))
+    shortfall = workers_shortfall(workers)
+    if shortfall:
+        parts.append(Text(shortfall, style="bold red"))
+    parts += [fleet_summary, fleet]
     if view.jobs is not None:
         parts.append(render_jobs(view.jobs))
     if error is not None:
-        stale = f"{_outage(error, interval)}; figures above are from {_clock(q['at'])}"
+        stale = f"{_outage(error, interval)}; figures above are from {clock(q['at'])}"
         parts.append(Text(stale, style="bold red"))
     return Group(*parts)
+
+
+def workers_shortfall(workers: dict[str, Any]) -> str | None:
+    """The banner when fewer workers live than the queue needs (as the dashboard's)."""
+    live, desired = workers["count"], workers["desired"]
+    if live >= desired:
+        return None
+    return (
+        f"fewer live workers than desired: {live} live, {desired} desired "
+        "(scale the workers up, or find out why they are not starting)"
+    )
+
+
+def render_failures(failures: dict[str, Any]) -> RenderableType:
+    """The failures counted above, listed (newest first, full run ids)."""
+    listed = failures["data"][:MAX_FAILURE_ROWS]
+    shown = Table(box=None, padding=(0, 2), show_header=False)
+    shown.add_column(no_wrap=True, min_width=max((len(f["run_id"]) for f in listed), default=0))
+    shown.add_column(no_wrap=True)
+    shown.add_column(overflow="fold")
+    for failure in listed:
+        why = failure["error"] + (f" ({failure['reason']})" if failure["reason"] else "")
+        shown.add_row(Text(failure["run_id"]), clock(failure["failed_at"]), Text(why))
+    more = failures["total"] - len(listed)
+    if more > 0:
+        shown.add_row(f"… {more} more (hermes-queue status --json lists up to 20)", "", "")
+    return shown
 
 
 async def _watch(
@@ -299,6 +326,53 @@ def status(
     out.print(render_status(view, settings))
 
 
+# "No run here in the last hour": as far back as the per-minute counters go (keys.py: stats).
+QUIET_MINUTES = 60
+
+
+async def _nothing_here(redis: aioredis.Redis, settings: Settings) -> bool:
+    """No live worker, nothing queued or running, and no run counted in the last hour: likely
+    not the deployment the operator meant (another Redis, or another namespace)."""
+    snap = await read_snapshot(redis, settings)
+    depth = snap.depth
+    if snap.workers or depth.ready or depth.deferred or depth.running or depth.blocked:
+        return False
+    keys = settings.redis.keys
+    minute = int(snap.at // 60)
+    async with redis.pipeline(transaction=False) as pipe:
+        for m in range(minute - QUIET_MINUTES, minute + 1):
+            for shard in keys.shard_ids:
+                pipe.hmget(keys.stats_at(shard, m), list(STATS_FIELDS))
+        rows = await pipe.execute()
+    return not any(value for row in rows for value in row)
+
+
+def warn_if_nothing_here(deployment: Deployment) -> None:
+    """One ``warning: …`` line (stderr) when the deployment looks unused: the usual cause is
+    the CLI reading another Redis or namespace than the deployment's."""
+    settings = deployment.settings
+    try:
+        empty = read(settings, lambda r: _nothing_here(r, settings))
+    except OpsError:
+        return  # the command itself reports an unreachable Redis, in its own words
+    if not empty:
+        return
+    if deployment.default:
+        hint = (
+            "set HERMES_QUEUE_REDIS_URL (and the deployment's other HERMES_QUEUE_* settings), "
+            "or start hermes-queue dev, whose commands find it by themselves"
+        )
+    else:
+        hint = (
+            f"check HERMES_QUEUE_REDIS_URL and HERMES_QUEUE_NAMESPACE ({settings.redis.namespace})"
+        )
+    click.echo(
+        f"warning: no live worker and no run here in the last hour: is {deployment.line} the "
+        f"deployment you meant? {hint}",
+        err=True,
+    )
+
+
 def _read_view(settings: Settings) -> StatusView:
     """Queue state from Redis and the jobs from the session store, for one ``status``."""
 
@@ -308,80 +382,3 @@ def _read_view(settings: Settings) -> StatusView:
             return dataclasses.replace(view, jobs=await read_jobs(store, settings))
 
     return asyncio.run(go())
-
-
-# -- runs --------------------------------------------------------------------------------------
-
-
-def runs_list(settings: Settings, *, limit: int, offset: int, as_json: bool) -> None:
-    """In-flight (leased) runs, one page, soonest lease deadline first as ``/v1/queue``."""
-    snap = _read(settings, lambda r: _snapshot(r, settings, limit, offset))
-    page: dict[str, Any] = snap.to_json()["in_flight"]
-    if as_json:
-        click.echo(json.dumps(page, indent=2))
-        return
-    table = _table(
-        "run",
-        "session",
-        "status",
-        "worker",
-        "attempt>",
-        "age>",
-        title=f"In-flight: {page['total']}",
-    )
-    for run in page["data"]:
-        cells = [run[k] or "-" for k in ("run_id", "session_id", "status", "worker")]
-        table.add_row(*cells, str(run["attempt"]), _age(run["age_seconds"]))
-    out = Console()
-    out.print(table)
-    shown = len(page["data"])
-    if shown and page["total"] > offset + shown:
-        out.print(f"showing {offset + 1}–{offset + shown}; next page: --offset {offset + shown}")
-
-
-def _not_found(run_id: str) -> OpsError:
-    return OpsError(f"run {run_id} not found (unknown, or ended more than retention_seconds ago)")
-
-
-def run_details(record: RunRecord) -> dict[str, Any]:
-    """The ``hermes.run`` object plus what an operator debugging a run needs: which worker
-    holds (or held) it, and why it failed, which ``hermes.run`` leaves out unless failed."""
-    return {**record.to_status(), "worker": record.worker or None, "reason": record.reason}
-
-
-def runs_show(settings: Settings, run_id: str, *, as_json: bool) -> None:
-    record = _read(settings, lambda r: _runs(r, settings).get(run_id))
-    if record is None:
-        raise _not_found(run_id)
-    details = run_details(record)
-    if as_json:
-        click.echo(json.dumps(details, indent=2, ensure_ascii=False))
-        return
-    shown = {k: str(details.get(k) or "-") for k in ("run_id", "status", "session_id", "model")}
-    shown |= {k: str(details.get(k) or "-") for k in ("attempt", "worker", "last_event")}
-    for k in ("created_at", "updated_at"):
-        shown[k] = f"{_clock(details[k])} ({_age(max(0.0, time.time() - details[k]))} ago)"
-    shown |= {k: str(details[k]) for k in ("reason", "error") if details.get(k)}
-    if "output" in details:
-        # Message bodies stay off shared terminals and screenshots; --json has them.
-        shown["output"] = f"{len(details['output'])} characters (--json shows it)"
-        shown["usage"] = json.dumps(details.get("usage") or {})
-    grid = Table.grid(padding=(0, 2))
-    for name, value in shown.items():
-        grid.add_row(Text(name, style="bold"), value)
-    Console().print(grid)
-
-
-def runs_stop(settings: Settings, run_id: str) -> None:
-    """Queued runs end ``cancelled`` at once; running ones go ``stopping`` until their worker
-    ends the turn; finished ones are left alone (stop is idempotent, as the API's)."""
-    outcome = _read(settings, lambda r: _runs(r, settings).request_stop(run_id))
-    if not outcome.found:
-        raise _not_found(run_id)
-    now = outcome.status
-    if now == RunStatus.STOPPING:
-        click.echo(f"{run_id}: stopping (its worker ends the turn and marks it cancelled)")
-    elif now in (RunStatus.COMPLETED, RunStatus.FAILED):
-        click.echo(f"{run_id}: already {now}, nothing to stop")
-    else:
-        click.echo(f"{run_id}: {now}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from hermes_queue.booleans import parse_bool
 from hermes_queue.config.groups import (
+    ENV_PREFIX,
     EVENT_LOOPS,
     AgentSettings,
     ApiSettings,
@@ -32,10 +33,10 @@ from hermes_queue.config.groups import (
     StoreSettings,
     StreamSettings,
     WorkerSettings,
+    bad_value,
 )
 from hermes_queue.providers import ProviderConfigError, parse_providers, parse_routes, to_json
 
-ENV_PREFIX = "HERMES_QUEUE_"
 CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
 # Variables under these prefixes belong to the test suite and tooling, not to the settings.
 _RESERVED_ENV_PREFIXES = ("HERMES_QUEUE_TEST_", "HERMES_QUEUE_BENCH_")
@@ -67,9 +68,8 @@ def _cast(name: str, raw: Any, default: Any) -> Any:
         if kind is float:
             return float(text)
     except ValueError:
-        raise ConfigError(
-            f"setting {name!r} has value {text!r}, which is not a valid {kind.__name__}"
-        ) from None
+        expected = {bool: "true or false", int: "a whole number", float: "a number"}[kind]
+        raise bad_value(name, text, f"is not a valid {kind.__name__}", expected) from None
     return text
 
 
@@ -112,6 +112,30 @@ def load_settings(
     return Settings.of(**values).validate()
 
 
+def setting_sources(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Where each explicitly set setting came from, by flat name: its variable
+    (``HERMES_QUEUE_REDIS_URL``) or ``config file <path>``; a setting left at its default is
+    absent. The CLI says which deployment it talks to with it, and only falls back to a running
+    ``hermes-queue dev`` when ``redis_url`` was not set at all. Call after ``load_settings``
+    succeeded (an unreadable file is its error to report)."""
+    env = os.environ if environ is None else environ
+    sources: dict[str, str] = {}
+    path = env.get(CONFIG_FILE_VAR)
+    if path:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            data = {}
+        sources.update(dict.fromkeys(data.get("hermes_queue", data), f"config file {path}"))
+    for var in env:
+        if var.startswith(ENV_PREFIX) and not var.startswith(_RESERVED_ENV_PREFIXES):
+            sources[var[len(ENV_PREFIX) :].lower()] = var
+    if "api_key" not in sources and env.get("API_SERVER_KEY"):
+        sources["api_key"] = "API_SERVER_KEY"
+    sources.pop(CONFIG_FILE_VAR[len(ENV_PREFIX) :].lower(), None)
+    return sources
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that reproduces ``settings`` in a child process (dev mode, tests)."""
     out: dict[str, str] = {}
@@ -144,5 +168,6 @@ __all__ = [
     "StreamSettings",
     "WorkerSettings",
     "load_settings",
+    "setting_sources",
     "settings_env",
 ]

@@ -15,16 +15,32 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from hermes_queue.config.urls import (
+    REDIS_EXPECTED,
+    STORE_EXPECTED,
+    redis_url_problem,
+    store_url_problem,
+)
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
-from hermes_queue.logs import LOG_FORMATS
+from hermes_queue.logs import LOG_FORMATS, mask_url
 from hermes_queue.providers import ProviderSettings, RouteSettings
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+ENV_PREFIX = "HERMES_QUEUE_"
 
 
 class ConfigError(ValueError):
-    """A setting has a value that cannot be used; the message names the setting."""
+    """A setting has a value that cannot be used; the message names the setting. The command
+    line prints it as one ``error: …`` line and exits 2 (``cli/failures.py``)."""
+
+
+def bad_value(name: str, shown: str, problem: str, expected: str) -> ConfigError:
+    """The one line a bad value gets: the setting and its variable, the value as it may be
+    shown (``shown``: passwords already masked), what is wrong and what was expected."""
+    variable = ENV_PREFIX + name.upper()
+    return ConfigError(f"setting {name} ({variable}) = {shown!r} {problem}; expected {expected}")
 
 
 def _named(name: str, default: Any) -> Any:
@@ -38,12 +54,12 @@ def _flat_name(f: dataclasses.Field[Any]) -> str:
 
 def _at_least(value: float, minimum: float, name: str) -> None:
     if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}")
+        raise ConfigError(f"{name} must be at least {minimum}, not {value}")
 
 
 def _not_negative(value: float, name: str) -> None:
     if value < 0:
-        raise ConfigError(f"{name} must be 0 (off) or positive")
+        raise ConfigError(f"{name} must be 0 (off) or positive, not {value}")
 
 
 class _Group:
@@ -91,6 +107,9 @@ class RedisSettings(_Group):
         return Keys(self.namespace)
 
     def validate(self) -> None:
+        problem = redis_url_problem(self.url)
+        if problem is not None:
+            raise bad_value("redis_url", mask_url(self.url), problem, REDIS_EXPECTED)
         if not self.namespace or any(c in self.namespace for c in "{}: \t\n"):
             raise ConfigError(
                 f"namespace {self.namespace!r} must be non-empty without {{}}, ':' or spaces"
@@ -125,7 +144,10 @@ class RunSettings(_Group):
 
     def validate(self) -> None:
         if self.lease_seconds <= self.heartbeat_seconds * 2:
-            raise ConfigError("lease_seconds must be more than twice heartbeat_seconds")
+            raise ConfigError(
+                f"lease_seconds ({self.lease_seconds}) must be more than twice "
+                f"heartbeat_seconds ({self.heartbeat_seconds})"
+            )
         _at_least(self.max_attempts, 1, "max_attempts")
         _at_least(self.stream_maxlen, 1, "stream_maxlen")
         _not_negative(self.min_replicas, "redis_min_replicas")
@@ -283,6 +305,11 @@ class StoreSettings(_Group):
     schema: str = _named("store_schema", "")
     migrate_on_start: bool = True
 
+    def validate(self) -> None:
+        problem = store_url_problem(self.url)
+        if problem is not None:
+            raise bad_value("store_url", mask_url(self.url), problem, STORE_EXPECTED)
+
 
 @dataclass(frozen=True, repr=False)
 class MetricsSettings(_Group):
@@ -313,6 +340,8 @@ class ProcessSettings(_Group):
     event_loop: str = "auto"
 
     def validate(self) -> None:
+        if self.log_level.upper() not in LOG_LEVELS:
+            raise bad_value("log_level", self.log_level, "is not a level", ", ".join(LOG_LEVELS))
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigError(
                 f"event_loop must be one of {', '.join(map(repr, EVENT_LOOPS))}, "

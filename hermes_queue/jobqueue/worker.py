@@ -28,10 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
 from arq.connections import ArqRedis, create_pool
+from arq.connections import RedisSettings as ArqRedisSettings
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
@@ -39,7 +42,8 @@ from hermes_queue.config import RedisSettings, WorkerSettings
 from hermes_queue.jobqueue.connection import redis_settings
 from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
 from hermes_queue.metrics import WorkerMetrics
-from hermes_queue.redisio.connect import connect
+from hermes_queue.redisio.connect import connect, wait_until_answering
+from hermes_queue.redisio.health import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,10 @@ class WakeableWorker(Worker):
         # The shards the next poll reads: those woken since the last one; None: every shard
         # (the timed poll, a freed slot, a listener that reconnected, or a wake naming none).
         self._poll_due: set[int] | None = None
+        # Awaited before the first connection: returns once Redis answers (set by
+        # queue_worker), so a worker started before Redis waits for it instead of exiting.
+        self.wait_for_redis: Callable[[], Awaitable[None]] | None = None
+        self._outage = OutageLog(log, "queue poll")
 
     def wake(self, shard: int | None = None) -> None:
         """Poll at once: ``shard``'s queue (a wake-up of that shard), or (None) every one."""
@@ -83,15 +91,31 @@ class WakeableWorker(Worker):
     def stop_taking_jobs(self) -> None:
         self.allow_pick_jobs = False
 
+    async def _open_pool(self) -> None:
+        """arq's pool, once Redis answers (``wait_for_redis``). arq's own retries (five, then
+        it raises) are skipped: if Redis went away again since, this waits again."""
+        settings = self.redis_settings or ArqRedisSettings()
+        while self._pool is None:
+            if self.wait_for_redis is not None:
+                await self.wait_for_redis()
+            try:
+                self._pool = await create_pool(
+                    settings,
+                    retry=settings.conn_retries,  # none left: fail at once
+                    job_deserializer=self.job_deserializer,
+                    job_serializer=self.job_serializer,
+                    default_queue_name=self.queue_name,
+                    expires_extra_ms=self.expires_extra_ms,
+                )
+            except (RedisError, OSError) as exc:
+                if self.wait_for_redis is None:
+                    raise
+                log.debug("queue pool not opened (%r); waiting for Redis again", exc)
+
     async def main(self) -> None:  # mirrors arq's Worker.main, with the wait swapped
-        if self._pool is None:
-            self._pool = await create_pool(
-                self.redis_settings,
-                job_deserializer=self.job_deserializer,
-                job_serializer=self.job_serializer,
-                default_queue_name=self.queue_name,
-                expires_extra_ms=self.expires_extra_ms,
-            )
+        if self.wait_for_redis is not None and self._pool is not None:
+            await self.wait_for_redis()  # a pool handed in (cluster) connects lazily
+        await self._open_pool()
         self.ctx["redis"] = self.pool
         if self.on_startup:
             await self.on_startup(self.ctx)
@@ -102,9 +126,11 @@ class WakeableWorker(Worker):
             try:
                 await self._poll_iteration()
                 backoff = 0.1
+                self._outage.ok()
             except (RedisError, OSError) as exc:
-                # Redis away: keep the process and its running turns; poll again shortly.
-                log.warning("queue poll failed (%s); retrying in %.1fs", exc, backoff)
+                # Redis away: keep the process and its running turns; poll again shortly (and
+                # say so once, not once per poll).
+                self._outage.failed(exc)
                 self._poll_due = None  # read every shard again: the woken ones were not
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -212,6 +238,10 @@ class WakeableWorker(Worker):
         it skips the shutdown hook when Redis is away.
         """
         if self._pool is None:
+            # Stopped while waiting for Redis: nothing was started but what the handler
+            # started before it (its metrics endpoint).
+            if self.handler is not None:
+                await self.handler.stop()
             return
         self.stop_taking_jobs()
         for task in self.tasks.values():
@@ -313,4 +343,5 @@ def queue_worker(
     )
     worker.handler = handler
     worker.queue_names = [keys.queue_at(shard) for shard in keys.shard_ids]
+    worker.wait_for_redis = functools.partial(wait_until_answering, redis, "worker")
     return worker

@@ -27,29 +27,37 @@ the same primary.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+import redis.connection
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.sentinel import Sentinel as SyncSentinel
 
 from hermes_queue.config import RedisSettings
+from hermes_queue.logs import mask_url
 from hermes_queue.redisio.addresses import host_and_port, is_loopback
 from hermes_queue.redisio.cluster import (
     connect_cluster,
     connect_cluster_sync,
     parse_cluster_url,
 )
+from hermes_queue.redisio.health import OutageLog, classify
 from hermes_queue.redisio.pool import BoundedPool
 from hermes_queue.redisio.switchover import (
     SwitchoverConnection,
     SwitchoverSentinelConnection,
     switchover_options,
 )
+
+log = logging.getLogger(__name__)
 
 COMMAND_TIMEOUT = 5.0
 CONNECT_TIMEOUT = 2.0
@@ -227,6 +235,50 @@ def connect_sync(
     return client
 
 
+def url_problem(url: str) -> str | None:
+    """What keeps ``url`` from naming a Redis to connect to (the parsers' own reasons, never
+    quoting the password), or None. Checked when a process starts (``cli/preflight.py``), so a
+    malformed URL is one line there rather than a traceback from the first connection."""
+    try:
+        if parse_cluster_url(url) is None and parse_sentinel_url(url) is None:
+            redis.connection.parse_url(url)  # type: ignore[no-untyped-call]  # from_url's parser
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+async def wait_until_answering(
+    settings: RedisSettings, what: str, *, first_delay: float = 0.1, max_delay: float = 5.0
+) -> None:
+    """Return once Redis answers PING; until then retry with backoff (``first_delay`` doubling
+    up to ``max_delay``), logging once per change of state (``health.OutageLog``), not per try.
+
+    A worker calls this before it takes jobs, so start order does not matter: a worker started
+    before Redis (a Kubernetes rollout, a compose stack) waits instead of crash-looping, and so
+    does one pointed at something that is not Redis, until it is fixed. A failure that says
+    nothing about the server (``health.classify`` is None) is raised.
+    """
+    outage = OutageLog(log, what, where=f"redis_url {mask_url(settings.url)}")
+    delay = first_delay
+    while True:
+        client = connect(settings)
+        try:
+            await client.ping()
+        except Exception as exc:
+            if classify(exc) is None:
+                raise
+            outage.failed(exc)
+        else:
+            if outage.failing:
+                outage.ok()
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                await close(client)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, max_delay)
+
+
 __all__ = [
     "COMMAND_TIMEOUT",
     "CONNECT_TIMEOUT",
@@ -237,4 +289,6 @@ __all__ = [
     "connect_url",
     "on_this_host",
     "parse_sentinel_url",
+    "url_problem",
+    "wait_until_answering",
 ]

@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
 from hermes_queue.config import RunSettings
+from hermes_queue.events import APPROVAL_CHOICES
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.runs.scripts import ScriptKeys, load_script
@@ -33,6 +34,16 @@ from hermes_queue.streams.codec import encode_data
 
 # Control-channel message prefix of an answer; anything without it is a stop request.
 APPROVAL_MESSAGE_PREFIX = "approval:"
+# Upstream's aliases for a one-time approval.
+CHOICE_ALIASES = {"approve": "once", "approved": "once", "allow": "once"}
+
+
+def normalize_choice(value: object) -> str | None:
+    """One of once/session/always/deny (case and blanks ignored, aliases folded), or None: the
+    one reading of an answer, for ``POST /v1/runs/{id}/approval`` and ``runs approve`` alike."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    choice = CHOICE_ALIASES.get(text, text)
+    return choice if choice in APPROVAL_CHOICES else None
 
 
 def approval_message(run_id: str) -> str:

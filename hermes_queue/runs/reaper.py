@@ -15,6 +15,7 @@ import logging
 from redis.exceptions import RedisError
 
 from hermes_queue.aio import cancel_requested
+from hermes_queue.redisio.health import OutageLog
 from hermes_queue.runs.repository import RunRepository
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 
 async def reap_forever(repository: RunRepository, interval: float) -> None:
     leases = repository.leases
+    outage = OutageLog(log, "reaper")  # one line when Redis goes away, one when it is back
     while not cancel_requested():
         try:
             for run_id, verdict in (await leases.reap_expired()).items():
@@ -29,8 +31,9 @@ async def reap_forever(repository: RunRepository, interval: float) -> None:
                     log.warning("run %s lost its worker: %s", run_id, verdict)
             for run_id in await repository.supersede_abandoned():
                 log.info("run %s: nobody reads it and a turn waits behind it: stopped", run_id)
+            outage.ok()
         except RedisError as exc:
-            log.warning("reaper: Redis unavailable (%s)", exc)
+            outage.failed(exc)
         except Exception:
             log.exception("reaper pass failed")
         await asyncio.sleep(interval)

@@ -64,7 +64,8 @@ def declared_keys(name: str) -> tuple[str, ...]:
 class ScriptKeys:
     """The keys a run script is called with, by the roles its header declares. A run's own
     keys (``record``, ``events``, ``steps``, ``readers``) carry its shard's hash tag, as do
-    its shard's (``queue``, ``leases``, ``blocked``, ``stats``: this minute's counters) and, for
+    its shard's (``queue``, ``leases``, ``blocked``, ``failures``, ``stats``: this minute's
+    counters) and, for
     a session run, its session's (``active``, ``pending``): so every call names one slot."""
 
     def __init__(self, keys: Keys) -> None:
@@ -101,6 +102,7 @@ class ScriptKeys:
             "queue": keys.queue_of,
             "leases": keys.leases_of,
             "blocked": keys.blocked_of,
+            "failures": keys.failures_of,
         }
         return named[role](run_id)
 

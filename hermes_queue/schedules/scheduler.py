@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from hermes_queue.aio import cancel_requested
 from hermes_queue.config import ScheduleSettings
+from hermes_queue.redisio.health import OutageLog
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.start import RunStarter
@@ -56,11 +57,13 @@ class Scheduler:
 
 async def schedule_forever(scheduler: Scheduler, interval: float) -> None:
     """Passes until cancelled; a failing pass (Redis or the database away) is retried."""
+    outage = OutageLog(log, "scheduler", where="Redis or the session store")  # once an outage
     while not cancel_requested():
         try:
             await scheduler.run_pass()
+            outage.ok()
         except Exception as exc:
-            log.warning("scheduler pass failed (%s: %s); retrying", type(exc).__name__, exc)
+            outage.failed(exc)
         await asyncio.sleep(interval)
 
 

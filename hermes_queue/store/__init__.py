@@ -12,8 +12,12 @@ URLs:
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from hermes_queue.config import StoreSettings
+from hermes_queue.config.urls import STORE_EXPECTED, sqlite_path, store_url_problem
+from hermes_queue.logs import mask_url
 from hermes_queue.redisio.connect import on_this_host
 from hermes_queue.store.base import (
     UNSET,
@@ -51,40 +55,46 @@ __all__ = [
     "project_message",
     "project_session",
     "sanitize_title",
+    "store_location",
 ]
 
-_SQLITE_PREFIX = "sqlite:///"
-_POSTGRES_SCHEMES = ("postgresql", "postgres")
 
-
-def create_store(url: str, *, schema: str | None = None) -> SessionStore:
+def create_store(url: str, *, schema: str | None = None, create: bool = True) -> SessionStore:
     """Build (but do not connect or migrate) the store named by ``url``.
 
     ``schema`` (PostgreSQL only) isolates the tables in one schema via ``search_path``.
+    ``create=False`` (probes): a missing SQLite file is an error, never created.
     Raises ValueError for an unsupported or malformed URL.
     """
-    scheme, sep, _rest = url.partition("://")
-    scheme = scheme.lower()
-    if not sep:
-        raise ValueError(f"store URL {url!r} has no scheme; use sqlite:/// or postgresql://")
-    if scheme == "sqlite":
-        if not url.lower().startswith(_SQLITE_PREFIX):
-            raise ValueError(f"sqlite URL {url!r} must start with sqlite:/// (no host part)")
-        path = url[len(_SQLITE_PREFIX) :]
-        if not path:
-            raise ValueError("sqlite URL needs a path, e.g. sqlite:///hermes-queue.db")
+    problem = store_url_problem(url)
+    if problem is not None:
+        # The masked URL: the message may reach a log or a terminal.
+        raise ValueError(f"store URL {mask_url(url)!r} {problem}; expected {STORE_EXPECTED}")
+    path = sqlite_path(url)
+    if path is not None:
         if schema is not None:
             raise ValueError("schema is only supported by the postgresql store")
         from hermes_queue.store.sqlite import SqliteSessionStore
 
-        return SqliteSessionStore(path)
-    if scheme in _POSTGRES_SCHEMES:
-        from hermes_queue.store.postgres import PostgresSessionStore
+        return SqliteSessionStore(path, create=create)
+    from hermes_queue.store.postgres import PostgresSessionStore
 
-        return PostgresSessionStore(url, schema=schema)
-    raise ValueError(
-        f"unsupported store URL scheme {scheme!r}: use sqlite:///path.db or postgresql://..."
-    )
+    return PostgresSessionStore(url, schema=schema)
+
+
+def store_location(url: str, schema: str = "") -> str:
+    """Where the store is, for probes and /health/detailed: a SQLite file's absolute path, or
+    a PostgreSQL URL's host, port and database (never its user or password) and schema."""
+    path = sqlite_path(url)
+    if path is not None:
+        return path if path == ":memory:" else str(Path(path).resolve())
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        where = f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+    except ValueError:
+        return "<unparseable URL>"
+    return f"{where} (schema {schema})" if schema else where
 
 
 def warn_if_store_is_per_host(store_url: str, redis_url: str) -> bool:

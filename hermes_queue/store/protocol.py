@@ -43,6 +43,10 @@ class SessionStore(Protocol):
         """Round-trip to the database; raises ``StoreUnavailable`` when it cannot."""
         ...
 
+    async def row_counts(self) -> dict[str, int]:
+        """``{"sessions": n, "messages": n}`` (for ``hermes-queue check``, /health/detailed)."""
+        ...
+
     async def create_session(
         self,
         id: str,

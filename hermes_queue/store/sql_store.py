@@ -5,7 +5,7 @@ The operations are written once in portable SQL, one mixin per concern (``sessio
 ``backend.py``; ``sqlite.py`` and ``postgres.py`` subclass ``SqlSessionStore`` and only supply
 connections, transactions and error translation. One implementation means the two backends cannot
 drift apart behind the contract suite's back. What is left here concerns the database as a whole:
-applying migrations, the schema version and a liveness ping.
+applying migrations, the schema version, a liveness ping and its row counts.
 """
 
 from __future__ import annotations
@@ -32,3 +32,14 @@ class SqlSessionStore(LineageMixin, MessagesMixin, ResponseStoreMixin, JobsMixin
     async def ping(self) -> None:
         async with self._read() as conn:
             await conn.fetchrow("SELECT 1 AS ok")
+
+    async def row_counts(self) -> dict[str, int]:
+        """Sessions and messages stored: a probe showing 0 of each says "new, empty store",
+        which is how a mistyped path or database name shows itself."""
+        async with self._read() as conn:
+            row = await conn.fetchrow(
+                "SELECT (SELECT COUNT(*) FROM sessions) AS sessions, "
+                "(SELECT COUNT(*) FROM messages) AS messages"
+            )
+        assert row is not None
+        return {"sessions": int(row["sessions"]), "messages": int(row["messages"])}

@@ -93,9 +93,16 @@ class SqliteSessionStore(SqlSessionStore):
 
     dialect: ClassVar[Dialect] = "sqlite"
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 5_000) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_ms: int = 5_000, create: bool = True
+    ) -> None:
         self.path = str(path)
         self._busy_timeout_ms = busy_timeout_ms
+        # create=False: a missing file is an error, never created (SQLite's mode=rw), for
+        # probes (``hermes-queue check``) that must not leave a new, empty store behind a
+        # mistyped path. Read-write all the same: as the last connection it removes the
+        # -wal and -shm files it opened, where a read-only one would leave them behind.
+        self.create = create
         self._db: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()  # used on the store's loop only (it binds there on first wait)
         # Once stopped (close), it refuses every operation: a closed store is unavailable.
@@ -105,20 +112,19 @@ class SqliteSessionStore(SqlSessionStore):
         return f"SqliteSessionStore({self.path!r})"
 
     async def _connect(self) -> sqlite3.Connection:
-        """Open lazily (under the lock) so constructing a store never touches the disk."""
+        """Open lazily (under the lock) so constructing a store never touches the disk. A
+        missing directory is an error, never created here: a mistyped path must not become a
+        new, empty session store (``hermes-queue dev`` and the default ``store_url`` create
+        their own directory, ``cli/preflight.py``)."""
         if self._db is not None:
             return self._db
         with _translated():
-            if self.path != MEMORY:
-                # The default URL points into a not-yet-existing ".hermes-queue/" directory.
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: no implicit transactions, we issue BEGIN/COMMIT ourselves.
-            db = sqlite3.connect(self.path, isolation_level=None)
+            db = _open(self.path, self.create)
             try:
                 db.row_factory = sqlite3.Row
                 db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 db.execute("PRAGMA foreign_keys = ON")
-                if self.path != MEMORY:
+                if self.path != MEMORY and self.create:
                     await _enable_wal(db)
                     db.execute("PRAGMA synchronous = NORMAL")
             except BaseException:
@@ -160,6 +166,19 @@ class SqliteSessionStore(SqlSessionStore):
 
 
 T = TypeVar("T")
+
+
+def _open(path: str, create: bool) -> sqlite3.Connection:
+    """The connection (on the store's thread: blocking is fine here). A missing directory is
+    refused, never created; a missing file too unless ``create``."""
+    if path != MEMORY and not Path(path).parent.is_dir():
+        directory = Path(path).parent
+        raise StoreUnavailable(f"sqlite database unavailable: directory {directory} does not exist")
+    # isolation_level=None: no implicit transactions, we issue BEGIN/COMMIT ourselves.
+    if not create and path != MEMORY:
+        uri = f"{Path(path).resolve().as_uri()}?mode=rw"
+        return sqlite3.connect(uri, isolation_level=None, uri=True)
+    return sqlite3.connect(path, isolation_level=None)
 
 
 def _on_store_thread(

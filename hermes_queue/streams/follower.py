@@ -46,6 +46,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 from hermes_queue.events import RunEvent
+from hermes_queue.redisio.health import OutageLog
 from hermes_queue.redisio.pipeline import dedicated_connection
 from hermes_queue.streams.codec import decode_flat, split_published
 from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, id_key
@@ -233,6 +234,7 @@ class Follower:
     # -- the reader ------------------------------------------------------------------------------
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
+        outage = OutageLog(log, "stream hub")
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.poll_seconds
         while not self.closed:
@@ -262,8 +264,9 @@ class Follower:
                 while self._dirty and not self.closed:
                     await self._read_dirty()
                 backoff = BACKOFF_MIN
+                outage.ok()
             except Exception as exc:  # never die: Redis restarts, CLIENT KILL, errors
-                log.warning("stream hub read failed, retrying in %.1fs: %r", backoff, exc)
+                outage.failed(exc)  # logged once per outage, not per retry
                 self.losses += 1
                 for conn in (self._listener, self._conn):
                     if conn is not None:

@@ -26,6 +26,7 @@ import uuid
 from redis.asyncio import Redis
 
 from hermes_queue.keys import Keys
+from hermes_queue.redisio.health import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ class ReaderPresence:
         self._made = 0
         self._written = 0
         self._flushes: list[tuple[int, asyncio.Future[None]]] = []
+        # Writes fail every renewal while Redis is away: logged once per outage.
+        self._outage = OutageLog(log, "reader presence")
 
     def start(self) -> None:
         if self._task is None:
@@ -174,8 +177,9 @@ class ReaderPresence:
                     else:
                         pipe.zrem(key, self.reader_id)
                 await pipe.execute()
+            self._outage.ok()
         except Exception as exc:  # advisory: the next renewal writes every present run again
-            log.warning("reader presence not written (%d runs): %r", len(changes), exc)
+            self._outage.failed(exc)
 
     async def _write_each(self, changes: dict[str, bool]) -> None:
         """On a cluster: a call per run, concurrently (a cluster pipeline takes no scripts
@@ -194,7 +198,9 @@ class ReaderPresence:
         )
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:  # advisory: the next renewal writes every present run again
-            log.warning("reader presence not written (%d runs): %r", len(failed), failed[0])
+            self._outage.failed(failed[0])
+        else:
+            self._outage.ok()
 
 
 __all__ = ["TTL_MS", "ReaderPresence", "new_reader_id"]

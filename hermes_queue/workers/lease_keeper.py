@@ -25,6 +25,7 @@ import redis
 
 from hermes_queue.config import RedisSettings
 from hermes_queue.redisio.connect import connect_sync
+from hermes_queue.redisio.health import OutageLog
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
 
@@ -92,12 +93,14 @@ class LeaseKeeper:
                 del self._runs[attempt.run_id]
 
     def _loop_forever(self) -> None:
+        outage = OutageLog(log, "lease heartbeat")  # once per outage, not once per beat
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 self.beat()
+                outage.ok()
             except redis.RedisError as exc:
-                log.warning("lease heartbeat failed: %s", exc)
+                outage.failed(exc)
             elapsed = time.monotonic() - started
             self._stop.wait(max(0.0, self.settings.heartbeat_seconds - elapsed))
 

@@ -24,6 +24,7 @@ from redis.asyncio.cluster import RedisCluster
 from hermes_queue.aio import cancel_requested
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.cluster import connect_node
+from hermes_queue.redisio.health import OutageLog
 from hermes_queue.redisio.pipeline import dedicated_connection
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ async def _listen_shard(
 ) -> None:
     kinds = {keys.wake_channel_at(shard): "wake", keys.control_channel_at(shard): "control"}
     delay = 0.1
+    outage = OutageLog(log, f"shard {shard} channels")
     while not cancel_requested():
         conn = dedicated_connection(node, f"hermes-queue:listener:s{shard}")
         try:
@@ -70,13 +72,14 @@ async def _listen_shard(
                 kind, channel = reply[0], _text(reply[1])
                 if kind == b"ssubscribe" and reply[2] == len(kinds):  # one reply a channel
                     delay = 0.1
+                    outage.ok()
                     on_subscribed(shard)
                 elif kind == b"smessage" and channel in kinds:
                     on_message(kinds[channel], shard, _text(reply[2]))
                 elif kind == b"sunsubscribe":  # the slot moved: follow it to its node
                     raise aioredis.ConnectionError(f"{channel} unsubscribed by Redis")
         except (OSError, aioredis.RedisError) as exc:
-            log.warning("shard %d channels lost (%s); reconnecting in %.1fs", shard, exc, delay)
+            outage.failed(exc)  # once per outage, not per reconnect
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
         finally:

@@ -29,6 +29,7 @@ from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
 from hermes_queue.redisio.connect import connect
+from hermes_queue.redisio.health import OutageLog
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.approvals import APPROVAL_MESSAGE_PREFIX
 from hermes_queue.runs.reaper import reap_forever
@@ -85,11 +86,13 @@ async def _listen(
         await _listen_cluster(redis, keys, worker, rt)
         return
     delay = 0.1
+    outage = OutageLog(log, "control channel")
     while not cancel_requested():
         pubsub = redis.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(keys.wake_channel, keys.control_channel)
             delay = 0.1
+            outage.ok()
             worker.listening.set()
             worker.wake()  # anything enqueued while we were away
             async for message in pubsub.listen():
@@ -99,7 +102,7 @@ async def _listen(
                     continue
                 _on_control(rt, message["data"].decode())
         except (OSError, aioredis.RedisError) as exc:
-            log.warning("control channel lost (%s); reconnecting in %.1fs", exc, delay)
+            outage.failed(exc)  # once per outage: a reconnect is tried every few seconds
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
         finally:
@@ -162,6 +165,17 @@ class WorkerProcess:
         self._clients: list[aioredis.Redis] = []
         self._background: list[asyncio.Task[None]] = []
         self.warm_up_state = WarmUpState(settings.redis.namespace)
+        self._metrics_served = False
+        self.metrics_port: int | None = None
+
+    def serve_metrics(self) -> int | None:
+        """Serve ``/metrics`` (once): before Redis answers too, since it is the worker's
+        liveness probe and a worker waiting for Redis is alive."""
+        if not self._metrics_served:
+            self._metrics_served = True
+            metrics = self.settings.metrics
+            self.metrics_port = self.metrics.serve(metrics.host, metrics.port, metrics.port_span)
+        return self.metrics_port
 
     async def start(self, worker: WakeableWorker) -> None:
         settings, metrics = self.settings, self.metrics
@@ -194,9 +208,7 @@ class WorkerProcess:
         )
         self.runtime = runtime
         metrics.active_runs.set_function(lambda: len(runtime.active))
-        metrics_port = metrics.serve(
-            settings.metrics.host, settings.metrics.port, settings.metrics.port_span
-        )
+        metrics_port = self.serve_metrics()
         runtime.keeper = LeaseKeeper(
             settings.redis,
             repository.leases,
@@ -261,4 +273,12 @@ def build_worker(
         settings.redis, settings.worker, process, handle_signals=handle_signals, burst=burst
     )
     worker.metrics = metrics
+    wait_for_redis = worker.wait_for_redis
+
+    async def serve_metrics_then_wait() -> None:
+        process.serve_metrics()
+        if wait_for_redis is not None:
+            await wait_for_redis()
+
+    worker.wait_for_redis = serve_metrics_then_wait
     return worker

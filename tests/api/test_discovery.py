@@ -222,7 +222,15 @@ async def test_ready_with_a_live_worker(api: TestClient, worker: Any, settings: 
     assert body["status"] == body["readiness"]["status"] == "ok"
     checks = body["readiness"]["checks"]
     assert checks["redis"]["status"] == "ok" and checks["redis"]["latency_ms"] >= 0
-    assert checks["session_store"] == {"status": "ok", "schema_version": LATEST_VERSION}
+    # Where the store is (the SQLite file's path) and what it holds: a mistyped path shows as
+    # an empty store somewhere unexpected.
+    assert checks["session_store"] == {
+        "status": "ok",
+        "schema_version": LATEST_VERSION,
+        "location": settings.store.url.removeprefix("sqlite:///"),  # the file's absolute path
+        "sessions": 0,
+        "messages": 0,
+    }
     assert checks["workers"] == {
         "status": "ok",
         "count": 1,
@@ -250,6 +258,13 @@ async def test_degraded_without_live_workers(
     assert body["queue"] == {"ready": 1}
 
 
+async def test_detailed_counts_the_stores_sessions(api: TestClient) -> None:
+    created = await api.post("/api/sessions", json={"id": "counted"})
+    assert created.status in (200, 201), await created.text()
+    store = (await detailed(api))["readiness"]["checks"]["session_store"]
+    assert (store["sessions"], store["messages"]) == (1, 0)
+
+
 async def test_store_down_is_reported_not_raised(settings: Settings) -> None:
     broken = settings.replace(
         store_url="postgresql://nobody@127.0.0.1:1/none", migrate_on_start=False
@@ -259,6 +274,9 @@ async def test_store_down_is_reported_not_raised(settings: Settings) -> None:
     checks = body["readiness"]["checks"]
     assert checks["session_store"]["status"] == "error"
     assert checks["session_store"]["schema_version"] is None
+    # Where it is, without the user name or a password of its URL.
+    assert checks["session_store"]["location"] == "postgresql://127.0.0.1:1/none"
+    assert checks["session_store"]["sessions"] is None
     assert checks["redis"]["status"] == "ok"
     assert body["status"] == "degraded"
 

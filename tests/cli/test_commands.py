@@ -21,12 +21,36 @@ def test_migrate_applies_then_reports_up_to_date(
     assert second.exit_code == 0 and "up to date" in second.output
 
 
-def test_bad_setting_is_one_clear_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_setting_is_one_clear_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMES_QUEUE_PORTT", "1")
     result = CliRunner().invoke(main, ["migrate"])
-    assert result.exit_code == 1
-    assert "unknown setting HERMES_QUEUE_PORTT" in result.output
-    assert "Traceback" not in result.output
+    assert result.exit_code == 2
+    assert result.output == "error: unknown setting HERMES_QUEUE_PORTT\n"
+
+
+def test_an_unforeseen_failure_is_one_line_unless_debugging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hermes_queue.cli import ops
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("boom at redis://:hunter2secret@db:6379/0")
+
+    monkeypatch.setattr(ops, "status", broken)
+    monkeypatch.setattr(ops, "warn_if_nothing_here", lambda _deployment: None)
+    plain = CliRunner().invoke(main, ["status"])
+    assert plain.exit_code == 1
+    assert plain.stderr == (
+        "error: RuntimeError: boom at redis://:***@db:6379/0 "
+        "(hermes-queue --debug … shows the traceback)\n"
+    )
+    debug = CliRunner().invoke(main, ["--debug", "status"])
+    assert debug.exit_code == 1
+    assert debug.stderr.startswith("Traceback (most recent call last):")
+    assert debug.stderr.endswith("error: RuntimeError: boom at redis://:***@db:6379/0\n")
+    assert "hunter2secret" not in debug.output
+    monkeypatch.setenv("HERMES_QUEUE_LOG_LEVEL", "debug")  # the log level asks for it too
+    assert "Traceback" in CliRunner().invoke(main, ["status"]).output
 
 
 def test_migrate_reports_an_unreachable_database(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -32,7 +33,9 @@ from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.schedules.definitions import parse_create, pause_changes
 from hermes_queue.store import create_store
+from hermes_queue.store.migrations import LATEST_VERSION
 from hermes_queue.workers.warmup import READY, WARMING, WarmUpState
+from tests.support.not_redis import http_server
 
 T = TypeVar("T")
 Setup = Callable[[aioredis.Redis, RunRepository, Keys], Awaitable[T]]
@@ -149,6 +152,29 @@ def test_status_without_workers_says_so(env: Settings) -> None:
     assert result.exit_code == 0 and "no live worker" in result.stdout
 
 
+def test_status_warns_when_it_finds_no_worker_and_no_run(env: Settings) -> None:
+    """The usual cause: the CLI reads another Redis (or namespace) than the deployment's."""
+    empty = invoke("status")
+    warning = (
+        f"warning: no live worker and no run here in the last hour: is {env.redis.url} "
+        "(HERMES_QUEUE_REDIS_URL) the deployment you meant? check HERMES_QUEUE_REDIS_URL and "
+        f"HERMES_QUEUE_NAMESPACE ({env.redis.namespace})"
+    )
+    assert warning in empty.stderr
+    assert warning in invoke("runs", "list").stderr
+    prepare(env, lambda redis, repo, keys: create(repo, "run_a"))
+    assert "warning" not in invoke("status").stderr  # a run is here: this is a deployment
+
+
+def test_status_says_when_fewer_workers_live_than_desired(env: Settings) -> None:
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, *(f"run_{i}" for i in range(40)))  # 40 ready: 3 workers of 16
+
+    prepare(env, setup)
+    out = invoke("status").stdout
+    assert "fewer live workers than desired: 0 live, 3 desired" in " ".join(out.split())
+
+
 def test_status_watch_refreshes_then_ends(env: Settings) -> None:
     table = invoke("status", "--watch", "0.1", "--iterations", "2")
     assert table.exit_code == 0, table.output
@@ -185,7 +211,8 @@ def test_status_with_redis_down_is_one_line_with_the_password_masked(
         result = invoke(*args)
         assert result.exit_code == 1, args
         assert result.output.strip().splitlines() == [
-            f"error: Redis at redis://:***@127.0.0.1:{port}/0 is unreachable (ConnectionError)"
+            f"redis://:***@127.0.0.1:{port}/0 (HERMES_QUEUE_REDIS_URL)",  # which deployment
+            f"error: Redis at redis://:***@127.0.0.1:{port}/0 is not reachable (ConnectionError)",
         ]
         assert "hunter2" not in result.output
 
@@ -193,24 +220,53 @@ def test_status_with_redis_down_is_one_line_with_the_password_masked(
 # -- runs --------------------------------------------------------------------------------------
 
 
-def test_runs_list_pages_in_flight_runs(env: Settings) -> None:
+def test_runs_list_pages_queued_and_in_flight_runs(env: Settings) -> None:
     async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
-        await create(repo, "run_a", "run_b", "run_c")
+        await create(repo, "run_a", "run_b", "run_c", "run_d")
         for run_id in ("run_a", "run_b"):
             assert await repo.claim(run_id, "w1") is not None
 
     prepare(env, setup)
-    table = invoke("runs", "list")
+    table = invoke("runs", "list", "--wide")
     assert table.exit_code == 0, table.output
-    assert "In-flight: 2" in table.stdout
-    assert "run_a" in table.stdout and "s_run_b" in table.stdout and "run_c" not in table.stdout
-    page = json.loads(invoke("runs", "list", "--json", "--limit", "1", "--offset", "1").stdout)
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"{env.redis.url} (HERMES_QUEUE_REDIS_URL)"  # which deployment
+    assert "Queued (ready, next first): 2" in table.stdout and "In flight: 2" in table.stdout
+    queued = [line.split() for line in lines if line.strip().startswith(("run_c", "run_d"))]
+    assert [(row[0], row[1]) for row in queued] == [("run_c", "1"), ("run_d", "2")]  # positions
+    assert "s_run_b" in table.stdout
+
+    pages = json.loads(invoke("runs", "list", "--json", "--limit", "1", "--offset", "1").stdout)
+    page = pages["in_flight"]
     assert page["total"] == 2 and page["limit"] == 1 and page["offset"] == 1
     [run] = page["data"]
     assert run["run_id"] in ("run_a", "run_b")
     assert run["status"] == "running" and run["worker"] == "w1" and run["attempt"] == 1
+    [ready] = pages["queued"]["data"]
+    assert (pages["queued"]["total"], ready["run_id"], ready["position"]) == (2, "run_d", 2)
+    assert ready["session_id"] == "s_run_d" and ready["attempt"] == 0
+    assert 0 <= ready["age_seconds"] < 60
     first = invoke("runs", "list", "--limit", "1")
     assert "next page: --offset 1" in first.stdout
+
+
+def test_run_ids_are_never_cut_in_80_columns(env: Settings) -> None:
+    """Ids are pasted into the next command: full, on one line, at 80 columns too."""
+    long_ids = [f"run_{'0ec4d8296a' * 3}{i}" for i in range(3)]
+
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, *long_ids)
+        assert await repo.claim(long_ids[0], "a-rather-long-host-name:1234:abcdef") is not None
+
+    prepare(env, setup)
+    narrow = invoke("runs", "list")  # CliRunner's terminal is 80 columns wide
+    assert narrow.exit_code == 0, narrow.output
+    assert all(len(line) <= 80 for line in narrow.stdout.splitlines())
+    for run_id in long_ids:
+        assert re.search(rf"^\s*{run_id}\s", narrow.stdout, re.MULTILINE), narrow.stdout
+    assert "(--wide adds worker, session)" in narrow.stdout
+    wide = invoke("runs", "list", "--wide").stdout
+    assert "a-rather-long-host-name:1234:abcdef" in wide and f"s_{long_ids[0]}" in wide
 
 
 def test_runs_show_gives_status_attempt_and_worker(env: Settings) -> None:
@@ -226,6 +282,47 @@ def test_runs_show_gives_status_attempt_and_worker(env: Settings) -> None:
     human = invoke("runs", "show", "run_a")
     assert human.exit_code == 0, human.output
     assert re.search(r"status\s+running", human.stdout) and re.search(r"worker\s+w7", human.stdout)
+
+
+def test_runs_show_gives_a_pending_approval_and_runs_approve_answers_it(env: Settings) -> None:
+    """The operator's way to see what an agent asks and to answer it (the path
+    POST /v1/runs/{id}/approval takes: same choices, same aliases, same refusals)."""
+
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        await create(repo, "run_ask")
+        attempt = await repo.claim("run_ask", "w1")
+        assert attempt is not None
+        data = {"request_id": "apr_1", "command": "rm -rf /tmp/x", "description": "cleanup"}
+        assert await attempt.request_approval("apr_1", {**data, "choices": ["once", "deny"]})
+
+    prepare(env, setup)
+    shown = invoke("runs", "show", "run_ask").stdout
+    assert re.search(r"status\s+waiting_for_approval", shown)
+    assert re.search(r"command\s+rm -rf /tmp/x", shown)
+    assert re.search(r"description\s+cleanup", shown)
+    assert "hermes-queue runs approve run_ask once|deny" in " ".join(shown.split())
+    assert json.loads(invoke("runs", "show", "run_ask", "--json").stdout)["approval"]["command"]
+
+    bad = invoke("runs", "approve", "run_ask", "maybe")
+    assert bad.exit_code == 1
+    assert bad.stderr.splitlines()[-1] == (
+        "error: invalid approval choice 'maybe'; expected one of: once, session, always, deny"
+    )
+    answered = invoke("runs", "approve", "run_ask", " Approve ")  # upstream's alias of once
+    assert answered.exit_code == 0, answered.output
+    assert answered.stdout.strip() == "run_ask: answered once (request apr_1); its worker goes on"
+
+    async def choice(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> Any:
+        record = await repo.get("run_ask")
+        assert record is not None
+        return record.status, await repo.approvals.choice("run_ask", "apr_1")
+
+    assert prepare(env, choice) == ("running", "once")
+    again = invoke("runs", "approve", "run_ask", "deny")
+    assert again.exit_code == 1
+    assert again.stderr.splitlines()[-1] == "error: no approval is pending for run run_ask"
+    missing = invoke("runs", "approve", "run_nope", "once")
+    assert missing.exit_code == 1 and "run run_nope not found" in missing.stderr
 
 
 def test_runs_stop_cancels_a_queued_run_and_stops_a_running_one(env: Settings) -> None:
@@ -252,7 +349,8 @@ def test_runs_stop_cancels_a_queued_run_and_stops_a_running_one(env: Settings) -
 def test_unknown_run_is_one_error_line_and_exit_1(env: Settings, args: tuple[str, ...]) -> None:
     result = invoke(*args)
     assert result.exit_code == 1
-    [line] = result.output.strip().splitlines()
+    [where, line] = result.output.strip().splitlines()
+    assert where.endswith("(HERMES_QUEUE_REDIS_URL)")
     assert line.startswith("error: run run_nope not found")
 
 
@@ -297,7 +395,7 @@ def test_check_fails_with_redis_down(env: Settings, monkeypatch: pytest.MonkeyPa
     result = invoke("check", "--role", "worker")
     assert result.exit_code == 1
     assert "FAIL  redis          redis://u:***@127.0.0.1:" in result.output
-    assert "is unreachable (ConnectionError)" in result.output
+    assert "is not reachable (ConnectionError)" in result.output
     assert "ok    session_store" in result.output and ":pw@" not in result.output
 
 
@@ -306,9 +404,8 @@ def test_check_fails_with_a_broken_store(env: Settings, monkeypatch: pytest.Monk
     result = invoke("check")
     assert result.exit_code == 1
     assert "ok    redis" in result.output
-    assert "FAIL  session_store  postgresql://nobody@127.0.0.1:1/none is unreachable" in (
-        result.output
-    )
+    # Where the store is, without the user (nor a password) of its URL.
+    assert "FAIL  session_store  postgresql://127.0.0.1:1/none is not reachable" in result.output
 
 
 def test_check_rejects_a_store_url_without_quoting_it(
@@ -316,8 +413,66 @@ def test_check_rejects_a_store_url_without_quoting_it(
 ) -> None:
     monkeypatch.setenv("HERMES_QUEUE_STORE_URL", "mysql://root:secret@db/x")
     result = invoke("check")
-    assert result.exit_code == 1 and "is not a store URL" in result.output
+    assert result.exit_code == 2  # a bad setting, before anything is probed
+    assert "has the unsupported scheme 'mysql'" in result.output
     assert "secret" not in result.output
+
+
+def test_check_tells_not_redis_from_not_reachable(
+    env: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP server where Redis should be is "answers, but not as Redis": the fix is the
+    port, not starting Redis."""
+    assert invoke("migrate").exit_code == 0
+    with http_server() as port:
+        monkeypatch.setenv("HERMES_QUEUE_REDIS_URL", f"redis://127.0.0.1:{port}/0")
+        result = invoke("check")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[0] == (
+        f"FAIL  redis          redis://127.0.0.1:{port}/0 answers, but not as Redis (another "
+        "service listens on that port) (InvalidResponse)"
+    )
+    monkeypatch.setenv("HERMES_QUEUE_REDIS_URL", f"redis://127.0.0.1:{port}/0")  # now closed
+    closed = invoke("check")
+    assert closed.stdout.splitlines()[0].endswith("is not reachable (ConnectionError)")
+
+
+def test_check_names_the_store_and_its_rows_and_never_creates_it(
+    env: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    typo = tmp_path / "stroe.db"
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", f"sqlite:///{typo}")
+    result = invoke("check")
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[1] == (
+        f"FAIL  session_store  {typo} does not exist yet: run `hermes-queue migrate` "
+        "(or check store_url)"
+    )
+    missing_dir = tmp_path / "nonexistent" / "x.db"
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", f"sqlite:///{missing_dir}")
+    assert "a directory that does not exist" in invoke("check").output
+    assert sorted(tmp_path.iterdir()) == []  # nothing created, not even -wal or -shm
+
+    monkeypatch.setenv("HERMES_QUEUE_STORE_URL", env.store.url)
+    assert invoke("migrate").exit_code == 0
+
+    async def chat() -> None:
+        store = create_store(env.store.url)
+        try:
+            await store.create_session("s1")
+            await store.append_messages("s1", [{"role": "user", "content": "hi"}])
+        finally:
+            await store.close()
+
+    asyncio.run(chat())
+    files = sorted(p.name for p in Path(env.store.url.removeprefix("sqlite:///")).parent.iterdir())
+    ok = invoke("check")
+    assert ok.exit_code == 0, ok.output
+    path = Path(env.store.url.removeprefix("sqlite:///")).resolve()
+    assert ok.stdout.splitlines()[1] == (
+        f"ok    session_store  {path} (schema {LATEST_VERSION}, 1 sessions, 1 messages)"
+    )
+    assert sorted(p.name for p in path.parent.iterdir()) == files  # read only
 
 
 def test_mask_url() -> None:
@@ -339,7 +494,7 @@ def test_jobs_table_keeps_its_columns_in_80_columns_across_midnight() -> None:
             now = datetime.fromisoformat(f"2026-12-01T{clock}+00:00").timestamp()
             fire = now + minutes * 60
             job = {
-                "id": "7dc58f0e9a4b4c2d8e1f",
+                "id": "7dc58f0e9a4b",  # as definitions.new_job_id makes them
                 "name": name,
                 "schedule": schedule,
                 "state": "scheduled",
@@ -353,7 +508,7 @@ def test_jobs_table_keeps_its_columns_in_80_columns_across_midnight() -> None:
             console.print(render_jobs(JobsView([job]), now=now))
             row = next(line for line in console.export_text().splitlines() if name in line)
             rows.append(row)
-            assert re.search(rf"{name} .* {schedule} .* scheduled .* \(in ", row), row
+            assert re.search(rf"7dc58f0e9a4b +{name} .* {schedule} .* scheduled .* \(in ", row), row
     assert len({len(row.rstrip()) for row in rows[:2]}) == 1  # noon and 23:30 alike
     assert len({len(row.rstrip()) for row in rows[2:]}) == 1
 
@@ -380,7 +535,9 @@ def test_status_lists_jobs_soonest_next_fire_first(env: Settings) -> None:
     out = invoke("status").stdout
     assert "Scheduled jobs: 2 scheduled, 1 paused or done" in out
     lines = [line for line in out.splitlines() if re.search(r"\b(soon|hourly|off)\b", line)]
-    assert [line.split()[0] for line in lines] == ["soon", "hourly", "off"]
+    assert [line.split()[1] for line in lines] == ["soon", "hourly", "off"]
+    ids = {job["name"]: job["id"] for job in status_json()["jobs"]}
+    assert [line.split()[0] for line in lines] == [ids["soon"], ids["hourly"], ids["off"]]
     assert re.search(r"soon .* every 5m .* scheduled .* \(in 4m5\ds\)", lines[0]), lines[0]
     assert re.search(r"off .* paused\s+-", lines[2]), lines[2]
 

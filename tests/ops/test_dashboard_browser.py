@@ -52,12 +52,13 @@ class LiveApi:
     """API (real TCP port on 127.0.0.1) + worker on an event loop in a background thread; the
     API traces (exported nowhere), so its runs carry a trace id to the run view."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, worker: bool = True) -> None:
         from opentelemetry.sdk.trace import TracerProvider
 
         from hermes_queue.tracing.spans import Tracing
 
         self.settings = settings
+        self.worker = worker
         self.tracing = Tracing(TracerProvider())
         self.loop = asyncio.new_event_loop()
         self.base_url = ""
@@ -101,6 +102,10 @@ class LiveApi:
             await site.start()
             host, port = runner.addresses[0][:2]
             self.base_url = f"http://{host}:{port}"
+            if not self.worker:  # the queue fills up: nothing takes its runs
+                self._ready.set()
+                await self._stop.wait()
+                return
             async with running_worker(self.settings):
                 self._ready.set()
                 await self._stop.wait()
@@ -159,12 +164,22 @@ class LiveApi:
         return str(response.headers["X-Hermes-Run-Id"])
 
 
-@pytest.fixture
-def live(settings: Settings) -> Iterator[LiveApi]:
-    tuned = settings.replace(
+def _tuned(settings: Settings) -> Settings:
+    return settings.replace(
         metrics_port=0, worker_concurrency=8, queue_stream_interval_seconds=0.25
     )
-    with LiveApi(tuned) as api:
+
+
+@pytest.fixture
+def live(settings: Settings) -> Iterator[LiveApi]:
+    with LiveApi(_tuned(settings)) as api:
+        yield api
+
+
+@pytest.fixture
+def no_worker(settings: Settings) -> Iterator[LiveApi]:
+    """An API whose deployment has no worker: what it is given stays queued."""
+    with LiveApi(_tuned(settings), worker=False) as api:
         yield api
 
 
@@ -292,6 +307,8 @@ def test_dashboard_follows_the_queue_and_tails_a_run(live: LiveApi, browser: Any
     runs.append(live.start_run(f"{SLOW} dashboard run 2"))
     doomed = live.start_run(f"{SLOW} [fail] dashboard doomed run")
     in_flight = {runs[0], runs[2], doomed}
+    # Fails at once: most likely never in flight when a snapshot is taken, listed all the same.
+    quick = live.start_run("[fail] dashboard quick failure")
     until(
         driver,
         lambda d: {r["key"] for r in rows(d, "inflight-body")} == in_flight,
@@ -355,11 +372,58 @@ def test_dashboard_follows_the_queue_and_tails_a_run(live: LiveApi, browser: Any
     until(driver, lambda d: d.find_element(By.ID, "queue-view").is_displayed(), "the queue view")
     until(driver, lambda d: text(d, "inflight-count") == "0", "an empty in-flight list")
     assert text(driver, "depth-running") == "0"
-    failures = until(driver, lambda d: rows(d, "failures-body"), "the failed run listed")
+    # The failures panel lists what it counts (the snapshot's recent failures, newest first).
+    until(driver, lambda d: text(d, "failures-summary").startswith("2 failed, 3 completed"), "")
+    failures = until(
+        driver,
+        lambda d: rows(d, "failures-body") if len(rows(d, "failures-body")) == 2 else None,
+        "both failed runs listed",
+    )
     assert [(f["key"], f["cells"][2]) for f in failures] == [
-        (doomed, "echo backend failure requested")
+        (doomed, "echo backend failure requested"),
+        (quick, "echo backend failure requested"),
     ]
-    until(driver, lambda d: text(d, "failures-summary").startswith("1 failed, 3 completed"), "")
+
+
+@pytest.mark.timeout(120)
+def test_dashboard_shows_queued_runs_and_too_few_workers(no_worker: LiveApi, browser: Any) -> None:
+    """Ready runs are listed in the order workers will take them, ids whole; with fewer live
+    workers than desired a banner says so."""
+    from selenium.webdriver.common.by import By
+
+    live = no_worker
+    driver = browser
+    driver.get(f"{live.base_url}/dashboard")
+    until(driver, lambda d: d.find_element(By.ID, "api-key").is_displayed(), "the key prompt")
+    driver.find_element(By.ID, "api-key").send_keys(live.settings.api.api_key + "\n")
+    until(driver, lambda d: text(d, "connection") == "live", "the queue stream")
+    assert not driver.find_element(By.ID, "workers-banner").is_displayed()  # nothing wanted
+
+    queued = [live.start_run(f"waits {i}") for i in range(3)]
+    listed = until(
+        driver,
+        lambda d: rows(d, "queued-body") if len(rows(d, "queued-body")) == 3 else None,
+        "three queued runs",
+    )
+    # In the order workers take them (/v1/queue's), each with its position and its whole id.
+    order = [run["run_id"] for run in live.call("GET", "/v1/queue")["queued"]["data"]]
+    assert sorted(order) == sorted(queued)
+    assert [(r["key"], r["cells"][0], r["cells"][1]) for r in listed] == [
+        (run_id, str(i + 1), run_id) for i, run_id in enumerate(order)
+    ]
+    assert text(driver, "queued-count") == "3" and text(driver, "depth-ready") == "3"
+    assert text(driver, "inflight-count") == "0"
+    banner = driver.find_element(By.ID, "workers-banner")
+    until(driver, lambda d: banner.is_displayed(), "the too-few-workers banner")
+    assert banner.text.startswith("Fewer live workers than desired: 0 live, 1 desired.")
+    # A run id is one line (one box), whole, even in a narrow window.
+    driver.set_window_size(480, 1200)
+    boxes = driver.execute_script(
+        "return [...document.querySelectorAll('#queued-body td.id a')]"
+        ".map((a) => [a.getClientRects().length, a.textContent])"
+    )
+    assert boxes == [[1, run_id] for run_id in queued]
+    screenshot(driver, "-queued")
 
 
 @pytest.mark.timeout(120)

@@ -123,3 +123,39 @@ async def test_queue_stream_sends_snapshots_until_the_client_leaves(settings: Se
         assert frames[-1]["depth"]["ready"] == 1
         assert all(f["object"] == "hermes.queue" for f in frames)
         assert frames[-1]["in_flight"]["limit"] == 5
+
+
+async def test_queue_lists_ready_runs_in_order_and_the_failures_it_counts(
+    settings: Settings, redis: aioredis.Redis, keys: Keys
+) -> None:
+    async with running_api(settings) as api:
+        for i in range(3):
+            assert (await api.post("/v1/runs", json={"input": f"waits {i}"})).status == 202
+        # The order workers take them in (queued time, then id for runs of the same ms).
+        ids = [run_id.decode() for run_id in await redis.zrange(keys.queue, 0, -1)]
+        body = await (await api.get("/v1/queue?limit=2")).json()
+        queued = body["queued"]
+        assert (queued["total"], queued["limit"], queued["offset"]) == (3, 2, 0)
+        assert [(r["run_id"], r["position"]) for r in queued["data"]] == [(ids[0], 1), (ids[1], 2)]
+        first = queued["data"][0]
+        assert first["session_id"] == ids[0] and first["attempt"] == 0
+        assert 0 <= first["age_seconds"] < 60 and first["queued_at"] >= first["created_at"] - 1
+        rest = (await (await api.get("/v1/queue?limit=2&offset=2")).json())["queued"]["data"]
+        assert [(r["run_id"], r["position"]) for r in rest] == [(ids[2], 3)]
+        assert body["recent_failures"]["total"] == 0 and body["recent_failures"]["data"] == []
+
+        async with running_worker(settings):
+            failing = await api.post("/v1/runs", json={"input": "[fail] listed"})
+            failed_id = (await failing.json())["run_id"]
+
+            async def failures() -> dict[str, Any]:
+                return (await (await api.get("/v1/queue")).json())["recent_failures"]
+
+            listed = await eventually(failures, lambda f: f["total"] == 1 and f["data"])
+        [failure] = listed["data"]
+        assert failure["run_id"] == failed_id and failure["session_id"] == failed_id
+        assert (failure["error"], failure["reason"]) == (
+            "echo backend failure requested",
+            "agent_error",
+        )
+        assert failure["failed_at"] > time.time() - 60

@@ -55,6 +55,8 @@ async def fill(redis: aioredis.Redis, keys: Keys, queued: int, leased: int, bloc
             pipe.zadd(keys.queue, members)
             await pipe.execute()
     async with redis.pipeline(transaction=False) as pipe:
+        for i in range(min(queued, 2 * PAGE)):  # the records of the runs a page can list
+            pipe.hset(keys.run(f"run_q{i}"), mapping={"status": "queued", "session_id": f"s{i}"})
         for i in range(leased):
             run_id = f"run_l{i}"
             pipe.zadd(keys.leases, {run_id: now_ms + 3_600_000 + i})
@@ -93,7 +95,8 @@ async def test_snapshot_command_count_does_not_grow_with_the_queue(
     private: aioredis.Redis, private_redis_url: str, namespace: str
 ) -> None:
     small, large = Keys(f"{namespace}s"), Keys(f"{namespace}l")
-    await fill(private, small, queued=10, leased=PAGE + 10, blocked=2)
+    # Both hold more than a page of ready and of leased runs: a listed run costs one read.
+    await fill(private, small, queued=2 * PAGE, leased=PAGE + 10, blocked=2)
     await fill(private, large, queued=100_000, leased=10_000, blocked=5_000)
     base = Settings.of(redis_url=private_redis_url, max_ready_depth=10, max_ready_age_seconds=30)
     counts: dict[str, list[int]] = {}
@@ -127,9 +130,9 @@ async def test_snapshot_command_count_does_not_grow_with_the_queue(
             await client.aclose()
 
     assert counts[small.namespace] == counts[large.namespace]
-    # And small in absolute terms: the page and the two workers, plus a dozen fixed reads.
+    # And small in absolute terms: the two pages and the two workers, plus a few fixed reads.
     full_count, scrape_count, admit_count = counts[large.namespace]
-    assert full_count <= 12 + PAGE + 2
+    assert full_count <= 14 + 2 * PAGE + 2
     assert scrape_count <= 12 + 2
     assert admit_count <= 8
 
@@ -138,5 +141,7 @@ async def test_snapshot_command_count_does_not_grow_with_the_queue(
     assert (big.depth.running, big.depth.blocked) == (10_000, 5_000)
     assert big.depth.oldest_ready_age_seconds >= 60
     assert len(big.in_flight) == PAGE
+    assert [run.position for run in big.queued] == list(range(1, PAGE + 1))
+    assert big.queued[0].run_id == "run_q0"  # the oldest ready run: next to be taken
     assert (len(big.workers), big.slots, big.free_slots) == (2, 32, 12)
     assert big.desired_workers == 4375  # ceil((60,000 + 10,000) / 16)

@@ -100,6 +100,8 @@ async def test_reaper_fails_run_out_of_attempts_with_worker_lost(
     last = (await events(redis, keys, run_id))[-1]
     assert last.type == "run.failed" and last.data["reason"] == "worker_lost"
     assert await redis.ttl(keys.run(run_id)) <= settings.runs.retention_seconds
+    # Listed with the failures the stats count (the dashboard's and status's list).
+    assert [m.decode() for m in await redis.zrange(keys.failures_at(0), 0, -1)] == [run_id]
 
 
 async def test_live_lease_is_left_alone(repo: RunRepository) -> None:
@@ -118,6 +120,7 @@ async def test_stopping_run_whose_worker_died_ends_cancelled(
     await expire_lease(redis, keys, run_id)
     assert await repo.leases.reap(run_id) == "cancelled"
     assert (await events(redis, keys, run_id))[-1].type == "run.cancelled"
+    assert await redis.zcard(keys.failures_at(0)) == 0  # a cancelled run is no failure
 
 
 async def test_stop_queued_run_removes_its_job(repo: RunRepository, redis: Any, keys: Keys) -> None:

@@ -28,6 +28,7 @@ from hermes_queue.api.http.fields import (
 from hermes_queue.api.http.queries import Cursor
 from hermes_queue.api.http.schema_types import Message
 from hermes_queue.events import APPROVAL_CHOICES
+from hermes_queue.runs.approvals import CHOICE_ALIASES, normalize_choice
 
 
 def _run_input(value: Any) -> tuple[Any, list[dict[str, Any]]]:
@@ -74,15 +75,12 @@ class RunBody(RequestModel):
 
 
 MAX_REQUEST_ID_LENGTH = 128
-# Upstream's aliases for a one-time approval.
-CHOICE_ALIASES = {"approve": "once", "approved": "once", "allow": "once"}
 
 
 def parse_choice(value: Any) -> str:
     """One of once/session/always/deny (aliases folded), else 400 ``invalid_approval_choice``."""
-    text = value.strip().lower() if isinstance(value, str) else ""
-    choice = CHOICE_ALIASES.get(text, text)
-    if choice not in APPROVAL_CHOICES:
+    choice = normalize_choice(value)
+    if choice is None:
         raise ApiError(
             400,
             "invalid_approval_choice",

@@ -38,6 +38,7 @@ from pydantic import (
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.schema_types import HistoryMessage, ModelOptions
 from hermes_queue.booleans import coerce_bool
+from hermes_queue.keyguard import KEY_SETTING
 
 MAX_ID_LENGTH = 256
 _UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f/\\\ud800-\udfff]|^\.\.?$")
@@ -154,7 +155,7 @@ def session_key_header(request: web.Request, api_key: str) -> str | None:
             403,
             None,
             "X-Hermes-Session-Key requires API key authentication. "
-            "Configure API_SERVER_KEY to enable this feature.",
+            f"Configure {KEY_SETTING} to enable this feature.",
         )
     if any(char in value for char in "\r\n\x00") or not header_text(value):
         raise ApiError(400, "invalid_session_key", "Invalid session key")

@@ -38,6 +38,7 @@ from hermes_queue.api.turns.runtime_selection import select_for_body
 from hermes_queue.api.turns.starter import NewTurn, RunSession, StoredSession, turn_headers
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.events import EventType
+from hermes_queue.keyguard import KEY_SETTING
 from hermes_queue.replies import controlled_reply, is_controlled_reply, truncated
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import FailReason
@@ -113,7 +114,7 @@ def _session_header(request: web.Request, api_key: str) -> str | None:
             403,
             None,
             "Session continuation requires API key authentication. "
-            "Configure API_SERVER_KEY to enable this feature.",
+            f"Configure {KEY_SETTING} to enable this feature.",
         )
     return session_id_value(raw, param=SESSION_HEADER)
 

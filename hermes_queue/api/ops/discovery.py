@@ -26,6 +26,7 @@ from hermes_queue.api.state import STATE
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.keyguard import OPEN_WARNING
 from hermes_queue.queue_state import live_workers
+from hermes_queue.store import store_location
 from hermes_queue.store.migrations import LATEST_VERSION
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,7 @@ async def _guarded(name: str, check: Check, *fields: str) -> dict[str, Any]:
 async def health_detailed(request: web.Request) -> web.Response:
     state = request.app[STATE]
     settings, redis, keys = state.settings, state.redis, state.keys
+    location = store_location(settings.store.url, settings.store.schema)
 
     async def check_redis() -> dict[str, Any]:
         started = time.perf_counter()
@@ -290,7 +292,9 @@ async def health_detailed(request: web.Request) -> web.Response:
         version = await store.schema_version()
         # A reachable but unmigrated database still fails every session request.
         status = "ok" if version >= LATEST_VERSION else "error"
-        return {"status": status, "schema_version": version}
+        # Where it is and what it holds: an empty store behind a mistyped path shows here.
+        counts = await store.row_counts() if version else {"sessions": 0, "messages": 0}
+        return {"status": status, "schema_version": version, "location": location, **counts}
 
     async def check_workers() -> dict[str, Any]:
         workers = await live_workers(redis, keys, settings.runs.lease_seconds)
@@ -304,10 +308,11 @@ async def health_detailed(request: web.Request) -> web.Response:
 
     redis_check, store_check, workers_check, queue_check = await asyncio.gather(
         _guarded("redis", check_redis, "latency_ms"),
-        _guarded("session_store", check_store, "schema_version"),
+        _guarded("session_store", check_store, "schema_version", "sessions", "messages"),
         _guarded("workers", check_workers, "count", "slots", "busy"),
         _guarded("queue", check_queue, "ready"),
     )
+    store_check.setdefault("location", location)  # known even when the store is not
     checks = {"redis": redis_check, "session_store": store_check, "workers": workers_check}
     status = "ok" if all(c["status"] == "ok" for c in checks.values()) else "degraded"
     return web.json_response(

@@ -22,6 +22,7 @@ from hermes_queue.api.http.fields import RequestModel, as_is, checked
 from hermes_queue.api.http.sse import open_stream
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.metrics import CONTENT_TYPE
+from hermes_queue.queue_lists import RECENT_FAILURES
 from hermes_queue.queue_state import MAX_PAGE, QueueSnapshot, snapshot
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,9 @@ log = logging.getLogger(__name__)
 DEFAULT_PAGE = 50
 
 
-def _snapshot(state: ApiState, limit: int = 0, offset: int = 0) -> Awaitable[QueueSnapshot]:
+def _snapshot(
+    state: ApiState, limit: int = 0, offset: int = 0, failures: int = 0
+) -> Awaitable[QueueSnapshot]:
     """The queue snapshot as this deployment counts workers (live within a lease, each with
     ``worker_concurrency`` slots when none is live)."""
     settings = state.settings
@@ -40,6 +43,7 @@ def _snapshot(state: ApiState, limit: int = 0, offset: int = 0) -> Awaitable[Que
         default_slots=settings.worker.concurrency,
         limit=limit,
         offset=offset,
+        failures=failures,
     )
 
 
@@ -91,10 +95,11 @@ def _page(request: web.Request) -> tuple[int, int]:
 
 
 async def queue(request: web.Request) -> web.Response:
-    """``hermes.queue``: depth by state, workers, throughput and a page of in-flight runs."""
+    """``hermes.queue``: depth by state, workers, throughput, a page of in-flight runs and of
+    ready ones, and the recent failures."""
     limit, offset = _page(request)
     state = request.app[STATE]
-    queued = await _snapshot(state, limit, offset)
+    queued = await _snapshot(state, limit, offset, RECENT_FAILURES)
     return web.json_response(queued.to_json())
 
 
@@ -112,7 +117,7 @@ async def queue_stream(request: web.Request) -> web.StreamResponse:
     response = await open_stream(request)
     while True:
         try:
-            queued = await _snapshot(state, limit, offset)
+            queued = await _snapshot(state, limit, offset, RECENT_FAILURES)
             data = json.dumps(queued.to_json(), separators=(",", ":"))
             frame = f"event: queue\ndata: {data}\n\n"
         except RedisError as exc:  # keep the stream: the next tick may read again

@@ -6,7 +6,8 @@
  * Authorization header, so the SSE endpoints are read with fetch() + a ReadableStream and parsed
  * by SseParser below.
  *
- *   queue view  <- GET /v1/queue/stream  (`event: queue` snapshots, ~1 per second)
+ *   queue view  <- GET /v1/queue/stream  (`event: queue` snapshots, ~1 per second: depth,
+ *                  workers, the ready and in-flight runs, the recent failures)
  *               <- GET /api/jobs?include_disabled=true (once the stream is live: every 5 s, and
  *                  whenever a run leaves the in-flight list)
  *   run view    <- GET /v1/runs/{id}/events (#run/<id>; resumes with Last-Event-ID on a drop)
@@ -16,8 +17,7 @@
 const KEY_STORAGE = 'hermes-queue.api-key';
 const HISTORY_MS = 5 * 60 * 1000; // the depth chart's window
 const STATES = ['ready', 'running', 'deferred', 'blocked'];
-const IN_FLIGHT_PAGE = 100; // in-flight runs listed (the stream's ?limit=)
-const MAX_FAILURES = 20;
+const IN_FLIGHT_PAGE = 100; // ready and in-flight runs listed (the stream's ?limit=)
 const JOBS_REFRESH_MS = 5000;
 const TERMINAL = new Set(['run.completed', 'run.failed', 'run.cancelled']);
 const RETRY_MIN_MS = 500;
@@ -199,7 +199,8 @@ function runLink(runId) {
   return a;
 }
 
-/** A table row; cells are strings (set as text, never as HTML) or DOM nodes. */
+/** A table row; cells are strings (set as text, never as HTML) or DOM nodes; a run link's
+ * cell never breaks the id across lines (it is copied whole). */
 function row(cells, attributes = {}) {
   const tr = document.createElement('tr');
   for (const [name, value] of Object.entries(attributes)) tr.dataset[name] = value;
@@ -207,6 +208,7 @@ function row(cells, attributes = {}) {
     const td = document.createElement('td');
     if (cell instanceof Node) td.append(cell);
     else td.textContent = String(cell);
+    if (cell instanceof HTMLAnchorElement) td.classList.add('id');
     tr.append(td);
   }
   return tr;
@@ -308,7 +310,6 @@ const queue = {
   controller: null, // aborts the queue stream and its status look-ups
   history: [], // [{t: ms, depth}]
   inFlight: new Set(), // run ids on the last snapshot's page
-  failures: [], // [{run_id, at, error, reason}], newest first
 };
 
 function startQueue() {
@@ -341,12 +342,28 @@ function onSnapshot(snap) {
 
   const w = snap.workers;
   $('workers-summary').textContent = `${w.count} live · ${w.slots} slots · ${w.busy} busy · ${w.free_slots} free · ${w.desired} desired`;
+  const short = w.count < w.desired;
+  $('workers-banner').hidden = !short;
+  if (short) {
+    $('workers-banner').textContent = `Fewer live workers than desired: ${w.count} live, ${w.desired} desired. Scale the workers up, or find out why they are not starting.`;
+  }
   syncRows(
     $('workers-body'),
     w.data,
     (worker) => worker.id,
     (worker) => [worker.id, worker.slots, worker.busy, `${duration(worker.seen_seconds_ago)} ago`],
     'no live worker',
+  );
+
+  const waiting = snap.queued;
+  const listed = waiting.data.length < waiting.total ? ` (first ${waiting.data.length})` : '';
+  $('queued-count').textContent = `${waiting.total}${listed}`;
+  syncRows(
+    $('queued-body'),
+    waiting.data,
+    (run) => run.run_id,
+    (run) => [run.position, runLink(run.run_id), run.session_id, run.attempt, duration(run.age_seconds)],
+    'nothing waiting',
   );
 
   const flight = snap.in_flight;
@@ -361,46 +378,27 @@ function onSnapshot(snap) {
   );
   if (noticeFinished(flight.data.map((run) => run.run_id))) refreshJobs();
 
+  // The failures the count covers, listed (the snapshot carries the latest ones).
   const t = snap.throughput;
-  $('failures-summary').textContent = `${t.failed} failed, ${t.completed} completed in the last ${duration(t.window_seconds)}`;
-}
-
-/**
- * The snapshot counts failures but does not list them, so the page looks up each run that left
- * the in-flight list and keeps those that failed, with their error and reason. (A run that
- * failed between two snapshots without ever being seen in flight is counted, not listed.)
- */
-function noticeFinished(ids) {
-  const current = new Set(ids);
-  let left = false;
-  for (const runId of queue.inFlight) {
-    if (!current.has(runId)) {
-      left = true;
-      checkFailed(runId);
-    }
-  }
-  queue.inFlight = current;
-  return left; // true when some run ended (maybe a job's: its table is refreshed)
-}
-
-async function checkFailed(runId) {
-  let run;
-  try {
-    run = await getJson(`/v1/runs/${encodeURIComponent(runId)}`, queue.controller.signal);
-  } catch (err) {
-    if (err instanceof AuthError) askForKey(err.message);
-    return; // gone (expired) or a transient error: nothing to list
-  }
-  if (run.status !== 'failed' || queue.failures.some((f) => f.run_id === runId)) return;
-  queue.failures.unshift({ run_id: runId, at: run.updated_at, error: run.error, reason: run.reason || '' });
-  queue.failures.length = Math.min(queue.failures.length, MAX_FAILURES);
+  const failed = snap.recent_failures;
+  const latest = failed.data.length < failed.total ? ` (latest ${failed.data.length} listed)` : '';
+  $('failures-summary').textContent = `${t.failed} failed, ${t.completed} completed in the last ${duration(t.window_seconds)}${latest}`;
   syncRows(
     $('failures-body'),
-    queue.failures,
+    failed.data,
     (f) => f.run_id,
-    (f) => [runLink(f.run_id), clock(f.at), f.error, f.reason],
-    'none seen',
+    (f) => [runLink(f.run_id), clock(f.failed_at), f.error, f.reason],
+    'none',
   );
+}
+
+/** Whether a run left the in-flight list since the last snapshot (maybe a job's run ended:
+ * the jobs table is then refreshed). */
+function noticeFinished(ids) {
+  const current = new Set(ids);
+  const left = [...queue.inFlight].some((runId) => !current.has(runId));
+  queue.inFlight = current;
+  return left;
 }
 
 /* ---------------------------------------------------------------- scheduled jobs */

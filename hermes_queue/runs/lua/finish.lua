@@ -1,6 +1,6 @@
 -- Fenced terminal transition with the terminal event, after the events that precede it in the
 -- same step (the reply's assistant.completed), so a reader never sees one without the other.
--- KEYS: record, events, leases, stats
+-- KEYS: record, events, leases, stats, failures
 -- ARGV: run_id, attempt, status, event_type, ts, data, retention_s, maxlen, count,
 --       type1, data1, ... (count leading events), field, value, ...
 local state = finish_state(KEYS[1])
@@ -13,6 +13,6 @@ events[#events + 1] = ARGV[4]
 events[#events + 1] = ARGV[6]
 local fields = {}
 for i = first_field, #ARGV do fields[#fields + 1] = ARGV[i] end
-finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[2], ARGV[5], ARGV[7], ARGV[8],
-  events, fields, state)
+finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[3], ARGV[2], ARGV[5], ARGV[7],
+  ARGV[8], events, fields, state)
 return 1

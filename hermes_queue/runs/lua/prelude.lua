@@ -106,12 +106,20 @@ local function settle_session(record, state)
   end
 end
 
+-- The failures the stats count, listed (keys.py: failures): the last 100 per shard, an hour.
+local function note_failure(failures, run_id)
+  redis.call('ZADD', failures, now_ms(), run_id)
+  redis.call('ZREMRANGEBYRANK', failures, 0, -101)
+  redis.call('EXPIRE', failures, 3900)
+end
+
 -- Move a run to a terminal status after its last events (``events``: type, data, ...; the
 -- terminal one last), write ``fields`` (name, value, ...) with the status, and start its
 -- retention clock. A terminal transition is part of every run, so it costs one read of the
 -- record (``state``: finish_state's, read here when the caller has none) and one write.
-local function finish(record, stream, leases, stats, run_id, status, attempt, ts, retention,
-    maxlen, events, fields, state)
+-- ``failures``: the shard's list of recent failures (nil where a run cannot fail: stop).
+local function finish(record, stream, leases, stats, failures, run_id, status, attempt, ts,
+    retention, maxlen, events, fields, state)
   state = state or finish_state(record)
   local seq = state.seq
   for i = 1, #events, 2 do
@@ -129,6 +137,7 @@ local function finish(record, stream, leases, stats, run_id, status, attempt, ts
   redis.call('EXPIRE', record, retention)
   redis.call('EXPIRE', stream, retention)
   count(stats, status)
+  if status == 'failed' and failures then note_failure(failures, run_id) end
   settle_session(record, state)
 end
 

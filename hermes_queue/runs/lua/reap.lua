@@ -1,7 +1,7 @@
 -- Act on a run whose lease expired: its worker died or froze. A run being stopped ends
 -- cancelled; one out of attempts fails with reason worker_lost; otherwise it goes back to the
 -- queue and the next claim announces run.restarted.
--- KEYS: record, events, leases, queue, stats
+-- KEYS: record, events, leases, queue, stats, failures
 -- ARGV: run_id, max_attempts, ts, retention_s, maxlen, wake_channel, failed_data,
 --       cancelled_data, error_text, reason (worker_lost)
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -15,13 +15,13 @@ end
 local attempt = redis.call('HGET', KEYS[1], 'attempt') or '0'
 local lost = redis.call('HINCRBY', KEYS[1], 'lost', 1)
 if status == 'stopping' then
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'cancelled', attempt, ARGV[3], ARGV[4],
-    ARGV[5], {'run.cancelled', ARGV[8]}, {})
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], ARGV[1], 'cancelled', attempt, ARGV[3],
+    ARGV[4], ARGV[5], {'run.cancelled', ARGV[8]}, {})
   return 'cancelled'
 end
 if lost >= tonumber(ARGV[2]) then
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'failed', attempt, ARGV[3], ARGV[4],
-    ARGV[5], {'run.failed', ARGV[7]}, {'error', ARGV[9], 'reason', ARGV[10]})
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], ARGV[1], 'failed', attempt, ARGV[3],
+    ARGV[4], ARGV[5], {'run.failed', ARGV[7]}, {'error', ARGV[9], 'reason', ARGV[10]})
   return 'failed'
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[3])

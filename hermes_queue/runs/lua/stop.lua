@@ -9,8 +9,8 @@ if TERMINAL[status] then return {'terminal', status} end
 redis.call('HSET', KEYS[1], 'stop_requested', '1')
 if status == 'queued' then
   local attempt = redis.call('HGET', KEYS[1], 'attempt') or '0'
-  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], ARGV[1], 'cancelled', attempt, ARGV[2], ARGV[3],
-    ARGV[4], {'run.cancelled', '{}'}, {})
+  finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], nil, ARGV[1], 'cancelled', attempt, ARGV[2],
+    ARGV[3], ARGV[4], {'run.cancelled', '{}'}, {})
   redis.call('ZREM', KEYS[4], ARGV[1])
   return {'cancelled', 'cancelled'}
 end
