@@ -46,6 +46,8 @@ class Receiver:
     answers: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     arrivals: asyncio.Queue[Received] = field(default_factory=asyncio.Queue)
     held: asyncio.Event = field(default_factory=asyncio.Event)
+    # Seconds each answer waits (a slow receiver: attempts are in flight longer).
+    delay: float = 0.0
     _gate: asyncio.Event | None = None
 
     def hold(self) -> None:
@@ -92,6 +94,8 @@ class Receiver:
         if gate is not None:
             self.held.set()
             await gate.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)
         status, extra = self.answers.pop(0) if self.answers else (200, {})
         return web.Response(status=status, headers=extra)
 
