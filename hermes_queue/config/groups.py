@@ -336,7 +336,8 @@ class WebhookSettings(_Group):
     )
     retry_schedule: tuple[str, ...] = _named("webhook_retry_schedule", DEFAULT_SCHEDULE)
     timeout_seconds: float = _named("webhook_timeout_seconds", 15.0)
-    # How often each worker looks for due deliveries (every shard: one script call each).
+    # How often each worker looks for due deliveries (every shard: one script call each); 0:
+    # this worker sends none (they wait in Redis for a worker that does).
     poll_seconds: float = _named("webhook_poll_seconds", 1.0)
     # Deliveries one worker sends at once.
     concurrency: int = _named("webhook_concurrency", 16)
@@ -362,8 +363,9 @@ class WebhookSettings(_Group):
             self.retry_delays  # noqa: B018 - parsed to check
         except WebhookConfigError as exc:
             raise ConfigError(str(exc)) from None
-        if self.timeout_seconds <= 0 or self.poll_seconds <= 0:
-            raise ConfigError("webhook_timeout_seconds and webhook_poll_seconds must be positive")
+        if self.timeout_seconds <= 0:
+            raise ConfigError("webhook_timeout_seconds must be positive")
+        _not_negative(self.poll_seconds, "webhook_poll_seconds")
         _at_least(self.concurrency, 1, "webhook_concurrency")
         _at_least(self.dead_letter_seconds, 1, "webhook_dead_letter_seconds")
 

@@ -213,16 +213,6 @@ class WorkerProcess:
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
             asyncio.create_task(reap_forever(repository, settings.runs.reaper_interval_seconds)),
             asyncio.create_task(publish_forever(redis, keys, backend)),
-            asyncio.create_task(
-                WebhookSender(
-                    redis,
-                    keys,
-                    settings.webhooks,
-                    retention_seconds=settings.runs.retention_seconds,
-                    observer=metrics,
-                    trace=self.tracing,
-                ).run_forever()
-            ),
             *start_scheduler(
                 settings.schedules,
                 runtime.store,
@@ -231,6 +221,16 @@ class WorkerProcess:
                 metrics,
             ),
         ]
+        if settings.webhooks.poll_seconds > 0:  # 0: this worker sends no webhooks
+            sender = WebhookSender(
+                redis,
+                keys,
+                settings.webhooks,
+                retention_seconds=settings.runs.retention_seconds,
+                observer=metrics,
+                trace=self.tracing,
+            )
+            self._background.append(asyncio.create_task(sender.run_forever()))
         log.info(
             "worker %s ready (%d slots, backend %s)",
             self.worker_id,

@@ -95,7 +95,7 @@ async def get_run(request: web.Request) -> web.Response:
     state = request.app[STATE]
     record = await _load(request, state.runs)
     body = record.to_status()
-    if record.webhook:
+    if record.webhook:  # ours (not upstream's): the delivery of its end to its webhook
         body["webhook"] = await _webhook_state(state.webhooks, record)
     return web.json_response(body)
 
