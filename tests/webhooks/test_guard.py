@@ -166,3 +166,31 @@ async def test_a_loopback_address_off_the_allow_list_is_never_connected() -> Non
         await server.wait_closed()
     assert result.kind == "refused" and "127.0.0.2 (loopback)" in (result.error or "")
     assert wire.connected == [] and len(accepted) == 1
+
+
+async def test_a_redirect_is_not_followed() -> None:
+    """A 3xx is the attempt's answer (a failure, retried), never a second request elsewhere."""
+    from aiohttp import web
+
+    hits: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        hits.append(request.path)
+        if request.path == "/hook":
+            raise web.HTTPFound("/elsewhere")
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        connector = GuardedConnector(AllowList(["127.0.0.1"]), socket_factory=Tripwire())
+        result = await _post(connector, f"http://127.0.0.1:{port}/hook")
+    finally:
+        await runner.cleanup()
+    assert (result.kind, result.status) == ("3xx", 302)
+    assert hits == ["/hook"]

@@ -24,6 +24,7 @@ from hermes_queue.webhooks.messages import run_delivery_id
 from hermes_queue.webhooks.outbox import Outbox
 
 MAX_RUN_ID_LENGTH = 128
+REFUSED_FOR_CLIENTS = "target refused: its address is not public (and not allow-listed)"
 # What GET /v1/runs/{id} shows of the delivery to the run's own webhook.
 RUN_WEBHOOK_FIELDS = (
     "id",
@@ -111,6 +112,11 @@ async def _webhook_state(outbox: Outbox, record: RunRecord) -> dict[str, Any]:
             "attempt_count": 0,
         }
     shown = delivery.to_json()
+    if delivery.attempts and delivery.attempts[-1].outcome == "refused":
+        # Which address a name resolved to stays with the operator (GET
+        # /v1/webhooks/deliveries): told to whoever started the run, it would map internal
+        # names to addresses.
+        shown["last_error"] = REFUSED_FOR_CLIENTS
     return {name: shown[name] for name in RUN_WEBHOOK_FIELDS}
 
 
