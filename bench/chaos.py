@@ -32,6 +32,13 @@ recovery time: fault → the first event of a run created after
 the fault (one that completed; p50/max over rounds). For ``redis`` it also notes when the replica
 was promoted and when the killed node was back as a replica.
 
+Every run carries a ``webhook``: a receiver on the client host (``tests/support/
+webhook_receiver.py``, answering after 0.3 s, so deliveries are in flight when a fault hits)
+verifies each delivery with ``standardwebhooks``. The webhook column: deliveries expected (the
+accepted runs whose record ended), received (distinct verified ``webhook-id``s of those runs,
+waited for until the outbox drains), missing (expected, never received: target 0) and
+duplicates (a ``webhook-id`` received more than once: at least once allows it).
+
     sudo python -m bench.chaos [--rounds 2] [--min-replicas 1] [--faults worker,api,partition,drain]
 """
 
@@ -39,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import tempfile
 import time
@@ -53,6 +61,8 @@ from hermes_queue.config import Settings
 from tests.support.hosts import Spread, spread
 from tests.support.load import Load, RunTrace, record_problems
 from tests.support.netns import Host
+from tests.support.polling import NeverHeld, eventually
+from tests.support.webhook_receiver import Receiver, new_secret, receiving
 
 FAULTS = ("worker", "api", "redis", "partition", "drain")
 # A multi-step echo turn: ~2.5 s of deltas around three tool calls of 0.3 s each.
@@ -60,7 +70,10 @@ TURN = (
     "chaos " + " ".join(f"w{i}" for i in range(16)) + " [tool:alpha] [tool:beta] [tool:gamma]"
     " [slowtool:0.3] [slow:0.05]"
 )
+NETWORK = "10.231.0.0/24"  # tests/support/netns.py Network's subnet: the bench's hosts
 SETTLE_S = 4.0  # load keeps running this long after a fault has been repaired
+RECEIVER_DELAY_S = 0.3  # the receiver answers after this long: deliveries are in flight
+WEBHOOK_WAIT_S = 90.0  # how long missing deliveries are waited for, after the records ended
 
 
 async def busiest_worker(d: Spread, load: Load) -> Host:
@@ -147,8 +160,18 @@ INJECT = {
 }
 
 
-async def one_fault(d: Spread, fault: str, clients: int, interval: float) -> dict[str, Any]:
-    load = Load(d.http, d.urls, text=TURN, clients=clients, interval=interval, max_runs=400)
+async def one_fault(
+    d: Spread, fault: str, clients: int, interval: float, receiver: Receiver
+) -> dict[str, Any]:
+    load = Load(
+        d.http,
+        d.urls,
+        text=TURN,
+        clients=clients,
+        interval=interval,
+        max_runs=400,
+        fields={"webhook": receiver.url},
+    )
     load.start()
     try:
         await load.wait_for_completed(2 * clients, within=60)
@@ -164,7 +187,37 @@ async def one_fault(d: Spread, fault: str, clients: int, interval: float) -> dic
         await load.cancel()
     await load.settle_records(within=d.cluster.settings.runs.lease_seconds * 4 + 20)
     repeats = repeated(d.cluster.settings.agents.echo_tool_log, {t.run_id for t in load.accepted})
-    return {**summarise(load, fault_at, repaired_at), **repeats, **notes}
+    hooks = await webhooks(load, receiver)
+    return {**summarise(load, fault_at, repaired_at), **repeats, **hooks, **notes}
+
+
+async def webhooks(load: Load, receiver: Receiver) -> dict[str, int]:
+    """Deliveries expected (runs whose record ended), received (their verified webhook-ids,
+    waited for), missing, and webhook-ids received more than once."""
+    ended = {
+        t.run_id
+        for t in load.accepted
+        if t.record.get("status") in ("completed", "failed", "cancelled")
+    }
+
+    def got() -> dict[str, Counter[str]]:
+        seen: dict[str, Counter[str]] = {}
+        for r in receiver.received:
+            run_id = str(r.body.get("run_id"))
+            if r.verified and run_id in ended:
+                seen.setdefault(run_id, Counter())[r.webhook_id] += 1
+        return seen
+
+    with contextlib.suppress(NeverHeld):
+        await eventually(got, lambda seen: len(seen) >= len(ended), within=WEBHOOK_WAIT_S)
+    seen = got()
+    return {
+        "webhooks_expected": len(ended),
+        "webhooks_received": len(seen),
+        "webhooks_missing": len(ended - set(seen)),
+        "webhooks_duplicates": sum(n - 1 for ids in seen.values() for n in ids.values()),
+        "webhook_ids_per_run_max": max((len(ids) for ids in seen.values()), default=0),
+    }
 
 
 def repeated(tool_log: str, runs: set[str]) -> dict[str, int]:
@@ -246,6 +299,12 @@ def table(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
                 f"{report.percentile(recovery, 50):.1f}/{max(recovery, default=0):.1f}",
                 ", ".join(f"{k}: {v}" for k, v in sorted(refused.items())) or "-",
                 _milestones(rounds),
+                "{}/{}/{} ({} dup)".format(
+                    sum(r["webhooks_expected"] for r in rounds),
+                    sum(r["webhooks_received"] for r in rounds),
+                    sum(r["webhooks_missing"] for r in rounds),
+                    sum(r["webhooks_duplicates"] for r in rounds),
+                ),
             ]
         )
     return rows
@@ -260,6 +319,7 @@ def _milestones(rounds: list[dict[str, Any]]) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
+    secret = new_secret()
     settings = Settings.of(
         namespace=f"chaos-{uuid.uuid4().hex[:8]}",
         api_key=deploy.API_KEY,
@@ -273,15 +333,24 @@ async def main(args: argparse.Namespace) -> None:
         store_url="sqlite:///:memory:",  # runs only; no session store traffic
         # The workers' shared tool log (the hosts share the filesystem, not the network).
         echo_tool_log=tempfile.mkstemp(prefix="chaos-tools-", suffix=".jsonl")[1],
+        # Every run's webhook goes to the receiver on the client host, on the bench's own
+        # network (tests/support/netns.py: 10.231.0.0/24), allow-listed as a private network.
+        webhook_secret=(secret,),
+        webhook_allowed_hosts=(NETWORK,),
+        webhook_timeout_seconds=5.0,
+        webhook_retry_schedule=("1s", "2s", "5s", "10s", "20s"),
+        webhook_poll_seconds=0.25,
     ).validate()
     faults = [f for f in args.faults.split(",") if f]
     results: dict[str, list[dict[str, Any]]] = {fault: [] for fault in faults}
     async with spread(settings, sentinel=True, replicas=args.replicas) as d:
-        for round_no in range(args.rounds):
-            for fault in faults:
-                outcome = await one_fault(d, fault, args.clients, args.interval)
-                results[fault].append(outcome)
-                print(f"round {round_no + 1} {fault}: {outcome}", flush=True)
+        async with receiving([secret], host=d.client.address) as receiver:
+            receiver.delay = RECEIVER_DELAY_S
+            for round_no in range(args.rounds):
+                for fault in faults:
+                    outcome = await one_fault(d, fault, args.clients, args.interval, receiver)
+                    results[fault].append(outcome)
+                    print(f"round {round_no + 1} {fault}: {outcome}", flush=True)
     header = [
         "fault",
         "rounds",
@@ -298,6 +367,7 @@ async def main(args: argparse.Namespace) -> None:
         "recovery s p50/max",
         "refused",
         "promoted/replica back s, drain s",
+        "webhooks expected/received/missing",
     ]
     report.print_table(
         f"chaos: lease {args.lease} s, {args.replicas} replica(s), "

@@ -174,6 +174,44 @@ class Keys:
     def failures_of(self, run_id: str) -> str:
         return self.failures_at(self.shard_of(run_id))
 
+    # -- webhook deliveries (per shard, beside the runs they are about) -------------------------
+    def webhook_outbox_at(self, shard: int) -> str:
+        """Sorted set: what the shard's webhook senders have to do -> when (ms, Redis clock).
+        Members are deliveries (their ids, ``msg_…``) and, until a sender turns them into
+        deliveries, the run events that want some (``e:<run_id>``, the terminal transition,
+        queued by the script that ends the run; ``a:<run_id>:<request_id>``, an approval
+        request). A sender that takes one pushes its score forward by its claim, so one killed
+        mid-attempt leaves it due again for another (``webhooks/outbox.py``)."""
+        return f"{self._base(shard)}:webhook:outbox"
+
+    def webhook_delivery_prefix_at(self, shard: int) -> str:
+        """What a delivery's hash key is named after, followed by its id (the outbox's scripts
+        name a claimed delivery's hash from it)."""
+        return f"{self._base(shard)}:webhook:delivery:"
+
+    def webhook_delivery_at(self, shard: int, delivery_id: str) -> str:
+        """Hash: one delivery (its target, body, state, attempts; ``webhooks/outbox.py``)."""
+        return self.webhook_delivery_prefix_at(shard) + delivery_id
+
+    def webhook_recent_at(self, shard: int) -> str:
+        """Sorted set: the shard's newest delivery ids -> created (ms); the ops listing."""
+        return f"{self._base(shard)}:webhook:recent"
+
+    def webhook_pending_at(self, shard: int) -> str:
+        """Sorted set: deliveries neither delivered nor dead -> created (ms): their count and
+        the oldest's age, O(1) for metrics."""
+        return f"{self._base(shard)}:webhook:pending"
+
+    def webhook_dead_at(self, shard: int) -> str:
+        """Sorted set: dead letters (schedule exhausted, 410 Gone, target refused) -> when
+        (ms); kept ``webhook_dead_letter_seconds``, listed and redeliverable."""
+        return f"{self._base(shard)}:webhook:dead"
+
+    def webhook_outbox_of(self, run_id: str) -> str:
+        """The outbox of a run's shard: what its record names (``webhook_outbox``) when the
+        run wants deliveries, so the script that ends it queues them in the same step."""
+        return self.webhook_outbox_at(self.shard_of(run_id))
+
     # Without a cluster, the one shard's keys by their historic names (tests, tools).
     @property
     def queue(self) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -53,6 +53,8 @@ JOB_TRIGGERS = ("schedule", "manual")
 QUEUE_STATES = ("ready", "deferred", "running", "blocked")
 # The API dialects, as a drain cut counts them (api/drain.py).
 DIALECTS = ("hermes", "openai")
+WEBHOOK_RESULTS = ("2xx", "3xx", "4xx", "5xx", "timeout", "error", "refused")
+WEBHOOK_OUTCOMES = ("delivered", "gone", "dead")
 # Waits: from instant (an idle worker woken by pub/sub) to minutes (a backlog).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 # Agent turns: a second to an hour (job_timeout_seconds).
@@ -175,6 +177,50 @@ class QueueCollector(Collector):
             yield GaugeMetricFamily(name, text, value=len(snap.workers) if value is None else value)
 
 
+class WebhookCollector(Collector):
+    """Webhook delivery gauges read from Redis at scrape time (``update`` before each render;
+    ``webhooks/outbox.py`` ``Outbox.stats``), absent when that read failed."""
+
+    def __init__(self) -> None:
+        self.stats: OutboxFigures | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats
+        if stats is None:
+            return
+        for name, text, value in (
+            (
+                "hermes_queue_webhook_pending",
+                "Webhook deliveries neither delivered nor dead (waiting for an attempt or "
+                "their next retry).",
+                stats.pending,
+            ),
+            (
+                "hermes_queue_webhook_oldest_pending_age_seconds",
+                "Age of the oldest pending webhook delivery (0 when none is pending).",
+                stats.oldest_pending_age_seconds,
+            ),
+            (
+                "hermes_queue_webhook_dead_letters",
+                "Webhook deliveries kept as dead letters (schedule spent, 410 Gone or target "
+                "refused), listed by GET /v1/webhooks/deliveries?state=dead.",
+                stats.dead_letters,
+            ),
+        ):
+            yield GaugeMetricFamily(name, text, value=value)
+
+
+class OutboxFigures(Protocol):
+    @property
+    def pending(self) -> int: ...
+
+    @property
+    def oldest_pending_age_seconds(self) -> float: ...
+
+    @property
+    def dead_letters(self) -> int: ...
+
+
 class ApiMetrics(_ProcessMetrics):
     """The API process: cluster queue figures, its SSE clients, its backpressure refusals."""
 
@@ -182,6 +228,8 @@ class ApiMetrics(_ProcessMetrics):
         super().__init__()
         self.queue = QueueCollector()
         self.registry.register(self.queue)
+        self.webhooks = WebhookCollector()
+        self.registry.register(self.webhooks)
         self.sse_clients = Gauge(
             "hermes_queue_sse_clients",
             "Event subscriptions open on this API process (SSE clients and waiting chat calls).",
@@ -249,6 +297,24 @@ class WorkerMetrics(_ProcessMetrics):
             "Turns this worker process is running.",
             registry=self.registry,
         )
+        self.webhook_attempts_total = Counter(
+            "hermes_queue_webhook_attempts",
+            "Webhook delivery attempts this worker made, by result: the answer's class (2xx, "
+            "3xx, 4xx, 5xx), timeout, error (no answer) or refused (target not allowed).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.webhook_deliveries_total = Counter(
+            "hermes_queue_webhook_deliveries",
+            "Webhook deliveries this worker settled, by outcome: delivered, gone (410: not "
+            "retried) or dead (schedule spent or target refused: a dead letter).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for result in WEBHOOK_RESULTS:
+            self.webhook_attempts_total.labels(result=result)
+        for outcome in WEBHOOK_OUTCOMES:
+            self.webhook_deliveries_total.labels(outcome=outcome)
         self._server: Any = None
 
     def picked_up(self, created_at: float) -> None:
@@ -267,6 +333,18 @@ class WorkerMetrics(_ProcessMetrics):
         self.safely(
             "run_duration",
             lambda: self.run_duration_seconds.labels(outcome=outcome).observe(max(0.0, seconds)),
+        )
+
+    def webhook_attempt(self, kind: str) -> None:
+        """``webhooks.sender.DeliveryObserver``: one attempt and its result."""
+        self.safely(
+            "webhook_attempts", lambda: self.webhook_attempts_total.labels(result=kind).inc()
+        )
+
+    def webhook_settled(self, outcome: str) -> None:
+        self.safely(
+            "webhook_deliveries",
+            lambda: self.webhook_deliveries_total.labels(outcome=outcome).inc(),
         )
 
     def serve(self, host: str, port: int, span: int = 1) -> int | None:

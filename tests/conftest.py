@@ -90,6 +90,9 @@ def settings(redis_url: str, namespace: str, tmp_path: object) -> Settings:
         drain_grace_seconds=0.2,
         metrics_port=0,
         store_url=f"sqlite:///{tmp_path}/store.db",
+        # No worker sends webhooks unless its test asks (tests/webhooks/ do, to loopback): a
+        # run a fuzzer started with a webhook to a public name must not reach the network.
+        webhook_poll_seconds=0,
     ).validate()
 
 

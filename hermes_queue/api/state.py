@@ -33,6 +33,7 @@ from hermes_queue.schedules.firing import Firing, job_timezone
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
+from hermes_queue.webhooks.outbox import Outbox
 
 if TYPE_CHECKING:
     from hermes_queue.tracing.spans import Tracing
@@ -92,6 +93,8 @@ class ApiState:
     # The process's shutdown: readiness, requests in flight, streams cut at the bound.
     drain: Drain
     background: BackgroundTasks
+    # Webhook deliveries as the operator's views read them (webhooks/outbox.py).
+    webhooks: Outbox
 
     @classmethod
     async def open(cls, settings: Settings, tracing: Tracing | None = None) -> ApiState:
@@ -107,7 +110,13 @@ class ApiState:
             raise
         metrics = ApiMetrics()
         # Runs this process ends (stop of a queued run, reaper) count in its runs_total.
-        runs = RunRepository(redis, keys, settings.runs, on_finished=metrics.count_outcome)
+        runs = RunRepository(
+            redis,
+            keys,
+            settings.runs,
+            on_finished=metrics.count_outcome,
+            subscribed=bool(settings.webhooks.subscriptions),
+        )
         routing = routing_config(settings.routing)
         api = settings.api
         backpressure = Backpressure(
@@ -156,6 +165,7 @@ class ApiState:
             firing=firing,
             drain=drain,
             background=BackgroundTasks(),
+            webhooks=Outbox(redis, keys),
         )
 
     async def aclose(self) -> None:

@@ -272,6 +272,36 @@ def runs_approve(run_id: str, choice: str, request_id: str, resolve_all: bool) -
     )
 
 
+@main.group()
+def webhooks() -> None:
+    """Webhook deliveries: the recent ones and dead letters, and redelivery (reads Redis)."""
+
+
+@webhooks.command("list")
+@click.option(
+    "--state",
+    type=click.Choice(["pending", "delivered", "dead", "gone"]),
+    default=None,
+    help="Only deliveries in this state (dead: the dead letters).",
+)
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the deliveries as JSON.")
+def webhooks_list(state: str | None, limit: int, as_json: bool) -> None:
+    """The newest deliveries with their attempts: id (its webhook-id), run, event, target."""
+    from hermes_queue.cli import webhooks as cli_webhooks
+
+    cli_webhooks.deliveries_list(_settings(), state=state, limit=limit, as_json=as_json)
+
+
+@webhooks.command("redeliver")
+@click.argument("delivery_id")
+def webhooks_redeliver(delivery_id: str) -> None:
+    """Send a delivery again now, on a fresh schedule, under the same webhook-id."""
+    from hermes_queue.cli import webhooks as cli_webhooks
+
+    cli_webhooks.redeliver(_settings(), delivery_id)
+
+
 @main.command()
 @click.option("--role", type=click.Choice(["api", "worker"]), default="api", show_default=True)
 def check(role: str) -> None:

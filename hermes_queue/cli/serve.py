@@ -121,6 +121,10 @@ async def serve_worker(settings: Settings, tracing: Tracing | None = None) -> No
         await worker.close()
 
 
+# What ``hermes-queue dev`` lets webhooks reach unless webhook_allowed_hosts says otherwise.
+DEV_WEBHOOK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
 async def serve_dev(
     settings: Settings, redis_url_given: bool, tracing: Tracing | None = None
 ) -> None:
@@ -129,6 +133,9 @@ async def serve_dev(
     process even when it is killed: ``EmbeddedRedis``)."""
     if not settings.api.api_key:
         settings = settings.replace(api_key="hq-" + secrets.token_urlsafe(24))
+    if not settings.webhooks.allowed_hosts:
+        # A webhook receiver on this machine is what one tries locally.
+        settings = settings.replace(webhook_allowed_hosts=DEV_WEBHOOK_HOSTS)
     check_bind_safety(settings.api)
     embedded = None if redis_url_given else EmbeddedRedis.start()
     try:

@@ -32,15 +32,25 @@ from hermes_queue.config.groups import (
     Settings,
     StoreSettings,
     StreamSettings,
+    WebhookSettings,
     WorkerSettings,
     bad_value,
+)
+from hermes_queue.config.webhook_config import (
+    WebhookConfigError,
+    parse_subscriptions,
+    subscriptions_json,
 )
 from hermes_queue.providers import ProviderConfigError, parse_providers, parse_routes, to_json
 
 CONFIG_FILE_VAR = "HERMES_QUEUE_CONFIG"
 # Variables under these prefixes belong to the test suite and tooling, not to the settings.
 _RESERVED_ENV_PREFIXES = ("HERMES_QUEUE_TEST_", "HERMES_QUEUE_BENCH_")
-_TABLE_PARSERS = {"providers": parse_providers, "model_routes": parse_routes}
+_TABLE_PARSERS = {
+    "providers": parse_providers,
+    "model_routes": parse_routes,
+    "webhook_subscriptions": parse_subscriptions,
+}
 
 
 def _cast(name: str, raw: Any, default: Any) -> Any:
@@ -48,7 +58,7 @@ def _cast(name: str, raw: Any, default: Any) -> Any:
     if name in _TABLE_PARSERS:
         try:
             return _TABLE_PARSERS[name](raw)
-        except ProviderConfigError as exc:
+        except (ProviderConfigError, WebhookConfigError) as exc:
             raise ConfigError(str(exc)) from None
     kind = type(default)
     if kind is tuple:  # a list: TOML array, or a comma-separated string from the environment
@@ -140,7 +150,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that reproduces ``settings`` in a child process (dev mode, tests)."""
     out: dict[str, str] = {}
     for name, value in settings.flat().items():
-        if name in _TABLE_PARSERS:
+        if name == "webhook_subscriptions":
+            text = subscriptions_json(value)
+        elif name in _TABLE_PARSERS:
             text = to_json(value)
         elif isinstance(value, tuple):
             text = ",".join(value)
@@ -166,6 +178,7 @@ __all__ = [
     "Settings",
     "StoreSettings",
     "StreamSettings",
+    "WebhookSettings",
     "WorkerSettings",
     "load_settings",
     "setting_sources",

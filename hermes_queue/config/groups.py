@@ -21,6 +21,13 @@ from hermes_queue.config.urls import (
     redis_url_problem,
     store_url_problem,
 )
+from hermes_queue.config.webhook_config import (
+    DEFAULT_SCHEDULE,
+    Subscription,
+    WebhookConfigError,
+    duration_seconds,
+    secret_key,
+)
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.logs import LOG_FORMATS, mask_url
@@ -354,6 +361,56 @@ class ProcessSettings(_Group):
             )
 
 
+@dataclass(frozen=True, repr=False)
+class WebhookSettings(_Group):
+    """Completion webhooks (``hermes_queue/webhooks/``, docs/deploy.md "Webhooks"): signed to
+    the Standard Webhooks spec with every secret of ``secret`` (``whsec_…``, comma-separated:
+    one signature each, for rotation), sent by the workers on ``retry_schedule`` (the waits
+    after the first attempt), each attempt cut after ``timeout_seconds``. A target whose
+    address is loopback, private, link-local, multicast or unspecified is refused at connect
+    time unless its host (a name, an address or a network) is in ``allowed_hosts``."""
+
+    secret: tuple[str, ...] = field(default=(), metadata={"name": "webhook_secret", "secret": True})
+    allowed_hosts: tuple[str, ...] = _named("webhook_allowed_hosts", ())
+    subscriptions: dict[str, Subscription] = field(
+        default_factory=dict, metadata={"name": "webhook_subscriptions"}
+    )
+    retry_schedule: tuple[str, ...] = _named("webhook_retry_schedule", DEFAULT_SCHEDULE)
+    timeout_seconds: float = _named("webhook_timeout_seconds", 15.0)
+    # How often each worker looks for due deliveries (every shard: one script call each); 0:
+    # this worker sends none (they wait in Redis for a worker that does).
+    poll_seconds: float = _named("webhook_poll_seconds", 1.0)
+    # Deliveries one worker sends at once.
+    concurrency: int = _named("webhook_concurrency", 16)
+    # How long a dead letter (schedule exhausted, 410 Gone, target refused) is kept, listed
+    # and redeliverable; a delivered one is kept retention_seconds.
+    dead_letter_seconds: int = _named("webhook_dead_letter_seconds", 7 * 86_400)
+
+    @property
+    def retry_delays(self) -> tuple[float, ...]:
+        """The waits before the second, third, … attempt, in seconds."""
+        return tuple(duration_seconds(step) for step in self.retry_schedule)
+
+    @property
+    def claim_seconds(self) -> float:
+        """How long a sender holds a delivery it took: one attempt's bound and a margin, so
+        a sender killed mid-attempt leaves it to another sender this long after."""
+        return self.timeout_seconds + 5.0
+
+    def validate(self) -> None:
+        try:
+            for secret in self.secret:
+                secret_key(secret)
+            self.retry_delays  # noqa: B018 - parsed to check
+        except WebhookConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.timeout_seconds <= 0:
+            raise ConfigError("webhook_timeout_seconds must be positive")
+        _not_negative(self.poll_seconds, "webhook_poll_seconds")
+        _at_least(self.concurrency, 1, "webhook_concurrency")
+        _at_least(self.dead_letter_seconds, 1, "webhook_dead_letter_seconds")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, by group; the groups' reprs mask secrets."""
@@ -369,6 +426,7 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     process: ProcessSettings = field(default_factory=ProcessSettings)
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
 
     @classmethod
     def of(cls, **flat: Any) -> Settings:

@@ -101,6 +101,9 @@ class NewRun:
     # Its client reads it as an OpenAI stream, which cannot take back text it was shown: a
     # worker lost mid-text then ends the run rather than resuming it (workers/resume.py).
     openai_stream: bool = False
+    # The run's own webhook (an absolute http(s) URL, checked at admission): its terminal
+    # status is delivered there (hermes_queue/webhooks/).
+    webhook: str = ""
 
     def fields(self) -> dict[str, str]:
         """The record's fields at creation, as the create scripts write them (``RunRecord``
@@ -122,6 +125,8 @@ class NewRun:
             fields["persist"] = self.persist.value
         if self.openai_stream:
             fields["openai_stream"] = "1"
+        if self.webhook:
+            fields["webhook"] = self.webhook
         return fields
 
 
@@ -159,6 +164,8 @@ class RunRecord:
     openai_stream: bool = False
     # Attempts that ended with their worker lost (reap.lua): why a later attempt exists.
     lost: int = 0
+    # The run's own webhook URL ("": none).
+    webhook: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -194,6 +201,7 @@ class RunRecord:
             step_event=_text(raw, "step_event"),
             openai_stream=_text(raw, "openai_stream") == "1",
             lost=int(_text(raw, "lost") or 0),
+            webhook=_text(raw, "webhook"),
         )
 
     def to_status(self) -> dict[str, Any]:

@@ -74,9 +74,13 @@ class RunRepository:
         settings: RunSettings,
         on_finished: Outcomes | None = None,
         finish_trace: FinishTrace | None = None,
+        subscribed: bool = False,
     ) -> None:
-        """``finish_trace``: a traced worker's tracing, which records each terminal write."""
+        """``finish_trace``: a traced worker's tracing, which records each terminal write.
+        ``subscribed``: the deployment has webhook subscriptions (``webhook_subscriptions``),
+        so every run it creates wants deliveries, not only those with a webhook of their own."""
         self.redis = redis
+        self._subscribed = subscribed
         self.settings = settings
         self.keys = keys
         # Where runs live (their shard); a session run outside its session's is refused.
@@ -118,6 +122,14 @@ class RunRepository:
         """A live record outlives the longest wait in the queue plus its retention."""
         return self.settings.retention_seconds + QUEUE_WAIT_SECONDS
 
+    def _fields(self, run: NewRun) -> dict[str, str]:
+        """The new record's fields; one that wants webhook deliveries names its shard's outbox,
+        where the script that ends it queues them (``prelude.lua`` ``finish``)."""
+        fields = run.fields()
+        if run.webhook or self._subscribed:
+            fields["webhook_outbox"] = self.keys.webhook_outbox_of(run.run_id)
+        return fields
+
     # -- API side --------------------------------------------------------------------------
     # Creation is ``runs/start.py``'s to call: the one way a run is started.
     async def create(self, run: NewRun) -> bool:
@@ -128,7 +140,7 @@ class RunRepository:
                 run.run_id,
                 self._record_ttl,
                 self.keys.wake_channel_of(run.run_id),
-                *_flat(run.fields()),
+                *_flat(self._fields(run)),
             ],
         )
         return bool(created)
@@ -150,7 +162,7 @@ class RunRepository:
                 strategy,
                 read_by or "",
                 PRESENCE_TTL_MS,
-                *_flat(run.fields()),
+                *_flat(self._fields(run)),
             ],
         )
         verdict = _decode(result[0])

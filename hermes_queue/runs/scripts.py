@@ -65,8 +65,10 @@ class ScriptKeys:
     """The keys a run script is called with, by the roles its header declares. A run's own
     keys (``record``, ``events``, ``steps``, ``readers``) carry its shard's hash tag, as do
     its shard's (``queue``, ``leases``, ``blocked``, ``failures``, ``stats``: this minute's
-    counters) and, for
-    a session run, its session's (``active``, ``pending``): so every call names one slot."""
+    counters) and, for a session run, its session's (``active``, ``pending``): so every call
+    names one slot. The webhook scripts name their shard's (``webhook_outbox``,
+    ``webhook_recent``, ``webhook_pending``, ``webhook_dead``) and one delivery's hash
+    (``delivery``), all under the shard's tag too."""
 
     def __init__(self, keys: Keys) -> None:
         self.keys = keys
@@ -77,10 +79,32 @@ class ScriptKeys:
         return [self._run_key(role, run_id, session_id) for role in declared_keys(script)]
 
     def of_shard(self, script: str, shard: int) -> list[str]:
-        """The keys of a script that scans one shard (the reaper's, the abandoned-run scan)."""
+        """The keys of a script that scans one shard (the reaper's, the abandoned-run scan,
+        the webhook senders' claim and expansion)."""
+        return [self._shard_key(role, shard) for role in declared_keys(script)]
+
+    def of_delivery(self, script: str, shard: int, delivery_id: str) -> list[str]:
+        """The keys of a script about one webhook delivery of ``shard``: its hash
+        (``delivery``) beside its shard's webhook keys."""
+        return [
+            self.keys.webhook_delivery_at(shard, delivery_id)
+            if role == "delivery"
+            else self._shard_key(role, shard)
+            for role in declared_keys(script)
+        ]
+
+    def _shard_key(self, role: str, shard: int) -> str:
         keys = self.keys
-        named = {"leases": keys.leases_at, "blocked": keys.blocked_at, "queue": keys.queue_at}
-        return [named[role](shard) for role in declared_keys(script)]
+        named: dict[str, Callable[[int], str]] = {
+            "leases": keys.leases_at,
+            "blocked": keys.blocked_at,
+            "queue": keys.queue_at,
+            "webhook_outbox": keys.webhook_outbox_at,
+            "webhook_recent": keys.webhook_recent_at,
+            "webhook_pending": keys.webhook_pending_at,
+            "webhook_dead": keys.webhook_dead_at,
+        }
+        return named[role](shard)
 
     def _run_key(self, role: str, run_id: str, session_id: str | None) -> str:
         keys = self.keys

@@ -17,6 +17,7 @@ APPROVAL = "approval.wait"
 FIRST_FRAME = "reader.first_frame"
 MODEL_CALL = "chat"  # + " " + the model, as the GenAI conventions name an inference span
 TOOL_CALL = "execute_tool"  # + " " + the tool's name
+WEBHOOK_ATTEMPT = "webhook.attempt"
 
 # Our attributes.
 RUN_ID = "hermes_queue.run.id"
@@ -35,6 +36,10 @@ PREVIOUS_ATTEMPT = "hermes_queue.previous_attempt"
 WORKERS_LOST = "hermes_queue.workers_lost"
 REASON = "hermes_queue.reason"
 TOOL_LOST = "hermes_queue.tool.lost"
+WEBHOOK_DELIVERY_ID = "hermes_queue.webhook.id"
+WEBHOOK_EVENT = "hermes_queue.webhook.event"
+WEBHOOK_TARGET = "hermes_queue.webhook.target"
+WEBHOOK_RESULT = "hermes_queue.webhook.result"
 
 # GenAI semantic conventions.
 OPERATION = "gen_ai.operation.name"

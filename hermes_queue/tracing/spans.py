@@ -137,3 +137,41 @@ class Tracing:
             turn.finishing(status, attributes.get(names.FAIL_REASON))
         with quiet_span(self.tracer, names.FINISH, attributes=attributes):
             yield
+
+    # -- webhook deliveries (webhooks/sender.py) ---------------------------------------------
+    @contextlib.contextmanager
+    def webhook_span(
+        self, carrier: Mapping[str, str] | None, attributes: Mapping[str, Any]
+    ) -> Iterator[WebhookAttemptSpan]:
+        """One delivery attempt, a child of its run's trace when the run carries one (the
+        delivery happens after the run's spans ended, so the trace shows it after them)."""
+        parent = self.propagator.extract(dict(carrier)) if carrier else None
+        named = {
+            names.WEBHOOK_DELIVERY_ID: str(attributes.get("delivery_id", "")),
+            names.RUN_ID: str(attributes.get("run_id", "")),
+            names.WEBHOOK_EVENT: str(attributes.get("event", "")),
+            names.WEBHOOK_TARGET: str(attributes.get("target", "")),
+            names.ATTEMPT: int(attributes.get("attempt", 0)),
+        }
+        with quiet_span(
+            self.tracer,
+            names.WEBHOOK_ATTEMPT,
+            context=parent,
+            kind=SpanKind.CLIENT,
+            attributes=named,
+        ) as span:
+            yield WebhookAttemptSpan(span)
+
+
+class WebhookAttemptSpan:
+    """What a delivery attempt records of its result on its span."""
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+
+    def result(self, kind: str, status: int | None) -> None:
+        self.span.set_attribute(names.WEBHOOK_RESULT, kind)
+        if status is not None:
+            self.span.set_attribute(names.HTTP_STATUS, status)
+        if kind != "2xx":
+            self.span.set_status(Status(StatusCode.ERROR))

@@ -3,8 +3,8 @@ with its side tasks. It warms its backend up (``warmup.py``) before it takes its
 
 Beside the job loop a worker runs: a pub/sub listener (enqueue wake-ups, stop requests and
 approval answers), the lease keeper thread, a reaper, the publisher of its backend's catalog
-(skills and toolsets, if the backend has them) and the job scheduler
-(``schedules/scheduler.py``).
+(skills and toolsets, if the backend has them), the job scheduler
+(``schedules/scheduler.py``) and the webhook sender (``webhooks/sender.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from hermes_queue.runs.reaper import reap_forever
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.schedules.scheduler import start_scheduler
 from hermes_queue.store import open_store
+from hermes_queue.webhooks.sender import WebhookSender
 from hermes_queue.workers.lease_keeper import STOP_REQUESTED, LeaseKeeper
 from hermes_queue.workers.shard_listener import listen_shards
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
@@ -190,6 +191,7 @@ class WorkerProcess:
             settings.runs,
             on_finished=metrics.count_outcome,
             finish_trace=self.tracing,
+            subscribed=bool(settings.webhooks.subscriptions),
         )
         backend = load_backend(settings.agents.backend, **backend_options(settings))
         # Before anything that takes or announces work: the first turn must not pay set-up.
@@ -231,6 +233,16 @@ class WorkerProcess:
                 metrics,
             ),
         ]
+        if settings.webhooks.poll_seconds > 0:  # 0: this worker sends no webhooks
+            sender = WebhookSender(
+                redis,
+                keys,
+                settings.webhooks,
+                retention_seconds=settings.runs.retention_seconds,
+                observer=metrics,
+                trace=self.tracing,
+            )
+            self._background.append(asyncio.create_task(sender.run_forever()))
         log.info(
             "worker %s ready (%d slots, backend %s)",
             self.worker_id,

@@ -22,7 +22,12 @@ from hermes_queue.jobqueue.worker import WakeableWorker
 SEED = 12
 BODIES = 100
 SESSION = "fuzz-session"
-PATH_VALUES = {"session_id": SESSION, "run_id": "run_" + "0" * 32, "job_id": "0123456789ab"}
+PATH_VALUES = {
+    "session_id": SESSION,
+    "run_id": "run_" + "0" * 32,
+    "job_id": "0123456789ab",
+    "delivery_id": "msg_" + "0" * 16 + "_run_" + "0" * 32,
+}
 VALID: dict[str, dict[str, Any]] = {
     "/v1/runs": {"input": "hi", "instructions": "x", "session_id": "s1"},
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "stream": False},

@@ -29,6 +29,7 @@ from hermes_queue.cli import main
 from hermes_queue.config import CONFIG_FILE_VAR, ENV_PREFIX, Settings, load_settings
 from hermes_queue.metrics import OUTCOMES, QUEUE_STATES, ApiMetrics, WorkerMetrics
 from hermes_queue.queue_state import Depth, QueueSnapshot, Throughput, WorkerInfo
+from hermes_queue.webhooks.outbox import OutboxStats
 from tests.deploy.chart import CONTRACT_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -351,6 +352,8 @@ def exported_metric_names() -> set[str]:
         throughput=Throughput(window_seconds=300.0),
         desired_workers=0,
     )
+    # So does the webhook collector.
+    api.webhooks.stats = OutboxStats(pending=0, oldest_pending_age_seconds=0.0, dead_letters=0)
     worker = WorkerMetrics()
     names: set[str] = set()
     for registry in (api.registry, worker.registry):

@@ -100,7 +100,11 @@ async def test_the_page_references_only_same_origin_assets(settings: Settings) -
         assert "@import" not in text and "url(" not in text, name
     # The script reads only the authenticated same-origin API, never EventSource (no headers).
     assert "new EventSource" not in js
-    assert set(re.findall(r"[`'](/v1/[a-z/]+)", js)) == {"/v1/queue/stream", "/v1/runs/"}
+    assert set(re.findall(r"[`'](/v1/[a-z/]+)", js)) == {
+        "/v1/queue/stream",
+        "/v1/runs/",
+        "/v1/webhooks/deliveries",
+    }
 
 
 @pytest.mark.parametrize("path", ["/dashboard", "/dashboard/app.js"])

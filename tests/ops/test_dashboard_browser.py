@@ -490,3 +490,99 @@ def test_the_run_view_shows_the_runs_trace(live: LiveApi, browser: Any) -> None:
     driver.execute_script(f"location.hash = '#run/{run_id}'")
     until(driver, lambda d: text(d, "run-id") == run_id, "the run's view")
     until(driver, lambda d: text(d, "run-trace") == trace_id, "its trace id")
+
+
+class FlakyReceiver:
+    """A webhook receiver on 127.0.0.1 in a thread: answers 500 until ``healthy`` is set."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        receiver = self
+        self.healthy = threading.Event()
+        self.hits: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                receiver.hits.append(self.headers.get("webhook-id", ""))
+                self.send_response(200 if receiver.healthy.is_set() else 500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FlakyReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[FlakyReceiver]:
+    with FlakyReceiver() as started:
+        yield started
+
+
+@pytest.fixture
+def hooked_live(settings: Settings, receiver: FlakyReceiver) -> Iterator[LiveApi]:
+    """The live API whose worker sends webhooks to ``receiver`` (allow-listed), retrying once."""
+    hooked = settings.replace(
+        metrics_port=0,
+        queue_stream_interval_seconds=0.25,
+        webhook_allowed_hosts=("127.0.0.1",),
+        webhook_retry_schedule=("0.2s",),
+        webhook_poll_seconds=0.1,
+    )
+    with LiveApi(hooked) as api:
+        yield api
+
+
+@pytest.mark.timeout(120)
+def test_the_webhooks_panel_lists_deliveries_and_redelivers(
+    hooked_live: LiveApi, receiver: FlakyReceiver, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    live = hooked_live
+    run_id = str(live.call("POST", "/v1/runs", {"input": "hi", "webhook": receiver.url})["run_id"])
+    driver = browser
+    driver.get(f"{live.base_url}/dashboard")
+    until(driver, lambda d: d.find_element(By.ID, "api-key").is_displayed(), "the key prompt")
+    driver.find_element(By.ID, "api-key").send_keys(live.settings.api.api_key + "\n")
+    dead = until(
+        driver,
+        lambda d: [r for r in rows(d, "webhooks-body") if r["cells"][4] == "dead"],
+        "the dead letter listed",
+    )
+    delivery_id, run, event, target, _state, attempts, last = dead[0]["cells"]
+    assert (run, event, target, attempts, last) == (run_id, "run.completed", "run", "2", "HTTP 500")
+    assert "1 dead letters" in text(driver, "webhooks-summary")
+    screenshot(driver, "-webhooks")
+
+    # Redelivered (through the API: the dashboard only reads) once the receiver is back.
+    receiver.healthy.set()
+    live.call("POST", f"/v1/webhooks/deliveries/{delivery_id}/redeliver")
+    until(
+        driver,
+        lambda d: any(
+            r["cells"][0] == delivery_id and r["cells"][4] == "delivered"
+            for r in rows(d, "webhooks-body")
+        ),
+        "the redelivered delivery",
+    )
+    driver.find_element(By.CSS_SELECTOR, f'#webhooks-body a[href="#run/{run_id}"]').click()
+    until(
+        driver,
+        lambda d: text(d, "run-webhook").startswith("delivered after 3 attempt(s)"),
+        "the run view's webhook state",
+    )
+    assert receiver.hits == [delivery_id] * 3

@@ -7,6 +7,7 @@ import re
 from importlib import resources
 
 import pytest
+from redis.crc import key_slot
 
 from hermes_queue.keys import Keys
 from hermes_queue.runs.placement import RunPlacement
@@ -19,7 +20,9 @@ RUN_SCRIPTS = sorted(
     if path.name.endswith(".lua")
     and path.name not in ("prelude.lua", "approval_prelude.lua", "idempotency_settle.lua")
 )
-SHARD_SCRIPTS = ("expired", "abandoned")
+SHARD_SCRIPTS = ("expired", "abandoned", "webhook_claim", "webhook_expand")
+# Scripts about one webhook delivery: its hash beside its shard's webhook keys.
+DELIVERY_SCRIPTS = ("webhook_settle", "webhook_redeliver")
 
 
 @pytest.mark.parametrize("script", RUN_SCRIPTS)
@@ -29,7 +32,9 @@ def test_a_scripts_header_declares_every_key_it_reads(script: str) -> None:
     assert len(declared_keys(script)) == highest
 
 
-@pytest.mark.parametrize("script", [s for s in RUN_SCRIPTS if s not in SHARD_SCRIPTS])
+@pytest.mark.parametrize(
+    "script", [s for s in RUN_SCRIPTS if s not in (*SHARD_SCRIPTS, *DELIVERY_SCRIPTS)]
+)
 def test_a_run_scripts_keys_are_the_runs_in_its_shards_slot(script: str) -> None:
     keys = Keys("hq", shards=16, cluster=True)
     # A session run is placed in its session's shard (runs/placement.py).
@@ -42,10 +47,26 @@ def test_a_run_scripts_keys_are_the_runs_in_its_shards_slot(script: str) -> None
 
 
 @pytest.mark.parametrize("script", SHARD_SCRIPTS)
-def test_a_shard_scan_names_the_shards_own_key(script: str) -> None:
+def test_a_shard_scan_names_the_shards_own_keys(script: str) -> None:
     keys = Keys("hq", shards=16, cluster=True)
-    (name,) = ScriptKeys(keys).of_shard(script, 3)
-    assert name in (keys.leases_at(3), keys.blocked_at(3))
+    names = ScriptKeys(keys).of_shard(script, 3)
+    assert len(names) == len(declared_keys(script))
+    assert {keys.shard_slot(3)} == {key_slot(name.encode()) for name in names}
+
+
+@pytest.mark.parametrize("script", DELIVERY_SCRIPTS)
+def test_a_delivery_scripts_keys_are_in_its_shards_slot(script: str) -> None:
+    keys = Keys("hq", shards=16, cluster=True)
+    names = ScriptKeys(keys).of_delivery(script, 5, "msg_0123456789_run_abc")
+    assert keys.webhook_delivery_at(5, "msg_0123456789_run_abc") in names
+    assert {keys.shard_slot(5)} == {key_slot(name.encode()) for name in names}
+
+
+def test_a_runs_webhook_outbox_is_in_the_runs_slot() -> None:
+    """The script that ends a run queues its deliveries in the outbox its record names."""
+    keys = Keys("hq", shards=16, cluster=True)
+    run_id = RunPlacement(keys, redis=None).new_run_id("sess")  # type: ignore[arg-type]
+    assert key_slot(keys.webhook_outbox_of(run_id).encode()) == key_slot(keys.run(run_id).encode())
 
 
 def test_a_session_key_without_its_session_is_refused() -> None:

@@ -115,6 +115,8 @@ class Load:
     max_runs: int = 200
     request_timeout: float = 20.0
     follow_timeout: float = 120.0
+    # More fields of every run's body (a ``webhook``, say).
+    fields: dict[str, Any] = field(default_factory=dict)
     accepted: list[RunTrace] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)
     hangs: int = 0
@@ -181,7 +183,8 @@ class Load:
     async def _create(self, api: str) -> RunTrace | None:
         try:
             async with asyncio.timeout(self.request_timeout):
-                async with self.session.post(api + "/v1/runs", json={"input": self.text}) as resp:
+                sent = {"input": self.text, **self.fields}
+                async with self.session.post(api + "/v1/runs", json=sent) as resp:
                     body = await resp.json(content_type=None)
                     status = resp.status
         except TimeoutError:

@@ -19,6 +19,7 @@ from hermes_queue.api.http.fields import (
     RequestModel,
     RuntimeId,
     RuntimeOptions,
+    WebhookUrl,
     checked,
     is_empty,
     message_list,
@@ -72,6 +73,7 @@ class RunBody(RequestModel):
     provider_id: RuntimeId = None
     model_options: RuntimeOptions = None
     require_model_lock: LenientFalse = False
+    webhook: WebhookUrl = ""
 
 
 MAX_REQUEST_ID_LENGTH = 128

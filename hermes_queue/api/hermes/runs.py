@@ -20,8 +20,21 @@ from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.webhooks.messages import run_delivery_id
+from hermes_queue.webhooks.outbox import Outbox
 
 MAX_RUN_ID_LENGTH = 128
+REFUSED_FOR_CLIENTS = "target refused: its address is not public (and not allow-listed)"
+# What GET /v1/runs/{id} shows of the delivery to the run's own webhook.
+RUN_WEBHOOK_FIELDS = (
+    "id",
+    "state",
+    "attempt_count",
+    "last_status",
+    "last_error",
+    "next_attempt_at",
+    "ended_at",
+)
 
 
 def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
@@ -35,6 +48,7 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
         # saves it; its history stays the one the body sent.
         RunSession(fields.session_id, persisted=True),
         named_model=fields.model or "",
+        webhook=fields.webhook,
     )
 
 
@@ -79,7 +93,31 @@ async def _load(request: web.Request, runs: RunRepository) -> RunRecord:
 
 
 async def get_run(request: web.Request) -> web.Response:
-    return web.json_response((await _load(request, request.app[STATE].runs)).to_status())
+    state = request.app[STATE]
+    record = await _load(request, state.runs)
+    body = record.to_status()
+    if record.webhook:  # ours (not upstream's): the delivery of its end to its webhook
+        body["webhook"] = await _webhook_state(state.webhooks, record)
+    return web.json_response(body)
+
+
+async def _webhook_state(outbox: Outbox, record: RunRecord) -> dict[str, Any]:
+    """Where the delivery of the run's end to its own webhook is: ``awaiting_end`` while the
+    run is live, then ``pending`` (queued, or retrying), ``delivered``, ``dead`` or ``gone``."""
+    delivery = await outbox.run_delivery(record.run_id)
+    if delivery is None:
+        return {
+            "id": run_delivery_id(record.run_id),
+            "state": "pending" if record.terminal else "awaiting_end",
+            "attempt_count": 0,
+        }
+    shown = delivery.to_json()
+    if delivery.attempts and delivery.attempts[-1].outcome == "refused":
+        # Which address a name resolved to stays with the operator (GET
+        # /v1/webhooks/deliveries): told to whoever started the run, it would map internal
+        # names to addresses.
+        shown["last_error"] = REFUSED_FOR_CLIENTS
+    return {name: shown[name] for name in RUN_WEBHOOK_FIELDS}
 
 
 async def run_events(request: web.Request) -> web.StreamResponse:

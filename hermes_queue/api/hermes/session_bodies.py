@@ -20,6 +20,7 @@ from hermes_queue.api.http.fields import (
     RequestModel,
     RuntimeId,
     RuntimeOptions,
+    WebhookUrl,
     as_is,
     checked,
     document_aliases,
@@ -159,6 +160,7 @@ class SessionChatBody(RequestModel):
     provider_id: RuntimeId = None
     model_options: RuntimeOptions = None
     require_model_lock: LenientFalse = False
+    webhook: WebhookUrl = ""
 
 
 # -- queries ----------------------------------------------------------------------------------

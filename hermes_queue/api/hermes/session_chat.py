@@ -40,6 +40,7 @@ def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfi
         TurnRequest(fields.message, instructions=fields.system_message, path_id=row.id),
         select_for_session(routing, row, body),
         StoredSession(row.id, strategy, lock_row=row),
+        webhook=fields.webhook,
     )
 
 

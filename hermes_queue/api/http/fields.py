@@ -39,6 +39,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.schema_types import HistoryMessage, ModelOptions
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.keyguard import KEY_SETTING
+from hermes_queue.urls import http_url
 
 MAX_ID_LENGTH = 256
 _UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f/\\\ud800-\udfff]|^\.\.?$")
@@ -262,4 +263,34 @@ History = Annotated[
     list[dict[str, Any]],
     checked(history, list[HistoryMessage] | None),
     Field(default_factory=list, description="Earlier turns, before the input's own history."),
+]
+
+
+def webhook_url(value: Any) -> str:
+    """A run's ``webhook``: an absolute http(s) URL (its address is checked when a worker
+    connects to it, hermes_queue/webhooks/guard.py; here only its form)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not http_url(value.strip()):
+        raise ApiError(
+            400,
+            "invalid_webhook",
+            "'webhook' must be an absolute http(s) URL of at most 2048 characters",
+            param="webhook",
+        )
+    return value.strip()
+
+
+# The ``webhook`` of every run-creating body (LangGraph's run field): where the run's end is
+# delivered, signed (docs/deploy.md, "Webhooks").
+WebhookUrl = Annotated[
+    str,
+    checked(
+        webhook_url,
+        Annotated[str, Field(max_length=2048, json_schema_extra={"format": "uri"})] | None,
+    ),
+    Field(
+        description="Where the run's end (completed, failed, cancelled) is delivered: a signed "
+        "POST of its hermes.run object (Standard Webhooks), retried until it is taken.",
+    ),
 ]

@@ -22,6 +22,7 @@ from hermes_queue.api.http.fields import (
     RequestModel,
     RuntimeId,
     RuntimeOptions,
+    WebhookUrl,
     as_is,
     checked,
     history,
@@ -132,6 +133,7 @@ class ResponseBody(RequestModel):
     provider: RuntimeId = None
     provider_id: RuntimeId = None
     model_options: RuntimeOptions = None
+    webhook: WebhookUrl = ""
 
 
 class ResponseGetQuery(RequestModel):

@@ -110,6 +110,7 @@ async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
         # A chained response continues its predecessor's session.
         RunSession(plan.previous.session_id if plan.previous else str(uuid.uuid4())),
         named_model=settings.model,
+        webhook=fields.webhook,
     )
 
 

@@ -58,6 +58,12 @@ async def metrics(request: web.Request) -> web.Response:
         log.warning("metrics: queue state unavailable: %r", exc)
         registry.queue.snapshot = None
         registry.failed("queue_state")
+    try:
+        registry.webhooks.stats = await state.webhooks.stats()
+    except Exception as exc:
+        log.warning("metrics: webhook deliveries unavailable: %r", exc)
+        registry.webhooks.stats = None
+        registry.failed("webhook_stats")
     registry.safely(
         "sse_clients", lambda: registry.sse_clients.set(state.hub.stats()["subscribers"])
     )

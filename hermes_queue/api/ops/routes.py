@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hermes_queue.api.endpoint import Answer, Endpoint, ok, stream
 from hermes_queue.api.ops import answers as out
-from hermes_queue.api.ops import dashboard, discovery, operations, skills
+from hermes_queue.api.ops import dashboard, discovery, operations, skills, webhooks
 
 LIVENESS = ok(out.Health)
 QUEUE_PAGE = operations.QueuePageQuery
@@ -90,4 +90,36 @@ OPERATIONS = [
     ],
 ]
 
-ENDPOINTS = [*DISCOVERY, *OPERATIONS]
+# Webhook deliveries: the recent ones and dead letters, one by id, redelivery.
+WEBHOOKS = [
+    Endpoint(
+        "GET",
+        "/v1/webhooks/deliveries",
+        webhooks.list_deliveries,
+        "Webhook deliveries",
+        "operations",
+        ok(out.WebhookDeliveryList),
+        query=webhooks.DeliveryListQuery,
+    ),
+    Endpoint(
+        "GET",
+        "/v1/webhooks/deliveries/{delivery_id}",
+        webhooks.get_delivery,
+        "A webhook delivery",
+        "operations",
+        {**ok(out.WebhookDelivery), 404: Answer("No such delivery")},
+    ),
+    Endpoint(
+        "POST",
+        "/v1/webhooks/deliveries/{delivery_id}/redeliver",
+        webhooks.redeliver,
+        "Redeliver a webhook",
+        "operations",
+        {
+            202: Answer("Due now, on a fresh schedule", out.WebhookDelivery),
+            404: Answer("No such delivery"),
+        },
+    ),
+]
+
+ENDPOINTS = [*DISCOVERY, *OPERATIONS, *WEBHOOKS]

@@ -10,6 +10,9 @@
  *                  workers, the ready and in-flight runs, the recent failures)
  *               <- GET /api/jobs?include_disabled=true (once the stream is live: every 5 s, and
  *                  whenever a run leaves the in-flight list)
+ *               <- GET /v1/webhooks/deliveries (with the jobs). Redelivery is the API's and the
+ *                  CLI's: a same-origin POST carries an Origin header, which the CORS rules
+ *                  (upstream's) refuse unless cors_origins lists the dashboard's own origin.
  *   run view    <- GET /v1/runs/{id}/events (#run/<id>; resumes with Last-Event-ID on a drop)
  */
 'use strict';
@@ -19,6 +22,7 @@ const HISTORY_MS = 5 * 60 * 1000; // the depth chart's window
 const STATES = ['ready', 'running', 'deferred', 'blocked'];
 const IN_FLIGHT_PAGE = 100; // ready and in-flight runs listed (the stream's ?limit=)
 const JOBS_REFRESH_MS = 5000;
+const WEBHOOKS_SHOWN = 20;
 const TERMINAL = new Set(['run.completed', 'run.failed', 'run.cancelled']);
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 10000;
@@ -376,7 +380,7 @@ function onSnapshot(snap) {
     (run) => [runLink(run.run_id), run.session_id, run.status, run.worker, run.attempt, duration(run.age_seconds)],
     'nothing in flight',
   );
-  if (noticeFinished(flight.data.map((run) => run.run_id))) refreshJobs();
+  if (noticeFinished(flight.data.map((run) => run.run_id))) refreshAside();
 
   // The failures the count covers, listed (the snapshot carries the latest ones).
   const t = snap.throughput;
@@ -442,10 +446,50 @@ async function refreshJobs() {
   }
 }
 
+/* ---------------------------------------------------------------- webhook deliveries */
+
+const webhooks = { loading: false };
+
+function lastAttempt(delivery) {
+  const last = delivery.attempts[delivery.attempts.length - 1];
+  if (!last) return '–';
+  const what = last.status !== null ? `HTTP ${last.status}` : last.outcome;
+  return last.error ? `${what}: ${last.error}` : what;
+}
+
+/** GET /v1/webhooks/deliveries (the newest) into the webhooks table. */
+async function refreshWebhooks() {
+  if (webhooks.loading || !queue.controller) return;
+  webhooks.loading = true;
+  try {
+    const { data } = await getJson(`/v1/webhooks/deliveries?limit=${WEBHOOKS_SHOWN}`, queue.controller.signal);
+    const count = (state) => data.filter((d) => d.state === state).length;
+    $('webhooks-summary').textContent =
+      `${count('delivered')} delivered · ${count('pending')} pending · ${count('dead') + count('gone')} dead letters (newest ${data.length})`;
+    syncRows(
+      $('webhooks-body'),
+      data,
+      (d) => `${d.id}:${d.state}:${d.attempt_count}`,
+      (d) => [d.id, runLink(d.run_id), d.event, d.target, d.state, String(d.attempt_count), lastAttempt(d)],
+      'no webhook deliveries',
+    );
+  } catch (err) {
+    if (err instanceof AuthError) askForKey(err.message);
+    else if (!queue.controller.signal.aborted) $('webhooks-summary').textContent = err.message;
+  } finally {
+    webhooks.loading = false;
+  }
+}
+
+function refreshAside() {
+  refreshJobs();
+  refreshWebhooks();
+}
+
 function startJobs() {
   stopJobs();
-  refreshJobs();
-  jobs.timer = setInterval(refreshJobs, JOBS_REFRESH_MS);
+  refreshAside();
+  jobs.timer = setInterval(refreshAside, JOBS_REFRESH_MS);
 }
 
 function stopJobs() {
@@ -489,6 +533,10 @@ async function showRunStatus(runId, signal) {
     $('run-session').textContent = run.session_id;
     $('run-attempt').textContent = run.attempt;
     $('run-trace').textContent = run.trace_id || '–';
+    const hook = run.webhook;
+    $('run-webhook').textContent = hook
+      ? `${hook.state}${hook.attempt_count ? ` after ${hook.attempt_count} attempt(s)` : ''}${hook.last_error ? `: ${hook.last_error}` : ''}`
+      : 'none';
   } catch (err) {
     if (err instanceof AuthError) askForKey(err.message);
     else if (!signal.aborted) $('run-status').textContent = err.message;
@@ -502,7 +550,7 @@ function openRun(runId) {
   $('queue-view').hidden = true;
   $('run-view').hidden = false;
   $('run-id').textContent = runId;
-  for (const id of ['run-status', 'run-session', 'run-attempt', 'run-trace']) $(id).textContent = '–';
+  for (const id of ['run-status', 'run-session', 'run-attempt', 'run-trace', 'run-webhook']) $(id).textContent = '–';
   $('run-output').textContent = '';
   $('run-events').replaceChildren();
   $('run-event-count').textContent = '';

@@ -79,6 +79,8 @@ class NewTurn:
     # Its client reads it as an OpenAI stream, which cannot take back text it was shown: a
     # worker lost mid-text then ends the run rather than resuming it (workers/resume.py).
     openai_stream: bool = False
+    # The run's own webhook: its end is delivered there (hermes_queue/webhooks/).
+    webhook: str = ""
 
 
 class SideRecord(Protocol):
@@ -210,6 +212,7 @@ class TurnStarter:
             model=turn.named_model or self._default_model,
             persist=persist,
             openai_stream=turn.openai_stream,
+            webhook=turn.webhook,
         )
         if isinstance(session, RunSession):
             await self._runs.start(run)

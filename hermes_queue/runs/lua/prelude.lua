@@ -73,9 +73,9 @@ end
 -- What a terminal transition reads of the record, in one HMGET (finish below).
 local function finish_state(record)
   local f = redis.call('HMGET', record, 'attempt', 'status', 'seq', 'session_id', 'active_key',
-    'pending_key', 'blocked_key')
+    'pending_key', 'blocked_key', 'webhook_outbox')
   return {attempt = f[1], status = f[2], seq = tonumber(f[3] or '0'), sid = f[4] or '',
-    active_key = f[5], pending_key = f[6], blocked_key = f[7]}
+    active_key = f[5], pending_key = f[6], blocked_key = f[7], webhook_outbox = f[8]}
 end
 
 -- A session run ended: start the next run waiting behind it (multitask "enqueue"), or free
@@ -139,6 +139,12 @@ local function finish(record, stream, leases, stats, failures, run_id, status, a
   count(stats, status)
   if status == 'failed' and failures then note_failure(failures, run_id) end
   settle_session(record, state)
+  -- A run that wants webhook deliveries (its record names its shard's outbox: a webhook of
+  -- its own, or the deployment's subscriptions) has them queued in this same step: no run
+  -- ends without its deliveries queued, and none are queued for a run that did not end.
+  if state.webhook_outbox then
+    redis.call('ZADD', state.webhook_outbox, 'NX', now_ms(), 'e:' .. run_id)
+  end
 end
 
 -- A session run started by a request that reads it, and nobody reads it any more

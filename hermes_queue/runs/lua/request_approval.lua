@@ -17,4 +17,9 @@ end
 append_event(KEYS[1], KEYS[2], 'approval.request', ARGV[1], ARGV[4], ARGV[6], ARGV[2], ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'waiting_for_approval',
   'approvals_pending', pending .. ARGV[5], 'approval:' .. ARGV[5], ARGV[6])
+-- Subscriptions to approval.requested: queued in this step, as finish() queues a run's end.
+local hook = redis.call('HMGET', KEYS[1], 'webhook_outbox', 'run_id')
+if hook[1] then
+  redis.call('ZADD', hook[1], 'NX', now_ms(), 'a:' .. hook[2] .. ':' .. ARGV[5])
+end
 return {'waiting'}
