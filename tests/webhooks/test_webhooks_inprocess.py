@@ -18,8 +18,6 @@ from tests.support.inprocess import running_api, running_worker
 from tests.support.polling import eventually
 from tests.support.webhook_receiver import Receiver
 
-AUTH = {"Authorization": "Bearer test-key-0123456789abcdef"}
-
 
 @pytest.fixture
 async def api(hook_settings: Settings) -> AsyncIterator[TestClient]:
@@ -28,7 +26,7 @@ async def api(hook_settings: Settings) -> AsyncIterator[TestClient]:
 
 
 async def _status(api: TestClient, run_id: str) -> dict[str, Any]:
-    response = await api.get(f"/v1/runs/{run_id}", headers=AUTH)
+    response = await api.get(f"/v1/runs/{run_id}")
     return dict(await response.json())
 
 
@@ -65,8 +63,8 @@ async def test_a_malformed_webhook_is_refused_at_admission(
     api: TestClient, path: str, body: dict[str, Any], webhook: Any
 ) -> None:
     if path.startswith("/api/sessions"):
-        await api.post("/api/sessions", json={"id": "s1"}, headers=AUTH)
-    response = await api.post(path, json={**body, "webhook": webhook}, headers=AUTH)
+        await api.post("/api/sessions", json={"id": "s1"})
+    response = await api.post(path, json={**body, "webhook": webhook})
     assert response.status == 400
     error = (await response.json())["error"]
     assert error["code"] == "invalid_webhook" and error["param"] == "webhook"
@@ -76,14 +74,13 @@ async def test_responses_and_session_chat_take_a_webhook(
     hook_settings: Settings, api: TestClient, receiver: Receiver
 ) -> None:
     async with running_worker(hook_settings):
-        await api.post("/api/sessions", json={"id": "s2"}, headers=AUTH)
+        await api.post("/api/sessions", json={"id": "s2"})
         chat = await api.post(
-            "/api/sessions/s2/chat", json={"message": "hi", "webhook": receiver.url}, headers=AUTH
+            "/api/sessions/s2/chat", json={"message": "hi", "webhook": receiver.url}
         )
         response = await api.post(
             "/v1/responses",
             json={"input": "hi", "background": True, "webhook": receiver.url},
-            headers=AUTH,
         )
         assert chat.status == 200 and response.status == 200
         chat_run = chat.headers["X-Hermes-Run-Id"]
@@ -112,15 +109,15 @@ async def test_subscriptions_get_the_event_types_they_name(
         approval_timeout_seconds=0.5,
     )
     async with running_api(subscribed) as api, running_worker(subscribed):
-        ok = await (await api.post("/v1/runs", json={"input": "fine"}, headers=AUTH)).json()
-        bad = await (await api.post("/v1/runs", json={"input": "x [fail]"}, headers=AUTH)).json()
-        asks = await (await api.post("/v1/runs", json={"input": "[approve]"}, headers=AUTH)).json()
+        ok = await (await api.post("/v1/runs", json={"input": "fine"})).json()
+        bad = await (await api.post("/v1/runs", json={"input": "x [fail]"})).json()
+        asks = await (await api.post("/v1/runs", json={"input": "[approve]"})).json()
         for run in (ok, bad, asks):
             await _ended(api, run["run_id"])
         await eventually(lambda: len(receiver.received) >= 2, what="two deliveries")
 
         async def listed() -> list[dict[str, Any]]:
-            answer = await api.get("/v1/webhooks/deliveries", headers=AUTH)
+            answer = await api.get("/v1/webhooks/deliveries")
             return list((await answer.json())["data"])
 
         # Every run event was expanded and every delivery settled: nothing else is coming.
@@ -155,7 +152,6 @@ async def test_a_refused_target_is_a_dead_letter_never_connected(
             created = await api.post(
                 "/v1/runs",
                 json={"input": "hi", "webhook": f"http://127.0.0.2:{port}/hook"},
-                headers=AUTH,
             )
             run_id = (await created.json())["run_id"]
             status = await eventually(
@@ -163,7 +159,7 @@ async def test_a_refused_target_is_a_dead_letter_never_connected(
                 lambda s: s.get("webhook", {}).get("state") == "dead",
                 what="a dead letter",
             )
-        listed = await (await api.get("/v1/webhooks/deliveries?state=dead", headers=AUTH)).json()
+        listed = await (await api.get("/v1/webhooks/deliveries?state=dead")).json()
     finally:
         server.close()
         await server.wait_closed()
