@@ -2,8 +2,10 @@
 process runs it, the steer arrives through another replica. With the real Hermes agent (the
 ``hermes`` backend against the fake LLM) the steer sent while the first tool call runs is in the
 model's next request, shown as ``run.steered``, and survives a SIGKILL of the worker right after
-it was applied: the resumed attempt's model requests carry it, once. Every state a test acts in
-is one the turn cannot leave on its own: a tool waiting for a file, a held model response."""
+it was applied: the resumed attempt's model requests carry it, once; a run's execution_policy
+toolsets narrow what the model is offered; a run over its budget stops at its next step. Every
+state a test acts in is one the turn cannot leave on its own: a tool waiting for a file, a held
+model response."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from hermes_queue.config import Settings
 from tests.conftest import require_hermes
 from tests.e2e.test_durable_steps_e2e import KEY, hermes_settings, recorded_steps
 from tests.support.fake_llm import FakeLLM
+from tests.support.llm_replies import tool_names
 from tests.support.polling import eventually
 from tests.support.processes import Cluster
 
@@ -83,6 +86,13 @@ async def test_a_steer_through_another_replica_survives_the_sigkill_of_its_worke
             seen = await events(other, run_id)
             status = await other.get_run(run_id)
             after_kill = fake.chat_requests[len(before_kill) :]
+            # A run's toolsets only narrow the deployment's ("terminal" here): "web" is not
+            # offered, and neither is "terminal", which the policy leaves out.
+            narrowed = await starter.create_run(
+                "no tools for you", execution_policy={"toolsets": ["web"]}
+            )
+            await eventually(lambda: other.get_run(narrowed), lambda r: r["status"] == "completed")
+            offered = tool_names(fake.last_request.body)
     finally:
         cluster.stop_all()
     assert [times_seen(r.body) for r in before_kill] == [0, 1]  # next request after the tool
@@ -92,6 +102,7 @@ async def test_a_steer_through_another_replica_survives_the_sigkill_of_its_worke
     names = [e["event"] for e in seen]
     assert names.count("run.steered") == 1 and "run.resumed" in names
     assert names.index("run.steered") < names.index("run.resumed")
+    assert "terminal" in tool_names(before_kill[0].body) and offered == []
 
 
 async def test_a_run_over_its_budget_stops_at_its_next_step(
