@@ -286,9 +286,8 @@ class DurableTurn:
             agent = self.agent
             for steer in pending:
                 agent.steer(steer.text)  # Hermes' own: appended below, with its marker
-            tail = messages[-num_tool_msgs:]
-            before = [copy.deepcopy(m.get("content")) for m in tail if isinstance(m, dict)]
-            tail = [m for m in tail if isinstance(m, dict)]
+            tail = [m for m in messages[-num_tool_msgs:] if isinstance(m, dict)]
+            before = [copy.deepcopy(m.get("content")) for m in tail]
             original(messages, num_tool_msgs)
             carrier = None
             for message, content in zip(tail, before, strict=True):
