@@ -125,6 +125,10 @@ class HermesQueueClient:
     async def stop_run(self, run_id: str) -> dict[str, Any]:
         return dict(await self._json("POST", f"/v1/runs/{run_id}/stop"))
 
+    async def steer_run(self, run_id: str, text: str) -> dict[str, Any]:
+        """Guidance for the running turn, applied at its agent's next tool result."""
+        return dict(await self._json("POST", f"/v1/runs/{run_id}/steer", {"input": text}))
+
     async def iter_events(
         self, run_id: str, after: str | None = None
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:

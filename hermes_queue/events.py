@@ -41,6 +41,9 @@ class EventType(StrEnum):
     # A delegated child agent started / finished (Hermes' ``delegate_task``).
     SUBAGENT_START = "subagent.start"
     SUBAGENT_COMPLETE = "subagent.complete"
+    # A client steered the running turn (written by the API's steer script, not the worker):
+    # its agent applies the text at its next tool-result boundary.
+    RUN_STEERED = "run.steered"
     # The reply's final text, stored just before the terminal event (of a completed run, or of
     # a provider-auth failure, which session chat and chat completions show as a reply).
     ASSISTANT_COMPLETED = "assistant.completed"
@@ -113,6 +116,18 @@ def parse_stream_id(raw: str) -> tuple[int, int] | None:
 
 def format_stream_id(parts: tuple[int, int]) -> str:
     return f"{parts[0]}-{parts[1]}"
+
+
+def just_before(entry_id: str) -> str | None:
+    """A cursor that sorts right before the stream entry ``entry_id`` (so reading after it
+    starts with that entry); None when ``entry_id`` is not an entry id."""
+    parts = parse_stream_id(entry_id)
+    if parts is None:
+        return None
+    ms, seq = parts
+    if seq > 0:
+        return format_stream_id((ms, seq - 1))
+    return format_stream_id((ms - 1, 2**64 - 1)) if ms > 0 else None
 
 
 @dataclass(frozen=True)

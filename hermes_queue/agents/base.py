@@ -17,6 +17,17 @@ from hermes_queue.routing import Selection
 
 
 @dataclass(frozen=True)
+class TurnLimits:
+    """What a run's ``execution_policy`` asks of its backend: at most ``max_turns`` model calls
+    (the agent's iteration limit, if lower than the backend's own), and only the toolsets in
+    ``toolsets`` of those the backend enables. None: the backend's own. (Its wall-clock budget
+    is the worker's to enforce, at step boundaries.)"""
+
+    max_turns: int | None = None
+    toolsets: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class AgentRequest:
     run_id: str
     session_id: str
@@ -31,6 +42,7 @@ class AgentRequest:
     # The steps earlier attempts of this run recorded (agents/steps.py): a backend that
     # records steps resumes after them; empty for a first attempt.
     steps: tuple[dict[str, Any], ...] = ()
+    limits: TurnLimits = field(default_factory=TurnLimits)
 
 
 @dataclass(frozen=True)

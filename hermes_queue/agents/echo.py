@@ -12,11 +12,20 @@ streaming the rest of the reply. Each finished step is recorded through a ``Step
 attempt skips what was recorded (no event again, no tool executed again) and declares a tool
 that was in flight lost, unless it is read-only. Tool executions are counted in a ``ToolLog``
 (``echo_tool_log``), so tests can see a second execution across processes.
+
+Steers (``POST /v1/runs/{id}/steer``) land where Hermes puts them: at the next tool result, whose
+content they are appended to (recorded again, naming the steers applied), and the reply shows
+each one as ``(steered: <text>)``, so a test or a person sees it land; a turn without a tool
+result left to come never applies one (it comes back as the run's ``pending_steer``). An
+``execution_policy`` ``max_turns`` caps the model calls: the tools past it are not called and
+the reply says ``(max_turns reached)``. ``[gate:PATH]`` holds the turn until the file exists (at
+its tool calls, or mid-reply without tools): a state a test can act in without racing a clock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -36,10 +45,12 @@ from .base import (
 from .echo_tools import ToolLog, tool_call_message, tool_message
 from .steps import (
     LOST_TOOL_RESULT,
+    SteerSink,
     StepJournal,
     StepSink,
     model_step,
     rerun_when_lost,
+    steered,
     tool_result,
     tool_started,
 )
@@ -54,6 +65,10 @@ _SLOW = re.compile(r"\[slow(?::(\d+(?:\.\d+)?))?\]")
 # while the tool runs.
 _SLOWTOOL = re.compile(r"\[slowtool(?::(\d+(?:\.\d+)?))?\]")
 _SLOWTOOL_SECONDS = 3.0
+# The turn waits here until the file exists: at each tool call's work (a tool turn), or after
+# the first half of its reply, so a test acts while the turn is in a state it cannot leave.
+_GATE = re.compile(r"\[gate:([^\]\s]+)\]")
+_GATE_POLL = 0.02
 # Stops the reply at the "output limit": its first _LENGTH_TOKENS tokens, finish_reason length.
 _LENGTH = re.compile(r"\[length\]")
 _LENGTH_TOKENS = 3
@@ -62,6 +77,9 @@ _TOKEN = re.compile(r"\S+\s*")
 # long enough for a test to stop it or kill its worker mid-stream.
 _SLOW_MIN_TOKENS = 51
 _SLOW_DELAY = 0.2
+# What a steer appended to a tool result looks like, and what the reply shows of it.
+STEER_MARK = "\n\n[steer from the user] "
+MAX_TURNS_REACHED = " (max_turns reached)"
 
 
 def message_text(content: Any) -> str:
@@ -107,6 +125,9 @@ class _Turn:
     log: ToolLog
     messages: list[dict[str, Any]] = field(default_factory=list)
     decision: list[str] = field(default_factory=list)  # the approval's answer, last token
+    # What the reply ends with: each steer applied, and whether max_turns cut the tools short.
+    tail: list[str] = field(default_factory=list)
+    gate: str = ""  # a file the turn waits for (``[gate:PATH]``)
 
     @property
     def steps(self) -> StepSink | None:
@@ -146,7 +167,8 @@ class EchoBackend:
                     raise AgentError("echo backend failure requested")
                 last = len(turn.tools)  # the model call that says the rest of the reply
                 turn.log.model_call(request.run_id, last, request.attempt)
-                await self._stream(turn, turn.tokens[turn.half :] + turn.decision, first=False)
+                rest = turn.tokens[turn.half :] + turn.decision + turn.tail
+                await self._stream(turn, rest, first=False)
             else:
                 await self._first_model_call(turn, with_tools=False)
         except TurnCancelled as stopped:
@@ -159,8 +181,9 @@ class EchoBackend:
         raw = message_text(request.message)
         slow, slowtool = _SLOW.search(raw), _SLOWTOOL.search(raw)
         cut = bool(_LENGTH.search(raw))
+        gate = _GATE.search(raw)
         text = raw
-        for marker in (_THINK, _TOOL, _FAIL, _SLOW, _SLOWTOOL, _APPROVE, _LENGTH):
+        for marker in (_THINK, _TOOL, _FAIL, _SLOW, _SLOWTOOL, _APPROVE, _LENGTH, _GATE):
             text = marker.sub(" ", text)
         # Collapsing whitespace keeps the reply stable however the markers were spaced.
         text = " ".join(text.split())
@@ -179,11 +202,15 @@ class EchoBackend:
         tool_seconds = delay
         if slowtool:
             tool_seconds = float(slowtool.group(1)) if slowtool.group(1) else _SLOWTOOL_SECONDS
+        tools, capped = _TOOL.findall(raw), []
+        max_turns = request.limits.max_turns
+        if max_turns is not None and len(tools) >= max_turns:  # a model call per tool, + 1
+            tools, capped = tools[: max_turns - 1], [MAX_TURNS_REACHED]
         turn = _Turn(
             request=request,
             sink=sink,
             cancel=cancel,
-            tools=_TOOL.findall(raw),
+            tools=tools,
             text=text,
             tokens=tokens,
             delay=delay,
@@ -193,6 +220,8 @@ class EchoBackend:
             approve=bool(_APPROVE.search(raw)),
             journal=StepJournal.of(request.steps),
             log=self.tool_log,
+            tail=capped,
+            gate=gate.group(1) if gate else "",
         )
         return turn, cut
 
@@ -218,9 +247,11 @@ class EchoBackend:
             # Decided mid-reply: the decision is the reply's last token.
             turn.decision = await _ask(turn.text, turn.sink, turn.cancel)
         if not with_tools:
+            await _wait_for(turn.gate, turn.cancel)
             if turn.fail:
                 raise AgentError("echo backend failure requested")
-            await self._stream(turn, turn.tokens[turn.half :] + turn.decision, first=False)
+            rest = turn.tokens[turn.half :] + turn.decision + turn.tail
+            await self._stream(turn, rest, first=False)
             return
         message = tool_call_message("call_1", turn.tools[0], {"query": turn.text})
         turn.messages.append(message)
@@ -248,6 +279,7 @@ class EchoBackend:
         recorded = journal.result(call_id)
         if recorded is not None:
             turn.messages.append(recorded["message"])
+            turn.tail += [f" (steered: {text})" for text in recorded.get("steer_texts") or ()]
             return
         args = {"query": turn.text}
         in_flight = journal.in_flight(call_id)
@@ -266,6 +298,7 @@ class EchoBackend:
                 await steps.step(tool_started(call_id, tool, args))
         attempt, run_id = turn.request.attempt, turn.request.run_id
         turn.log.started(run_id, call_id, tool, attempt)
+        await _wait_for(turn.gate, turn.cancel)
         await _pause(turn.cancel, turn.tool_seconds)  # the "work": real, stoppable durations
         turn.log.ended(run_id, call_id, tool, attempt)
         duration = time.monotonic() - started
@@ -274,6 +307,21 @@ class EchoBackend:
         turn.messages.append(message)
         if steps is not None:
             await steps.step(tool_result(call_id, tool, message))
+            await self._apply_steers(turn, steps, call_id, tool)
+
+    async def _apply_steers(self, turn: _Turn, steps: StepSink, call_id: str, tool: str) -> None:
+        """The tool-result boundary: the steers pending (as of the result just recorded) are
+        appended to the result, which is recorded again naming them, and the reply shows them."""
+        if not isinstance(turn.sink, SteerSink) or not (pending := turn.sink.steers):
+            return
+        texts = [steer.text for steer in pending]
+        message = turn.messages[-1]
+        content = str(message["content"]) + "".join(STEER_MARK + text for text in texts)
+        message = tool_message(call_id, tool, content)
+        turn.messages[-1] = message
+        turn.tail += [f" (steered: {text})" for text in texts]
+        record = {**tool_result(call_id, tool, message), "steer_texts": texts}
+        await steps.step(steered(record, pending))
 
     async def _stream(self, turn: _Turn, tokens: list[str], *, first: bool) -> None:
         for index, token in enumerate(tokens):
@@ -283,7 +331,7 @@ class EchoBackend:
             await turn.sink.delta(token)
 
     def _result(self, turn: _Turn, cut: bool) -> AgentResult:
-        tokens = turn.tokens + turn.decision
+        tokens = turn.tokens + turn.decision + turn.tail
         output = "".join(tokens)
         final: dict[str, Any] = {"role": "assistant", "content": output, "timestamp": time.time()}
         if turn.reasoning is not None:
@@ -325,6 +373,12 @@ async def _check(cancel: CancelToken) -> None:
     """Raise if stopped; checked before every event so a stop lands even with no delay."""
     if cancel.cancelled:
         raise TurnCancelled(cancel.reason)
+
+
+async def _wait_for(path: str, cancel: CancelToken) -> None:
+    """Wait (stoppably) until the file ``path`` exists; no path: go on."""
+    while path and not await asyncio.to_thread(os.path.exists, path):
+        await cancel.sleep(_GATE_POLL)
 
 
 async def _pause(cancel: CancelToken, delay: float) -> None:

@@ -13,8 +13,17 @@ A new attempt gets the records in ``AgentRequest.steps`` and continues after the
   ``LOST_TOOL_RESULT`` instead (its effect is unknown) and decides;
 - only the model call in flight at the loss is sent again.
 
-The records are plain JSON, the backend's own to shape beyond ``kind``; the helpers below build
-the shapes both backends share. Nothing of a record is shown to clients as is.
+The records are plain JSON, the backend's own to shape beyond ``kind`` (and ``steers``, below);
+the helpers below build the shapes both backends share. Nothing of a record is shown to clients
+as is.
+
+Steers (runs/steers.py) travel with the steps too. A ``SteerSink`` knows the run's steers still
+pending, as of the last step it recorded; a backend applies them at its next tool-result
+boundary and records the tool result that carries them again (a later record of a call wins),
+naming the steers it applied (``steered``). The worker takes those off the run's pending steers
+in the same fenced call that records the step, so a resumed attempt replays the steered result
+(the steer reaches the model once) and never applies it again; a steer accepted but not applied
+before a worker was lost is still pending, and the next attempt applies it.
 """
 
 from __future__ import annotations
@@ -60,6 +69,28 @@ LOST_TOOL_RESULT = (
     "may have executed before it stopped; its effect is UNKNOWN. Inspect the current state "
     "before retrying."
 )
+
+
+@dataclass(frozen=True)
+class Steer:
+    """Guidance a client sent a running turn (``POST /v1/runs/{id}/steer``), not yet applied."""
+
+    id: str
+    text: str
+
+
+# The key of a step record naming the steers it applied (their ids).
+STEERS_KEY = "steers"
+
+
+def steered(record: dict[str, Any], steers: Iterable[Steer]) -> dict[str, Any]:
+    """``record`` (a tool result carrying steer text) naming the steers it applied."""
+    return {**record, STEERS_KEY: [steer.id for steer in steers]}
+
+
+def applied_steers(record: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ids of the steers a step record applied."""
+    return tuple(str(steer_id) for steer_id in record.get(STEERS_KEY) or ())
 
 
 def model_step(index: int, message: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -152,6 +183,20 @@ class StepSink(Protocol):
     async def step(self, record: dict[str, Any], *, last: bool = False) -> None: ...
 
 
+@runtime_checkable
+class SteerSink(Protocol):
+    """A sink that knows the run's pending steers (the worker's): those accepted and not yet
+    applied, oldest first, as of the last step it recorded (or the attempt's start)."""
+
+    @property
+    def steers(self) -> tuple[Steer, ...]: ...
+
+
+class RunBudgetExceeded(Exception):
+    """Raised by ``StepSink.step`` once the run has spent its ``run_budget_seconds``
+    (``execution_policy``): the step just recorded is the run's last, and it ends failed."""
+
+
 class HandBack(Exception):
     """Raised by ``StepSink.step`` when the worker is stopping: the step just recorded is this
     attempt's last, the run goes back to the queue and another worker resumes it from there."""
@@ -160,12 +205,18 @@ class HandBack(Exception):
 __all__ = [
     "LOST_TOOL_RESULT",
     "READ_ONLY_TOOLS",
+    "STEERS_KEY",
     "HandBack",
+    "RunBudgetExceeded",
+    "Steer",
+    "SteerSink",
     "StepJournal",
     "StepKind",
     "StepSink",
+    "applied_steers",
     "model_step",
     "rerun_when_lost",
+    "steered",
     "tool_result",
     "tool_started",
 ]

@@ -33,6 +33,7 @@ from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.model import FailReason, RunRecord, RunStatus
 from hermes_queue.runs.scripts import Outcomes, ScriptKeys, decode, load_script
+from hermes_queue.runs.steers import PendingSteer, decode_steers
 from hermes_queue.streams.codec import encode_data
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,14 @@ class FencedScripts:
         self.approvals = approvals
         self.on_finished = on_finished
         self.append = redis.register_script(load_script("append", sharded=keys.cluster))
-        self.append_step = redis.register_script(load_script("append_step", sharded=keys.cluster))
-        self.finish = redis.register_script(load_script("finish", sharded=keys.cluster))
+        # Both read a run's pending steers (lua/steer_prelude.lua): a step takes off those it
+        # applied, a completed run reports those never applied.
+        self.append_step = redis.register_script(
+            load_script("append_step", "steer_prelude", sharded=keys.cluster)
+        )
+        self.finish = redis.register_script(
+            load_script("finish", "steer_prelude", sharded=keys.cluster)
+        )
         # The terminal transition waits for redis_min_replicas replicas (redisio/replication.py); a
         # too-short count is logged: nothing to retry, the lease re-runs a lost one.
         self.finish_acked = acknowledged(
@@ -86,6 +93,15 @@ class FencedScripts:
 
     async def aclose(self) -> None:
         await self.appends.aclose()
+
+
+@dataclass(frozen=True)
+class StepWritten:
+    """A recorded step: the stream ids of the events written with it, and the run's steers
+    still pending after it (what the worker hands its agent at the next boundary)."""
+
+    event_ids: list[str]
+    pending_steers: tuple[PendingSteer, ...]
 
 
 @dataclass(frozen=True)
@@ -117,30 +133,38 @@ class Attempt:
 
         Retrying with the same ``batch_token`` after a lost reply never appends twice.
         """
-        return await self._batch(
+        result = await self._batch(
             self.scripts.append,
             self.scripts.keys_of.of_run("append", self.run_id),
             batch_token or uuid.uuid4().hex,
             events,
         )
+        return None if result is None else [decode(entry_id) for entry_id in result]
 
     async def append_step(
         self,
         events: list[tuple[str, dict[str, Any]]],
         step: dict[str, Any],
         batch_token: str,
-    ) -> list[str] | None:
+        applied_steers: tuple[str, ...] = (),
+    ) -> StepWritten | None:
         """``events``, then ``step`` recorded after them (``keys.steps``), in one fenced call:
-        what a later attempt resumes from. The events' stream ids; None when this attempt no
-        longer owns the run. A retry with the same ``batch_token`` records nothing twice."""
-        return await self._batch(
+        what a later attempt resumes from; the steers the step applied (their ids) leave the
+        run's pending steers in the same call. None when this attempt no longer owns the run.
+        A retry with the same ``batch_token`` records nothing twice."""
+        result = await self._batch(
             self.scripts.append_step,
             self.scripts.keys_of.of_run("append_step", self.run_id),
             batch_token,
             events,
             self.scripts.record_ttl,
             encode_data(step),
+            " ".join(applied_steers),
         )
+        if result is None:
+            return None
+        ids, pending = result
+        return StepWritten([decode(entry_id) for entry_id in ids], decode_steers(decode(pending)))
 
     async def _batch(
         self,
@@ -149,9 +173,10 @@ class Attempt:
         batch_token: str,
         events: list[tuple[str, dict[str, Any]]],
         *before_events: Any,
-    ) -> list[str] | None:
+    ) -> Any:
         """One fenced batch script call (``append_batch`` in the prelude): its arguments, the
-        script's own ones (``before_events``), then the events."""
+        script's own ones (``before_events``), then the events; the script's reply (None when
+        fenced off)."""
         settings = self.settings
         args: list[Any] = [
             self.number,
@@ -163,10 +188,7 @@ class Attempt:
         ]
         for event_type, data in events:
             args += [event_type, encode_data(data)]
-        result = await self.scripts.appends.evalsha(script, keys, args)
-        if result is None:
-            return None
-        return [decode(entry_id) for entry_id in result]
+        return await self.scripts.appends.evalsha(script, keys, args)
 
     # -- how the run ends ------------------------------------------------------------------
     async def complete(

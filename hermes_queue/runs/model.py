@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from hermes_queue.routing import Selection
+from hermes_queue.runs.steers import PendingSteer, decode_steers
 from hermes_queue.runs.trace_context import trace_id_of
 from hermes_queue.runs.turn_request import TurnRequest
 
@@ -33,6 +34,8 @@ class FailReason(StrEnum):
     LOCK_MISMATCH = "lock_mismatch"  # the turn ran off the session's confirmed model lock
     SESSION_DB_UNAVAILABLE = "session_db_unavailable"  # the SQL session store failed
     REDIS = "redis"  # Redis stayed unreachable while the turn published its events
+    # The run spent its execution_policy's run_budget_seconds (checked at each step boundary).
+    RUN_BUDGET = "run_budget_exceeded"
     TIMEOUT = "timeout"  # the turn ran past job_timeout_seconds
     INTERNAL = "internal"  # a bug in the worker
     WORKER_LOST = "worker_lost"  # its workers kept dying (reap.lua, after max_attempts)
@@ -166,6 +169,13 @@ class RunRecord:
     lost: int = 0
     # The run's own webhook URL ("": none).
     webhook: str = ""
+    # When its first attempt was claimed (unix seconds; 0 before): where its run budget starts,
+    # the time it waited in the queue left out.
+    first_started_at: float = 0.0
+    # Steers accepted and not yet applied (runs/steers.py), oldest first.
+    pending_steers: tuple[PendingSteer, ...] = ()
+    # A completed run's steers that were never applied (upstream's ``pending_steer``).
+    pending_steer: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -202,6 +212,9 @@ class RunRecord:
             openai_stream=_text(raw, "openai_stream") == "1",
             lost=int(_text(raw, "lost") or 0),
             webhook=_text(raw, "webhook"),
+            first_started_at=float(_text(raw, "first_started_at") or _text(raw, "started_at") or 0),
+            pending_steers=decode_steers(_text(raw, "steers_pending")),
+            pending_steer=_text(raw, "pending_steer") or None,
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -222,6 +235,8 @@ class RunRecord:
             body["usage"] = self.usage or {}
         if self.status == RunStatus.WAITING_FOR_APPROVAL and self.approval is not None:
             body["approval"] = self.approval  # VN: the request a client is asked to answer
+        if self.pending_steer is not None:
+            body["pending_steer"] = self.pending_steer  # VN: steers the agent never applied
         if self.status == RunStatus.FAILED:
             body["error"] = self.error or "run failed"
             if self.reason:

@@ -4,8 +4,8 @@ Every transition is one Lua script (``lua/``), so a run's record, stream, lease 
 change together or not at all. Runs are started through ``start.py``, which calls ``create``
 and ``create_session_run`` here. A claim returns an ``Attempt`` (``attempt.py``), which makes
 every write of the worker that took the run, fenced by its attempt number. The repository's
-collaborators: ``leases`` (renewal and reaping, ``leases.py``) and ``approvals``
-(``approvals.py``).
+collaborators: ``leases`` (renewal and reaping, ``leases.py``), ``approvals``
+(``approvals.py``) and ``steers`` (``steers.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from hermes_queue.runs.placement import RunPlacement
 from hermes_queue.runs.scripts import Outcomes, ScriptKeys
 from hermes_queue.runs.scripts import decode as _decode
 from hermes_queue.runs.scripts import load_script as _load_script
+from hermes_queue.runs.steers import Steers
 from hermes_queue.streams.presence import TTL_MS as PRESENCE_TTL_MS
 from hermes_queue.streams.reader import id_key, read_range
 
@@ -102,6 +103,8 @@ class RunRepository:
         self.leases = Leases(redis, settings, self.keys, self._on_finished)
         # Approval requests and answers (their own module: runs/approvals.py).
         self.approvals = Approvals(redis, settings, self.keys)
+        # Steers of running turns, and what a completed turn's steers left (runs/steers.py).
+        self.steers = Steers(redis, settings, self.keys)
         # What the attempts this repository's claims return write through.
         self._fenced = FencedScripts(
             redis,

@@ -24,7 +24,8 @@ from typing import Any
 from hermes_queue.runs.trace_context import carrier_of
 
 # 2: ``trace`` (the W3C trace context of the request that started the turn) may be present.
-TURN_REQUEST_VERSION = 2
+# 3: ``policy`` (the run's ``execution_policy``) may be present.
+TURN_REQUEST_VERSION = 3
 
 # A message's content: text, or content parts (Chat Completions vision parts and the like).
 Content = str | list[dict[str, Any]]
@@ -74,6 +75,44 @@ class ResponseSettings:
 
 
 @dataclass(frozen=True)
+class ExecutionPolicy:
+    """A run's own limits (upstream's ``execution_policy``), each only shrinking what the
+    deployment allows: ``max_turns`` caps the agent's model calls (its ``max_iterations``),
+    ``run_budget_seconds`` the run's wall-clock time from its first claim (checked by the
+    worker at each step boundary), ``toolsets`` what the agent is offered (intersected with
+    the deployment's). None: the deployment's own."""
+
+    max_turns: int | None = None
+    run_budget_seconds: int | None = None
+    toolsets: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self.max_turns is not None:
+            data["max_turns"] = self.max_turns
+        if self.run_budget_seconds is not None:
+            data["run_budget_seconds"] = self.run_budget_seconds
+        if self.toolsets is not None:
+            data["toolsets"] = list(self.toolsets)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> ExecutionPolicy | None:
+        if not isinstance(data, dict):
+            return None
+        toolsets = data.get("toolsets")
+        return cls(
+            max_turns=_positive(data.get("max_turns")),
+            run_budget_seconds=_positive(data.get("run_budget_seconds")),
+            toolsets=tuple(str(t) for t in toolsets) if isinstance(toolsets, list) else None,
+        )
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass(frozen=True)
 class TurnRequest:
     """One user turn as the API accepted it; the route it runs on travels beside it (the run
     record's ``route``), credentials never."""
@@ -93,6 +132,8 @@ class TurnRequest:
     # The W3C trace context (``traceparent``, ``tracestate``) the turn's worker spans continue
     # (hermes_queue/tracing/), when the API that accepted it traces.
     trace: dict[str, str] | None = None
+    # The run's own limits (``execution_policy``), when the client set any.
+    policy: ExecutionPolicy | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -107,6 +148,8 @@ class TurnRequest:
             data["response"] = self.response.to_json()
         if self.trace:
             data["trace"] = dict(self.trace)
+        if self.policy is not None:
+            data["policy"] = self.policy.to_json()
         return data
 
     @classmethod
@@ -127,4 +170,5 @@ class TurnRequest:
             path_id=_optional_text(data.get("path_id")),
             response=ResponseSettings.from_json(response) if isinstance(response, dict) else None,
             trace=carrier_of(data.get("trace")),
+            policy=ExecutionPolicy.from_json(data.get("policy")),
         )

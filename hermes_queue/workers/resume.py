@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes_queue.agents.base import AgentRequest
+from hermes_queue.agents.base import AgentRequest, TurnLimits
 from hermes_queue.agents.steps import StepJournal
 from hermes_queue.events import EventType
 from hermes_queue.routing import runtime_metadata
@@ -48,6 +48,8 @@ def build_request(
     steps: list[dict[str, Any]] | None = None,
 ) -> AgentRequest:
     record, turn = claim.record, claim.record.request
+    policy = turn.policy
+    limits = TurnLimits(policy.max_turns, policy.toolsets) if policy is not None else TurnLimits()
     return AgentRequest(
         run_id=record.run_id,
         session_id=record.session_id,
@@ -57,6 +59,7 @@ def build_request(
         route=record.route,
         attempt=claim.number,
         steps=tuple(step["step"] for step in steps or ()),
+        limits=limits,
     )
 
 

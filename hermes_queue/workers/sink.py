@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -40,7 +41,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
-from hermes_queue.agents.steps import HandBack
+from hermes_queue.agents.steps import HandBack, RunBudgetExceeded, Steer, applied_steers
 from hermes_queue.events import EventType, message_id_for
 from hermes_queue.redisio.switchover import refused_for_now
 from hermes_queue.runs.attempt import Attempt
@@ -106,10 +107,17 @@ class RunEventSink:
         wakeup: Wakeup | None = None,
         hand_back: Callable[[], bool] = lambda: False,
         on_first_event: Callable[[], object] | None = None,
+        deadline: float | None = None,
     ) -> None:
         """``on_first_event``: told once, at the agent's first event (text, a tool, an
-        approval request): not at what the worker itself announces (``run.started``)."""
+        approval request): not at what the worker itself announces (``run.started``).
+        ``deadline``: when the run's budget is spent (unix seconds; its ``execution_policy``),
+        checked at each step."""
         self.attempt = attempt
+        self._deadline = deadline
+        # The run's steers not yet applied, as of the claim and then of each recorded step
+        # (SteerSink, agents/steps.py).
+        self._steers = tuple(Steer(s.id, s.text) for s in attempt.record.pending_steers)
         self._on_first_event = on_first_event
         self.run_id = attempt.run_id
         # Whether the worker is stopping: then a recorded step is the attempt's last (HandBack).
@@ -239,11 +247,18 @@ class RunEventSink:
             self.text_streamed = True
             self._streamed.append(shown)
 
-    # -- StepSink (agents/steps.py) ----------------------------------------------------------
+    # -- StepSink and SteerSink (agents/steps.py) ----------------------------------------------
+    @property
+    def steers(self) -> tuple[Steer, ...]:
+        """The run's steers accepted and not yet applied, as of the last recorded step."""
+        return self._steers
+
     async def step(self, record: dict[str, Any], *, last: bool = False) -> None:
         """Record a finished step durably, with every event emitted before it, in one fenced
-        script call (``Attempt.append_step``); then, if the worker is stopping and the turn
-        goes on after this step, hand the run back (``HandBack``)."""
+        script call (``Attempt.append_step``), taking the steers it applied off the run's
+        pending steers; then, if the run's budget is spent, end it there
+        (``RunBudgetExceeded``), or if the worker is stopping and the turn goes on after this
+        step, hand the run back (``HandBack``)."""
         if self._failure is not None:
             raise self._failure
         # The events not yet taken go with the step (one round trip, not two); a batch the
@@ -255,11 +270,19 @@ class RunEventSink:
         if self._failure is not None:
             raise self._failure
         token = f"{self._batch_prefix}.{next(self._batches)}"
-        ids = await self._retrying("step", lambda: self.attempt.append_step(batch, record, token))
-        if ids is None:
+        applied = applied_steers(record)
+        written = await self._retrying(
+            "step", lambda: self.attempt.append_step(batch, record, token, applied)
+        )
+        if written is None:
             raise LeaseLost(self.run_id)
-        self.events_written += len(ids)
-        if not last and self._hand_back():
+        self.events_written += len(written.event_ids)
+        self._steers = tuple(Steer(s.id, s.text) for s in written.pending_steers)
+        if last:
+            return
+        if self._deadline is not None and time.time() >= self._deadline:
+            raise RunBudgetExceeded("the run spent its run_budget_seconds")
+        if self._hand_back():
             raise HandBack(f"worker stopping after step {record.get('kind')}")
 
     # -- EventSink --------------------------------------------------------------------------

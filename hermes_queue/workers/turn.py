@@ -28,7 +28,7 @@ from hermes_queue.agents.base import (
     TurnCancelled,
 )
 from hermes_queue.agents.media import inline_media
-from hermes_queue.agents.steps import HandBack
+from hermes_queue.agents.steps import HandBack, RunBudgetExceeded
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
 from hermes_queue.metrics import OUTCOMES, WorkerMetrics
 from hermes_queue.routing import LockMismatch, check_lock_runtime, runtime_metadata
@@ -171,6 +171,7 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         wakeup=active.approvals,
         hand_back=runtime.shutting_down,
         on_first_event=first_event,
+        deadline=_budget_deadline(attempt),
     )
     turn_log = None
     if attempt.record.persist and runtime.store is not None:
@@ -192,6 +193,9 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         return "handed_back"
     except Unresumable as lost:
         return await _end_unresumable(attempt, turn_log, lost)
+    except RunBudgetExceeded:
+        # Stopped at a step boundary; the steps recorded up to here stay with the run.
+        return await _end_failed(sink, FailReason.RUN_BUDGET, _budget_error(attempt))
     except LeaseLost:
         log.warning(
             "run %s attempt %d lost its lease; its writes are fenced",
@@ -225,6 +229,22 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         truncated=result.finish_reason == "length",
     )
     return "completed"
+
+
+def _budget_deadline(attempt: Attempt) -> float | None:
+    """When the run's ``run_budget_seconds`` is spent, counted from its first claim (the time
+    it waited in the queue is not), whichever attempt this is; None without a budget."""
+    policy = attempt.record.request.policy
+    if policy is None or policy.run_budget_seconds is None:
+        return None
+    started = attempt.record.first_started_at or time.time()
+    return started + policy.run_budget_seconds
+
+
+def _budget_error(attempt: Attempt) -> str:
+    policy = attempt.record.request.policy
+    seconds = policy.run_budget_seconds if policy is not None else None
+    return f"Run budget exceeded: the run used its run_budget_seconds ({seconds} s)"
 
 
 # What the turn's own errors fail the run with (the first that matches), the message being

@@ -55,7 +55,7 @@ async def test_bodies_come_from_the_models_the_handlers_parse_with(api: TestClie
         schemas["SessionChatBody"]["properties"]
     )
     strategy = schemas["SessionChatBody"]["properties"]["multitask_strategy"]
-    assert strategy["enum"] == ["reject", "enqueue", "interrupt"]
+    assert strategy["enum"] == ["reject", "enqueue", "interrupt", "steer"]
     assert schemas["SessionPatchBody"]["additionalProperties"] is False
     queries = {p["name"] for p in paths["/api/sessions"]["get"]["parameters"]}
     assert queries == {"limit", "offset", "source", "include_children"}

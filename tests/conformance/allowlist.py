@@ -33,6 +33,7 @@ from tests.conformance.reconcile import (
     _runtime,
     _session_model,
     _sse_ids,
+    _steer_capabilities,
     _stop_finished,
 )
 from tests.conformance.reconcile_turns import (
@@ -147,6 +148,12 @@ ALLOWLIST: tuple[Allowed, ...] = (
         "Features true when served",
         "VL advertises the session model lock and model options it serves.",
         _lock_capabilities,
+    ),
+    Allowed(
+        "vn-steer",
+        "VN `run_steer`",
+        "VN's run steering is served (from any replica), so capabilities advertise it.",
+        _steer_capabilities,
     ),
     Allowed(
         "resumable",

@@ -264,6 +264,11 @@ def _lock_capabilities(pair: Pair) -> None:
     _capabilities(pair, "vl-lock", {"session_model_lock", "model_options"}, {"session_model_lock"})
 
 
+def _steer_capabilities(pair: Pair) -> None:
+    """VN's run steering: its feature flag and endpoint (0.19 has neither)."""
+    _capabilities(pair, "vn-steer", {"run_steer"}, {"run_steer"})
+
+
 def _queue_capabilities(pair: Pair) -> None:
     """Ours: resumable streams (feature and the resume endpoint), and a runtime description
     that says where turns run."""

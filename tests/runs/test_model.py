@@ -15,5 +15,6 @@ def test_fail_reasons_keep_their_wire_values() -> None:
         "timeout",
         "internal",
         "worker_lost",
+        "run_budget_exceeded",
     }
     assert f"{FailReason.PROVIDER_AUTH}" == "provider_auth"  # formatted as its value

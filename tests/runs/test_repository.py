@@ -336,9 +336,11 @@ async def test_the_text_readers_were_shown_leaves_out_what_a_later_attempt_super
     run_id = await create(repo)
     first = await claimed(repo, run_id)
     await first.append([("message.delta", {"delta": "kept "})])
-    (step_event,) = await first.append_step(
+    written = await first.append_step(
         [("message.delta", {"delta": "also kept "})], {"kind": "model"}, "batch-1"
-    ) or [""]
+    )
+    assert written is not None
+    (step_event,) = written.event_ids
     await first.append([("message.delta", {"delta": "lost with the worker"})])
     await first.hand_back()
     second = await claimed(repo, run_id)

@@ -18,7 +18,8 @@ RUN_SCRIPTS = sorted(
     path.name.removesuffix(".lua")
     for path in LUA.iterdir()
     if path.name.endswith(".lua")
-    and path.name not in ("prelude.lua", "approval_prelude.lua", "idempotency_settle.lua")
+    and not path.name.endswith("prelude.lua")
+    and path.name != "idempotency_settle.lua"
 )
 SHARD_SCRIPTS = ("expired", "abandoned", "webhook_claim", "webhook_expand")
 # Scripts about one webhook delivery: its hash beside its shard's webhook keys.

@@ -29,6 +29,9 @@ tests that cannot choose the message text):
 
 ``hang = True`` makes the fake accept requests but never answer them (not even headers), and
 ``received`` is set whenever a request arrives, so a test can act "while the provider is silent".
+``hold`` (a predicate on the request body) holds the first request it matches, unanswered, and
+sets ``held``, until ``release_held`` is set (or the fake shuts down): a state the agent cannot
+leave on its own, e.g. to kill its worker while that one model call is in flight.
 
 Every request is recorded (method, path, headers including Authorization, JSON body) unless
 ``record`` is off. The reply reports ``model`` as requested unless ``actual_model`` is set. With
@@ -51,6 +54,7 @@ import contextlib
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any
@@ -104,8 +108,12 @@ class FakeLLM:
         vllm_version: bool = False,
         port: int = 0,
         log: str = "",
+        hold: Callable[[Any], bool] | None = None,
     ) -> None:
         self.token_delay = token_delay
+        self.hold = hold
+        self.held = asyncio.Event()
+        self.release_held = asyncio.Event()
         self.expected_key = expected_key
         self.actual_model = actual_model
         self.directive = directive
@@ -217,6 +225,9 @@ class FakeLLM:
             headers, port = dict(request.headers), _client_port(request)
             self.requests.append(RecordedRequest(request.method, request.path, headers, body, port))
         self.received.set()
+        if self.hold is not None and not self.held.is_set() and self.hold(body):
+            self.held.set()
+            await _first(self.release_held, self._closing)
         if self.hang:
             await self._closing.wait()
             return replies.error(503, "the fake LLM is shutting down")  # even if the client left
@@ -325,6 +336,16 @@ class FakeLLM:
         tools = ",".join(replies.tool_names(body))
         stream = bool(body.get("stream"))
         print(f"stream={stream} roles={roles} tools={tools} last={last!r}", file=self._log)
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until any of ``events`` is set."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _envelope(kind: str, model: str) -> dict[str, Any]:

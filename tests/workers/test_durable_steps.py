@@ -18,6 +18,7 @@ from hermes_queue.agents.echo_tools import read_tool_log
 from hermes_queue.agents.steps import LOST_TOOL_RESULT
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
+from hermes_queue.runs.attempt import StepWritten
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
@@ -149,7 +150,7 @@ async def test_steps_are_fenced_by_attempt(redis: Any, settings: Settings) -> No
     live = await repo.claim(run_id, "w2")
     assert live is not None
     assert await stale.append_step([], {"kind": "model", "index": 0}, "t1") is None
-    assert await live.append_step([], {"kind": "model", "index": 0}, "t2") == []
+    assert await live.append_step([], {"kind": "model", "index": 0}, "t2") == StepWritten([], ())
     # A retried call (its reply lost) records nothing twice.
-    assert await live.append_step([], {"kind": "model", "index": 0}, "t2") == []
+    assert await live.append_step([], {"kind": "model", "index": 0}, "t2") == StepWritten([], ())
     assert [s["attempt"] for s in await repo.steps(run_id)] == [2]

@@ -44,6 +44,7 @@ from hermes_queue.agents.hermes.conversation import (
 )
 from hermes_queue.agents.hermes.durable import DurableTurn
 from hermes_queue.agents.hermes.installed import hermes_catalog
+from hermes_queue.agents.hermes.limits import turn_iterations, turn_toolsets
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature, warm_first_turn
 from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
@@ -140,7 +141,7 @@ class HermesBackend:
             import run_agent  # noqa: F401  (most of Hermes' import time)
 
             return
-        agent = self._build(runtime, request)
+        agent = self._build(runtime, request, self.toolsets)
         warm_first_turn(agent)
         _release_clients(agent)
 
@@ -150,14 +151,16 @@ class HermesBackend:
         self, request: AgentRequest, sink: EventSink, cancel: CancelToken
     ) -> AgentResult:
         runtime = self._runtime(request)
-        construction = runtime.construction(self.toolsets, request.instructions)
+        toolsets = turn_toolsets(self.toolsets, request.limits)
+        construction = runtime.construction(toolsets, request.instructions)
         sig = signature(construction, runtime.provider.api_key)
-        agent = await self._agent_for(request, runtime, sig, cancel)
+        agent = await self._agent_for(request, runtime, sig, cancel, toolsets)
         loop = asyncio.get_running_loop()
         bridge = TurnBridge(
             loop, sink, request.run_id, agent.interrupt, scrub=runtime.provider.scrub
         )
         self._prepare_turn(agent, bridge, request.route.model_options)
+        agent.max_iterations = turn_iterations(self.max_iterations, request.limits)
         if isinstance(sink, StepSink):  # record each step; a resumed attempt replays them
             DurableTurn(agent, bridge, StepJournal.of(request.steps)).install()
         before = (agent.session_prompt_tokens, agent.session_completion_tokens)
@@ -209,7 +212,12 @@ class HermesBackend:
                 self._release([agent])
 
     async def _agent_for(
-        self, request: AgentRequest, runtime: _Runtime, sig: str, cancel: CancelToken
+        self,
+        request: AgentRequest,
+        runtime: _Runtime,
+        sig: str,
+        cancel: CancelToken,
+        toolsets: list[str],
     ) -> Any:
         """The session's warm agent when its construction still matches, else a new one."""
         agent, stale = self.warm.take(request.session_id, sig)
@@ -218,7 +226,7 @@ class HermesBackend:
             raise TurnCancelled(cancel.reason)
         if agent is None:
             try:
-                agent = await self._in_thread(self._build, runtime, request)
+                agent = await self._in_thread(self._build, runtime, request, toolsets)
             except Exception as exc:
                 raise crashed(runtime.provider, "could not be built", exc) from None
         if cancel.cancelled:  # stopped while the agent was being built
@@ -282,7 +290,7 @@ class HermesBackend:
             "api_key": provider.api_key,
         }
 
-    def _build(self, runtime: _Runtime, request: AgentRequest) -> Any:
+    def _build(self, runtime: _Runtime, request: AgentRequest, toolsets: list[str]) -> Any:
         from run_agent import AIAgent
 
         provider = runtime.provider
@@ -296,7 +304,7 @@ class HermesBackend:
             max_iterations=self.max_iterations,
             quiet_mode=True,
             verbose_logging=False,
-            enabled_toolsets=self.toolsets,
+            enabled_toolsets=toolsets,
             ephemeral_system_prompt=request.instructions or None,
             session_id=request.session_id,
             platform=PLATFORM,

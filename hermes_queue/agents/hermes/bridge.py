@@ -31,7 +31,9 @@ Durable steps (``durable.py``) are the one place the agent thread does wait: ``c
 blocks it until the worker has stored a finished step, in order after every event posted before
 it, and raises ``StepInterrupted`` on that thread when it could not be (the failure is kept as
 above). While the agent replays recorded steps (``quiet``) its callbacks tell nothing: readers
-have those events from the attempt that recorded them.
+have those events from the attempt that recorded them. Each recorded step also tells the sink
+the run's pending steers, which ``steers`` hands the agent thread at its next tool-result
+boundary.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hermes_queue.agents.base import ApprovalRequest, EventSink, NoteSink, SubagentPhase
-from hermes_queue.agents.steps import StepSink
+from hermes_queue.agents.steps import Steer, SteerSink, StepSink
 from hermes_queue.events import SUBAGENT_FIELDS, SUBAGENT_FREE_TEXT
 from hermes_queue.logs import redact
 
@@ -213,6 +215,13 @@ class TurnBridge:
                     raise StepInterrupted("the worker stopped taking events") from None
             except BaseException as exc:
                 raise StepInterrupted(f"step not recorded: {type(exc).__name__}") from exc
+
+    def steers(self) -> tuple[Steer, ...]:
+        """The run's steers not yet applied, as of the last step recorded (a ``SteerSink``'s;
+        none for another sink). Read on the agent thread: the sink updates them before the
+        checkpoint that recorded the step lets that thread go on."""
+        sink = self._sink
+        return sink.steers if isinstance(sink, SteerSink) else ()
 
     def tell_lost(self, call_id: str, name: str, result: str) -> None:
         """A tool call whose worker was lost while it ran ends, for readers, as a failure."""

@@ -5,7 +5,7 @@ Hermes 0.19 has no way to continue a turn from a message list (``run_conversatio
 appends the user message and starts its loop afresh), so a resumed attempt runs the same turn
 again and this module makes that run *replay*: the agent's own loop rebuilds its messages, call
 count and iteration budget from recorded answers, and goes on live at the first step nobody
-recorded. The smallest adapter around the loop is four instance attributes of the turn's agent,
+recorded. The smallest adapter around the loop is five instance attributes of the turn's agent,
 shadowing its methods for this turn only (``install``; ``remove`` takes them away before a warm
 agent is kept):
 
@@ -17,7 +17,14 @@ agent is kept):
   own ``NO_EFFECT_TOOL_NAMES``); the rest run through Hermes' executor as usual;
 - ``_flush_messages_to_session_db`` (Hermes calls it right after appending each tool result):
   each new tool result is recorded there;
-- ``tool_start_callback``: the start of each live tool call is recorded just before it runs.
+- ``tool_start_callback``: the start of each live tool call is recorded just before it runs;
+- ``_apply_pending_steer_to_tool_results`` (Hermes drains ``/steer`` text there: after each tool
+  result and at the end of a batch, appending it to the last tool result): the run's pending
+  steers (runs/steers.py, as of the step just recorded) go to the agent's own ``steer()`` just
+  before, and the tool result that comes out carrying them is recorded again, naming them, so
+  a resumed attempt replays the steered result and never applies them again. Steers that found
+  no tool result to ride on are taken back from the agent (they stay pending for the next
+  boundary, or end as the run's ``pending_steer``): no steer reaches the model unrecorded.
 
 When the worker traces, each live model call (not a replayed one) is also a span
 (``current_turn().model_calls``).
@@ -46,6 +53,7 @@ from hermes_queue.agents.steps import (
     READ_ONLY_TOOLS,
     StepJournal,
     model_step,
+    steered,
     tool_result,
     tool_started,
 )
@@ -59,6 +67,7 @@ _SEAMS = (
     "_interruptible_api_call",
     "_execute_tool_calls",
     "_flush_messages_to_session_db",
+    "_apply_pending_steer_to_tool_results",
 )
 # Keys of an answer that stay plain JSON when it is rebuilt (everything else structural becomes
 # attributes again, as Hermes' transport reads them with getattr).
@@ -148,6 +157,9 @@ class DurableTurn:
         agent._interruptible_api_call = self._model_call(plain)
         agent._execute_tool_calls = self._execute_tool_calls
         agent._flush_messages_to_session_db = self._flushing(flush)
+        apply_steers = getattr(cls, "_apply_pending_steer_to_tool_results", None)
+        if apply_steers is not None:  # Hermes with /steer (0.19 has it)
+            agent._apply_pending_steer_to_tool_results = self._steering(apply_steers.__get__(agent))
         started = agent.tool_start_callback
         agent.tool_start_callback = self._tool_start(started)
 
@@ -264,3 +276,31 @@ class DurableTurn:
             return original(messages, conversation_history)
 
         return flush
+
+    # -- steers ----------------------------------------------------------------------------------
+    def _steering(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def apply(messages: list[dict[str, Any]], num_tool_msgs: int) -> Any:
+            pending = self.bridge.steers()
+            if not pending or self.bridge.quiet or num_tool_msgs <= 0:
+                return original(messages, num_tool_msgs)
+            agent = self.agent
+            for steer in pending:
+                agent.steer(steer.text)  # Hermes' own: appended below, with its marker
+            tail = [m for m in messages[-num_tool_msgs:] if isinstance(m, dict)]
+            before = [copy.deepcopy(m.get("content")) for m in tail]
+            original(messages, num_tool_msgs)
+            carrier = None
+            for message, content in zip(tail, before, strict=True):
+                if message.get("role") == "tool" and message.get("content") != content:
+                    carrier = message
+            if carrier is None:  # no tool result took them: they stay pending in the run
+                agent._drain_pending_steer()
+                return None
+            call_id = str(carrier.get("tool_call_id") or "")
+            name = self._names.get(call_id, str(carrier.get("name") or ""))
+            self._recorded[call_id] = carrier.get("content")
+            record = tool_result(call_id, name, copy.deepcopy(carrier))
+            self.bridge.checkpoint(steered(record, pending))
+            return None
+
+        return apply

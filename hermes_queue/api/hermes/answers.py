@@ -27,6 +27,10 @@ class RunStatus(AnswerModel):
         default=None,
         description="The turn's OpenTelemetry trace id (32 hex), when the API traces.",
     )
+    pending_steer: str | None = Field(
+        default=None,
+        description="A completed run's steers its agent never applied (newline-joined).",
+    )
 
 
 class RunStopping(AnswerModel):
@@ -39,6 +43,12 @@ class ApprovalAnswer(AnswerModel):
     run_id: str
     choice: str
     resolved: int
+
+
+class SteerAccepted(AnswerModel):
+    object: Literal["hermes.run.steer"]
+    run_id: str
+    accepted: bool
 
 
 class Session(AnswerModel):
@@ -116,7 +126,8 @@ class RunsEvent(AnswerModel):
     event: str = Field(
         description="message.delta, reasoning.available, tool.started, tool.completed, "
         "approval.request, approval.responded, subagent.start, subagent.complete, "
-        "run.restarted, stream.gap, run.completed, run.failed, run.cancelled"
+        "run.steered, run.restarted, run.resumed, stream.gap, run.completed, run.failed, "
+        "run.cancelled"
     )
     run_id: str
     timestamp: float

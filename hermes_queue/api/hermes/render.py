@@ -28,7 +28,8 @@ def render_runs(event: RunEvent) -> list[Frame]:
     """Upstream ``/v1/runs/{id}/events`` (upstream-api.md §3.3): unnamed frames with ``event``.
 
     ``reasoning.available`` is the agent's progress note, as upstream's; the model's streamed
-    reasoning is not shown. ``run.restarted``, ``run.resumed`` and ``stream.gap`` are
+    reasoning is not shown. ``run.steered`` and ``run.completed``'s ``pending_steer`` are VN's.
+    ``run.restarted``, ``run.resumed`` and ``stream.gap`` are
     additions: a retried attempt tells clients to drop the partial output they have (all of it,
     or what follows ``valid_through``), and a trimmed stream is never skipped silently.
     """
@@ -52,8 +53,12 @@ def render_runs(event: RunEvent) -> list[Frame]:
             fields = dict(data)
         case EventType.SUBAGENT_START | EventType.SUBAGENT_COMPLETE:
             fields = {key: data[key] for key in SUBAGENT_FIELDS if key in data}
+        case EventType.RUN_STEERED:
+            fields = {"accepted": True}
         case EventType.RUN_COMPLETED:
             fields = {"output": data.get("output", ""), "usage": data.get("usage", {})}
+            if data.get("pending_steer"):
+                fields["pending_steer"] = data["pending_steer"]
         case EventType.RUN_FAILED:
             fields = {"error": data.get("error", "run failed")}
             if data.get("reason"):
@@ -88,7 +93,8 @@ class SessionStream:
     connection numbered them.
 
     Not shown: the model's streamed reasoning (upstream shows only the agent's progress notes,
-    as ``tool.progress``) and subagent events (upstream forwards them on the runs stream)."""
+    as ``tool.progress``) and subagent events (upstream forwards them on the runs stream). A
+    steer is shown (``run.steered``, with its text), so a chat that steered a turn sees it."""
 
     def __init__(self, after: str | None = None) -> None:
         self._after = parse_stream_id(after) if after else None
@@ -142,6 +148,14 @@ def session_frames(event: RunEvent) -> list[_SessionFrame]:
             return [(name, _tool_fields(message_id, data, keep_details=False), False)]
         case EventType.APPROVAL_REQUEST | EventType.APPROVAL_RESPONDED:
             return [(str(event.type), {"message_id": message_id, **data}, False)]
+        case EventType.RUN_STEERED:
+            steer = {
+                "message_id": message_id,
+                "steer_id": data.get("steer_id"),
+                "text": data.get("text"),
+                "accepted": True,
+            }
+            return [("run.steered", steer, False)]
         case EventType.ASSISTANT_COMPLETED:
             return [("assistant.completed", _assistant_completed(message_id, data), False)]
         case EventType.RUN_COMPLETED:
@@ -173,13 +187,16 @@ def _assistant_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any
 
 
 def _run_completed(message_id: str, data: dict[str, Any]) -> dict[str, Any]:
-    return {
+    completed = {
         "message_id": message_id,
         "completed": not truncated(data),
         "messages": data.get("messages", []),
         "usage": data.get("usage", {}),
         "runtime": data.get("runtime") or {},
     }
+    if data.get("pending_steer"):
+        completed["pending_steer"] = data["pending_steer"]  # VN
+    return completed
 
 
 def _tool_fields(message_id: str, data: dict[str, Any], *, keep_details: bool) -> dict[str, Any]:

@@ -18,13 +18,14 @@ from hermes_queue.api.hermes import (
     session_bodies,
     session_chat,
     sessions,
+    steer,
 )
 
 TURN_HEADERS = ("X-Hermes-Session-Key",)
 RUNS_STREAM = stream(out.RunsEvent, "Server-sent events in upstream's runs dialect.")
 SESSION_STREAM = stream(out.SessionStreamEvent, "Server-sent events in upstream's session dialect.")
 
-# Start a turn, poll it, follow its events, stop it, answer its approvals.
+# Start a turn, poll it, follow its events, stop it, answer its approvals, steer it.
 RUNS = [
     Endpoint(
         "POST",
@@ -64,6 +65,15 @@ RUNS = [
         "runs",
         ok(out.ApprovalAnswer),
         body=run_bodies.ApprovalBody,
+    ),
+    Endpoint(
+        "POST",
+        "/v1/runs/{run_id}/steer",
+        steer.steer_run,
+        "Steer a running run",
+        "runs",
+        ok(out.SteerAccepted),
+        body=run_bodies.SteerBody,
     ),
 ]
 

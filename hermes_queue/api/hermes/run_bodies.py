@@ -1,5 +1,5 @@
 """What the ``/v1/runs`` endpoints read: the body that starts a run (upstream-api.md §4.1), an
-approval answer (§4.3) and the events stream's query.
+approval answer (§4.3), a steer (§4.5) and the events stream's query.
 
 Like every typed body (``http/fields.py``): fields in upstream's check order, each with its JSON
 type and the check that refuses it with upstream's code, message and ``param``; aliases pick
@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from hermes_queue.api.errors import ApiError
+from hermes_queue.api.http.content import flatten_text
 from hermes_queue.api.http.fields import (
     History,
     LenientFalse,
@@ -20,6 +21,7 @@ from hermes_queue.api.http.fields import (
     RuntimeId,
     RuntimeOptions,
     WebhookUrl,
+    as_is,
     checked,
     is_empty,
     message_list,
@@ -27,7 +29,8 @@ from hermes_queue.api.http.fields import (
     text_check,
 )
 from hermes_queue.api.http.queries import Cursor
-from hermes_queue.api.http.schema_types import Message
+from hermes_queue.api.http.schema_types import Content, Message
+from hermes_queue.api.turns.execution_policy import PolicyField
 from hermes_queue.events import APPROVAL_CHOICES
 from hermes_queue.runs.approvals import CHOICE_ALIASES, normalize_choice
 
@@ -74,6 +77,7 @@ class RunBody(RequestModel):
     model_options: RuntimeOptions = None
     require_model_lock: LenientFalse = False
     webhook: WebhookUrl = ""
+    execution_policy: PolicyField = None
 
 
 MAX_REQUEST_ID_LENGTH = 128
@@ -128,6 +132,36 @@ class ApprovalBody(RequestModel):
         checked(parse_request_id, Annotated[str, Field(max_length=128)] | None),
         Field(description="The pending request to answer (default: the oldest)."),
     ] = ""
+
+
+_SteerText = Annotated[
+    Any,
+    checked(as_is, Content | None),
+    Field(description="The guidance: text, or content parts (their text is taken)."),
+]
+
+
+class SteerBody(RequestModel):
+    """``POST /v1/runs/{run_id}/steer`` (upstream-api.md §4.5): the text is the first of
+    ``input``, ``message`` and ``text`` that is not empty, content parts normalised to text."""
+
+    input: _SteerText = None
+    message: _SteerText = None
+    text: _SteerText = None
+
+    @property
+    def steer_text(self) -> str:
+        """The steer, stripped; 400 ``invalid_steer_input`` when there is none."""
+        raw = self.input or self.message or self.text or ""
+        text = flatten_text(raw).strip()
+        if not text:
+            raise ApiError(
+                400,
+                "invalid_steer_input",
+                "Missing non-empty steer text; expected 'input', 'message', or 'text'.",
+                param="input",
+            )
+        return text
 
 
 class EventsQuery(RequestModel):

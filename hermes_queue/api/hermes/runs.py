@@ -42,7 +42,12 @@ def parse_run_body(body: dict[str, Any], routing: RoutingConfig) -> NewTurn:
     fields = RunBody.parse(body)
     message, history = fields.input
     return NewTurn(
-        TurnRequest(message, fields.conversation_history + history, fields.instructions),
+        TurnRequest(
+            message,
+            fields.conversation_history + history,
+            fields.instructions,
+            policy=fields.execution_policy,
+        ),
         select_for_body(routing, body),
         # Saved to its session (the run id's when the body names none), as upstream's agent
         # saves it; its history stays the one the body sent.

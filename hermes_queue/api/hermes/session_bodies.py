@@ -29,9 +29,11 @@ from hermes_queue.api.http.fields import (
 )
 from hermes_queue.api.http.queries import Cursor, page_number
 from hermes_queue.api.http.schema_types import Content
+from hermes_queue.api.turns.execution_policy import PolicyField
 
-STRATEGIES = ("reject", "enqueue", "interrupt")
+STRATEGIES = ("reject", "enqueue", "interrupt", "steer")
 MAX_SESSION_PAGE = 200
+MAX_RUN_ID_LENGTH = 128
 MAX_MESSAGES_PAGE = 500
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -127,6 +129,19 @@ def _strategy(value: Any) -> str:
     return value
 
 
+def _run_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_RUN_ID_LENGTH:
+        raise ApiError(
+            400,
+            "invalid_run_id",
+            "'take_pending_steer' must be a run id",
+            param="take_pending_steer",
+        )
+    return value
+
+
 class SessionChatBody(RequestModel):
     """``POST /api/sessions/{id}/chat`` and ``…/chat/stream`` (upstream-api.md §2.1)."""
 
@@ -152,7 +167,11 @@ class SessionChatBody(RequestModel):
     multitask_strategy: Annotated[
         str,
         checked(_strategy, Annotated[str, Field(json_schema_extra={"enum": list(STRATEGIES)})]),
-        Field(description="While the session has a turn running: refuse (409), queue, or stop it."),
+        Field(
+            description="While the session has a turn running: refuse (409), queue, stop it, "
+            "or steer it (the message is handed to the running turn, whose reply this "
+            "request then follows; queued like enqueue when the turn cannot take it)."
+        ),
     ] = "reject"
     model: RuntimeId = None
     model_id: RuntimeId = None
@@ -161,6 +180,15 @@ class SessionChatBody(RequestModel):
     model_options: RuntimeOptions = None
     require_model_lock: LenientFalse = False
     webhook: WebhookUrl = ""
+    execution_policy: PolicyField = None
+    take_pending_steer: Annotated[
+        str | None,
+        checked(_run_id, Annotated[str, Field(min_length=1, max_length=128)] | None),
+        Field(
+            description="A completed turn of this session whose steers its agent never "
+            "applied (its pending_steer): their text goes before this message, taken once."
+        ),
+    ] = None
 
 
 # -- queries ----------------------------------------------------------------------------------

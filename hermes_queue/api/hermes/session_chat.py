@@ -1,12 +1,16 @@
 """Session chat: one turn per request, run by a worker, answered as JSON or upstream's SSE.
 
 Each turn is an ordinary run (pollable and stoppable under ``/v1/runs``) created under the
-one-active-run-per-session rule. A dropped stream never cancels the turn: the client resumes
-with ``GET …/chat/stream?run_id=`` and ``Last-Event-ID``, on any replica.
+one-active-run-per-session rule, or, with ``multitask_strategy: "steer"``, a steer of the
+session's running turn, which the request then follows (``session_steer.py``). A dropped stream
+never cancels the turn: the client resumes with ``GET …/chat/stream?run_id=`` and
+``Last-Event-ID``, on any replica.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import web
@@ -14,6 +18,7 @@ from aiohttp import web
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.hermes.render import SessionStream
 from hermes_queue.api.hermes.session_bodies import SessionChatBody
+from hermes_queue.api.hermes.session_steer import steer_active_turn, take_pending_steer, with_steer
 from hermes_queue.api.hermes.sessions import load_session
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
@@ -21,7 +26,7 @@ from hermes_queue.api.http.sse import open_stream, resume_cursor
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.runtime_selection import select_for_session
 from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, turn_headers
-from hermes_queue.events import EventType
+from hermes_queue.events import EventType, just_before
 from hermes_queue.replies import controlled_reply, is_controlled_reply
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.start import Strategy
@@ -31,36 +36,64 @@ from hermes_queue.store import SessionRow
 MAX_RUN_ID_LENGTH = 128
 
 
-def parse_chat_body(body: dict[str, Any], row: SessionRow, routing: RoutingConfig) -> NewTurn:
-    """The turn a chat body starts on the session ``row``, under its ``multitask_strategy``."""
+def parse_chat_body(
+    body: dict[str, Any], row: SessionRow, routing: RoutingConfig
+) -> tuple[NewTurn, SessionChatBody]:
+    """The turn a chat body starts on the session ``row``, under its ``multitask_strategy``
+    (``steer`` enqueues the turn when no running turn takes the message), and the body."""
     fields = SessionChatBody.parse(body)
-    strategy = cast(Strategy, fields.multitask_strategy)
-    return NewTurn(
+    strategy = "enqueue" if fields.multitask_strategy == "steer" else fields.multitask_strategy
+    turn = NewTurn(
         # The id as addressed: the turn runs on the session's live tip, resumable by either.
-        TurnRequest(fields.message, instructions=fields.system_message, path_id=row.id),
+        TurnRequest(
+            fields.message,
+            instructions=fields.system_message,
+            path_id=row.id,
+            policy=fields.execution_policy,
+        ),
         select_for_session(routing, row, body),
-        StoredSession(row.id, strategy, lock_row=row),
+        StoredSession(row.id, cast(Strategy, strategy), lock_row=row),
         webhook=fields.webhook,
     )
+    return turn, fields
 
 
-async def start_turn(request: web.Request, state: ApiState) -> tuple[Enqueued, dict[str, str]]:
-    """Validate, admit and enqueue one turn; returns it and the response headers."""
+@dataclass(frozen=True)
+class Started:
+    """The turn a chat request follows: the one it started, or the running one it steered
+    (then ``steered_at`` is the id of its ``run.steered`` event)."""
+
+    turn: Enqueued
+    headers: dict[str, str]
+    steered_at: str | None = None
+
+
+async def start_turn(request: web.Request, state: ApiState) -> Started:
+    """Validate, admit and enqueue one turn, or steer the running one (``session_steer.py``)."""
     session_key = session_key_header(request, state.settings.api.api_key)
     row = await load_session(state.store, request.match_info["session_id"])
-    turn = parse_chat_body(
-        await json_object(request, state.settings.api.body_timeout_seconds), row, state.routing
-    )
+    body = await json_object(request, state.settings.api.body_timeout_seconds)
+    turn, fields = parse_chat_body(body, row, state.routing)
+    if fields.take_pending_steer is not None:
+        taken = await take_pending_steer(state, row, fields.take_pending_steer)
+        message = with_steer(taken, turn.request.message)
+        turn = dataclasses.replace(turn, request=dataclasses.replace(turn.request, message=message))
+    if fields.multitask_strategy == "steer":
+        steered = await steer_active_turn(state, row, turn.request.message)
+        if steered is not None:
+            headers = turn_headers(steered.session_id, steered.run_id, session_key)
+            return Started(Enqueued(steered.run_id, steered.session_id), headers, steered.event_id)
     started = await state.turns.enqueue_turn(turn)
-    return started, turn_headers(started.session_id, started.run_id, session_key)
+    return Started(started, turn_headers(started.session_id, started.run_id, session_key))
 
 
 async def chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    started, headers = await start_turn(request, state)
-    reply = await state.feed.final_reply(started.run_id)
+    started = await start_turn(request, state)
+    turn = started.turn
+    reply = await state.feed.final_reply(turn.run_id)
     event = reply.terminal
-    return _completion(event.type, event.data, reply.shown, started.session_id, headers)
+    return _completion(event.type, event.data, reply.shown, turn.session_id, started.headers)
 
 
 def _completion(
@@ -91,9 +124,11 @@ def _completion(
 
 async def chat_stream(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    started, headers = await start_turn(request, state)
-    response = await open_stream(request, headers)
-    await state.feed.pump(request, response, started.run_id, None, SessionStream())
+    started = await start_turn(request, state)
+    response = await open_stream(request, started.headers)
+    # A steered turn is followed from its run.steered frame on, numbered as its own stream.
+    after = just_before(started.steered_at) if started.steered_at else None
+    await state.feed.pump(request, response, started.turn.run_id, None, SessionStream(after))
     return response
 
 

@@ -52,6 +52,7 @@ ENDPOINT_NAMES: dict[tuple[str, str], str] = {
     ("GET", "/v1/runs/{run_id}/events"): "run_events",
     ("POST", "/v1/runs/{run_id}/approval"): "run_approval",
     ("POST", "/v1/runs/{run_id}/stop"): "run_stop",
+    ("POST", "/v1/runs/{run_id}/steer"): "run_steer",
     ("GET", "/api/sessions"): "sessions",
     ("POST", "/api/sessions"): "session_create",
     ("GET", "/api/sessions/{session_id}"): "session",
@@ -73,7 +74,6 @@ ENDPOINT_NAMES: dict[tuple[str, str], str] = {
     ("POST", "/api/jobs/{job_id}/resume"): "job_resume",
     ("POST", "/api/jobs/{job_id}/run"): "job_run",
     # VN names. The 501 placeholders in unsupported.py route these paths but are never listed.
-    ("POST", "/v1/runs/{run_id}/steer"): "run_steer",
     ("POST", "/v1/browser-control/register"): "browser_control_register",
     ("GET", "/v1/browser-control/ws"): "browser_control_ws",
     ("POST", "/v1/artifacts/upload"): "artifact_upload",
@@ -93,6 +93,7 @@ ROUTE_FEATURES: dict[str, tuple[str, ...]] = {
     "run_events_sse": ("run_events",),
     "run_stop": ("run_stop",),
     "run_approval_response": ("run_approval",),
+    "run_steer": ("run_steer",),
     "approval_events": ("run_approval",),
     "session_resources": (
         "sessions",

@@ -19,6 +19,11 @@ if status ~= 'queued' then return {'busy'} end
 attempt = attempt + 1
 local written = {'attempt', tostring(attempt), 'status', 'running', 'worker', ARGV[2],
   'started_at', ARGV[4], 'updated_at', ARGV[4]}
+-- Where an execution_policy's run budget starts (the queue wait is not counted).
+if attempt == 1 then
+  written[#written + 1] = 'first_started_at'
+  written[#written + 1] = ARGV[4]
+end
 redis.call('HSET', KEYS[1], unpack(written))
 redis.call('ZADD', KEYS[2], now_ms() + tonumber(ARGV[3]), ARGV[1])
 count(KEYS[4], 'claimed')

@@ -13,6 +13,13 @@ events[#events + 1] = ARGV[4]
 events[#events + 1] = ARGV[6]
 local fields = {}
 for i = first_field, #ARGV do fields[#fields + 1] = ARGV[i] end
+-- A completed run's steers never applied are its pending_steer (steer_prelude.lua).
+local leftover = ARGV[3] == 'completed' and leftover_steer(KEYS[1])
+if leftover then
+  events[#events] = with_pending_steer(events[#events], leftover)
+  fields[#fields + 1] = 'pending_steer'
+  fields[#fields + 1] = leftover
+end
 finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[3], ARGV[2], ARGV[5], ARGV[7],
   ARGV[8], events, fields, state)
 return 1
