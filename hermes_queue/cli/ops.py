@@ -181,18 +181,62 @@ def render_status(
 ) -> RenderableType:
     """The status table; with ``error``, the last good read under a line saying it is stale."""
     q = view.queue
-    depth, workers, tp = q["depth"], q["workers"], q["throughput"]
+    workers, tp = q["workers"], q["throughput"]
     header = Text.assemble(
         ("hermes-queue ", "bold"),
         f"namespace {settings.redis.namespace} · {mask_url(settings.redis.url)} · {clock(q['at'])}",
     )
+    # Queue and throughput side by side: a watch must fit a 24-line terminal.
+    top = Table.grid(padding=(0, 2))
+    top.add_row(_queue_table(q), _throughput_table(view.minutes, tp))
+    parts: list[RenderableType] = [header, top, _failures_line(tp)]
+    if q.get("recent_failures"):
+        parts.append(render_failures(q["recent_failures"]))
+    shortfall = workers_shortfall(workers)
+    if shortfall:
+        parts.append(Text(shortfall, style="bold red"))
+    parts += _fleet(workers)
+    if view.jobs is not None:
+        parts.append(render_jobs(view.jobs))
+    if error is not None:
+        stale = f"{_outage(error, interval)}; figures above are from {clock(q['at'])}"
+        parts.append(Text(stale, style="bold red"))
+    return Group(*parts)
 
+
+def _queue_table(q: dict[str, Any]) -> Table:
+    """Depth by state and the oldest ready run's wait."""
+    depth = q["depth"]
     queue = table("state", "runs>", title="Queue")
     for state in ("ready", "deferred", "running", "blocked"):
         queue.add_row(state, str(depth[state]))
     queue.add_row("oldest ready", age(q["oldest_ready_age_seconds"]) if depth["ready"] else "-")
+    return queue
 
-    fleet_summary = Text(
+
+def _throughput_table(minutes: list[tuple[int, dict[str, int]]], tp: dict[str, Any]) -> Table:
+    """Outcomes per minute of the throughput window, and their total (failures in red)."""
+    throughput = table("minute", *(f"{f}>" for f in STATS_FIELDS), title="Throughput per minute")
+    for m, counts in minutes:
+        cells = [
+            Text(str(n), style="red" if f == "failed" and n else "") for f, n in counts.items()
+        ]
+        throughput.add_row(datetime.fromtimestamp(m * 60).strftime("%H:%M"), *cells)
+    throughput.add_row("total", *(str(tp[f]) for f in STATS_FIELDS), style="bold")
+    return throughput
+
+
+def _failures_line(tp: dict[str, Any]) -> Text:
+    return Text(
+        f"recent failures: {tp['failed']} failed, {tp['cancelled']} cancelled in the last "
+        f"{age(tp['window_seconds'])} · drain {tp['claims_per_second']:.2f} claims/s",
+        style="red" if tp["failed"] else "",
+    )
+
+
+def _fleet(workers: dict[str, Any]) -> list[RenderableType]:
+    """The workers' summary line and one row per live worker (the first MAX_WORKER_ROWS)."""
+    summary = Text(
         f"Workers: {workers['count']} live · {workers['slots']} slots · {workers['busy']} busy"
         f" · {workers['free_slots']} free · desired {workers['desired']}",
         style="italic",
@@ -211,36 +255,7 @@ def render_status(
     if not workers["count"]:
         no_worker = Text("no live worker: nothing is being run", style="bold red")
         fleet.add_row(no_worker, "", "", "", "")
-
-    window = tp["window_seconds"]
-    throughput = table("minute", *(f"{f}>" for f in STATS_FIELDS), title="Throughput per minute")
-    for m, counts in view.minutes:
-        cells = [
-            Text(str(n), style="red" if f == "failed" and n else "") for f, n in counts.items()
-        ]
-        throughput.add_row(datetime.fromtimestamp(m * 60).strftime("%H:%M"), *cells)
-    throughput.add_row("total", *(str(tp[f]) for f in STATS_FIELDS), style="bold")
-    failures = Text(
-        f"recent failures: {tp['failed']} failed, {tp['cancelled']} cancelled in the last "
-        f"{age(window)} · drain {tp['claims_per_second']:.2f} claims/s",
-        style="red" if tp["failed"] else "",
-    )
-    # Queue and throughput side by side: a watch must fit a 24-line terminal.
-    top = Table.grid(padding=(0, 2))
-    top.add_row(queue, throughput)
-    parts: list[RenderableType] = [header, top, failures]
-    if q.get("recent_failures"):
-        parts.append(render_failures(q["recent_failures"]))
-    shortfall = workers_shortfall(workers)
-    if shortfall:
-        parts.append(Text(shortfall, style="bold red"))
-    parts += [fleet_summary, fleet]
-    if view.jobs is not None:
-        parts.append(render_jobs(view.jobs))
-    if error is not None:
-        stale = f"{_outage(error, interval)}; figures above are from {clock(q['at'])}"
-        parts.append(Text(stale, style="bold red"))
-    return Group(*parts)
+    return [summary, fleet]
 
 
 def workers_shortfall(workers: dict[str, Any]) -> str | None:
