@@ -26,6 +26,7 @@ from tests.conformance.reconcile import (
     _fork_redirect,
     _health_version,
     _jobs_capabilities,
+    _key_setting,
     _lock_capabilities,
     _pagination,
     _queue_capabilities,
@@ -105,6 +106,14 @@ ALLOWLIST: tuple[Allowed, ...] = (
         "401 body `gateway_auth_failed`",
         "VL's code lets clients tell a gateway-key problem from a provider-key problem.",
         _auth_401,
+    ),
+    Allowed(
+        "key-setting",
+        "`X-Hermes-Session-Key` checks",
+        "A 403 asking for a gateway key names this deployment's setting, HERMES_QUEUE_API_KEY, "
+        "before upstream's API_SERVER_KEY (which is honoured as a fallback); the 401 stays "
+        "upstream's word for word.",
+        _key_setting,
     ),
     Allowed(
         "error-details",

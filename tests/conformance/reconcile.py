@@ -145,6 +145,26 @@ def _auth_401(pair: Pair) -> None:
     pair.us = replace(pair.us, body=pair.up.body)
 
 
+UPSTREAM_KEY_SETTING = "API_SERVER_KEY"
+OUR_KEY_SETTING = "HERMES_QUEUE_API_KEY (or upstream's API_SERVER_KEY)"
+
+
+def _key_setting(pair: Pair) -> None:
+    """A 403 that asks for a gateway key names ours (``HERMES_QUEUE_API_KEY``) first, then
+    upstream's; the rest of its message is upstream's word for word."""
+    if pair.up.status != 403 or pair.us.status != 403:
+        return
+    theirs, ours = _error(pair.up), _error(pair.us)
+    message = theirs.get("message")
+    if not isinstance(message, str) or f"Configure {UPSTREAM_KEY_SETTING}" not in message:
+        return
+    expected = message.replace(f"Configure {UPSTREAM_KEY_SETTING}", f"Configure {OUR_KEY_SETTING}")
+    if ours.get("message") != expected:
+        pair.violation("key-setting", "the 403 does not name our key setting", expected, ours)
+        return
+    ours["message"] = message
+
+
 def _pagination(pair: Pair) -> None:
     """VN's ``pagination`` block on a transcript (ours answers V19/VL clients the VN way)."""
     body = pair.us.body
