@@ -13,6 +13,7 @@ from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
 from hermes_queue.api.errors import ApiError, auth_error, redis_unavailable
+from hermes_queue.api.http.sse import STREAM_OPEN
 from hermes_queue.api.ops.dashboard import ASSETS as DASHBOARD_ASSETS
 from hermes_queue.api.state import STATE
 from hermes_queue.keyguard import normalize_key
@@ -152,6 +153,13 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
         request_id_var.reset(token)
 
 
+def _cut_if_streaming(request: web.Request) -> None:
+    """Mid-stream, an error answer would be written into the open event stream's body, where no
+    client reads it as one: close the connection instead, so the client resumes elsewhere."""
+    if request.get(STREAM_OPEN) and request.transport is not None:
+        request.transport.close()
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure becomes the JSON envelope; nothing reaches the client as a traceback."""
@@ -177,12 +185,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except (RedisError, RedisClusterException, ConnectionRefusedError) as exc:
         if classify(exc) is None:  # a failed command, not a failed server
             log.exception("unhandled error serving %s %s", request.method, request.path)
+            _cut_if_streaming(request)
             return ApiError(500, "internal_error", "Internal server error").response()
         # Down, or something that is not Redis answers there: logged once, not per request.
         request.app[REDIS_OUTAGE].failed(exc)
+        _cut_if_streaming(request)
         return redis_unavailable().response()
     except Exception:
         log.exception("unhandled error serving %s %s", request.method, request.path)
+        _cut_if_streaming(request)
         return ApiError(500, "internal_error", "Internal server error").response()
 
 

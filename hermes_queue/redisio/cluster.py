@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -34,6 +33,7 @@ import redis.asyncio as aioredis
 import redis.cluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import ResponseError
 
 from hermes_queue.redisio.addresses import host_and_port
 from hermes_queue.redisio.switchover import SafeRetryCluster
@@ -41,7 +41,7 @@ from hermes_queue.redisio.switchover import SafeRetryCluster
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
 
-Resolve = Callable[[], Awaitable[tuple[str, int]]]
+Address = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,27 @@ def connect_cluster_sync(target: ClusterTarget, **options: Any) -> redis.cluster
 
 
 class NodeConnection(aioredis.Connection):
-    """A connection that asks ``resolve`` which node to reach each time it connects."""
+    """A connection that asks ``resolve`` which node to reach each time it connects, and tells
+    it where a ``MOVED`` reply says the slot went."""
 
-    def __init__(self, *, resolve: Resolve, **kwargs: Any) -> None:
+    def __init__(self, *, resolve: SlotResolver, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.resolve = resolve
 
     async def _connect(self) -> None:
         self.host, self.port = await self.resolve()
         await super()._connect()  # type: ignore[no-untyped-call]
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except ResponseError as error:
+            # A plain connection's parser leaves ``MOVED <slot> <host>:<port>`` a bare
+            # ResponseError.
+            words = str(error).split()
+            if len(words) == 3 and words[0] == "MOVED":
+                self.resolve.moved(host_and_port(words[2], DEFAULT_PORT, "MOVED address"))
+            raise
 
 
 class SlotMap:
@@ -143,25 +155,39 @@ class SlotMap:
         await self._client.aclose()
 
 
+class SlotResolver:
+    """Where a node client's next connection goes: the primary of ``slot``. The first lookup
+    uses the slot table as it is; every later one (a reconnect) refreshes it first, unless a
+    node has just answered ``MOVED``: that node, the slot's former owner, names the new one
+    before every node's ``CLUSTER SLOTS`` agrees (during a switchover a refresh can still
+    name the old primary, and a connection made there is redirected again, over and over)."""
+
+    def __init__(self, slots: SlotMap, slot: int) -> None:
+        self._slots = slots
+        self._slot = slot
+        self._connected = False
+        self._moved_to: Address | None = None
+
+    async def __call__(self) -> Address:
+        moved_to, self._moved_to = self._moved_to, None
+        address = moved_to or await self._slots.primary(self._slot, refresh=self._connected)
+        self._connected = True
+        return address
+
+    def moved(self, address: Address) -> None:
+        self._moved_to = address
+
+
 # One slot map per cluster client (the process's), shared by all its node clients.
 _slot_maps: weakref.WeakKeyDictionary[AsyncRedisCluster, SlotMap] = weakref.WeakKeyDictionary()
 
 
-def node_resolver(cluster: AsyncRedisCluster, slot: int) -> Resolve:
-    """Where a node connection goes: the primary of ``slot``. The first lookup uses the slot
-    table as it is; every later one (a reconnect) refreshes it first."""
+def node_resolver(cluster: AsyncRedisCluster, slot: int) -> SlotResolver:
+    """The resolver of a node client of ``slot``, on the process's shared slot map."""
     slots = _slot_maps.get(cluster)
     if slots is None:
         slots = _slot_maps[cluster] = SlotMap(cluster)
-    connected = False
-
-    async def resolve() -> tuple[str, int]:
-        nonlocal connected
-        address = await slots.primary(slot, refresh=connected)
-        connected = True
-        return address
-
-    return resolve
+    return SlotResolver(slots, slot)
 
 
 def connect_node(cluster: AsyncRedisCluster, slot: int, **options: Any) -> aioredis.Redis:

@@ -171,12 +171,14 @@ class SlotPipelines:
     keep their latency there. A connection lost (a failover) fails its calls as on one primary
     (the callers retry; every call is idempotent) and the next call connects to the node serving
     the slot then (``redisio.cluster.connect_node`` refreshes the slot table); a reply saying the
-    slot moved (nothing ran) is retried once on a new connection."""
+    slot moved (nothing ran) is retried once on a new connection, to the node the reply names."""
 
     def __init__(self, cluster: Any, client_name: str) -> None:
         self.cluster = cluster
         self.client_name = client_name
         self._by_slot: dict[int, PipelinedConnection] = {}
+        # Kept across dropped connections: its resolver knows where a MOVED said the slot went.
+        self._nodes: dict[int, Redis] = {}
 
     async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         slot = int(key_slot(str(keys[0]).encode()))
@@ -196,7 +198,9 @@ class SlotPipelines:
     def _connection(self, slot: int) -> PipelinedConnection:
         conn = self._by_slot.get(slot)
         if conn is None:
-            node = connect_node(self.cluster, slot)
+            node = self._nodes.get(slot)
+            if node is None:
+                node = self._nodes[slot] = connect_node(self.cluster, slot)
             conn = self._by_slot[slot] = PipelinedConnection(node, f"{self.client_name}:{slot}")
         return conn
 
@@ -204,8 +208,10 @@ class SlotPipelines:
         if self._by_slot.get(slot) is conn:
             del self._by_slot[slot]
         await conn.aclose()
-        await conn.redis.aclose()
 
     async def aclose(self) -> None:
         for slot, conn in list(self._by_slot.items()):
             await self._drop(slot, conn)
+        for node in self._nodes.values():
+            await node.aclose()
+        self._nodes.clear()

@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import NodesManager, RedisCluster
 from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import SentinelManagedConnection
@@ -138,6 +138,12 @@ class _Classifying:
             if isinstance(exc, NotApplied):
                 raise
             raise NotApplied(f"not connected: {exc}") from exc
+        except (AttributeError, RuntimeError) as exc:
+            # redis-py's cluster client disconnects every node's connections when it rebuilds
+            # its slot table (a failover), one being made included: its handshake then writes
+            # to a writer already dropped (AttributeError) or a closed transport (uvloop's
+            # RuntimeError). Nothing of a command was sent yet.
+            raise NotApplied(f"connection closed while being made: {exc}") from exc
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         await super().send_packed_command(command, check_health)  # type: ignore[misc]
@@ -197,6 +203,30 @@ class SafeRetryCluster(RedisCluster):
         self.connection_kwargs["connection_class"] = SwitchoverConnection
         for node in self.nodes_manager.startup_nodes.values():
             node.connection_class = SwitchoverConnection
+        self.nodes_manager.__class__ = _RetriedRebuilds
+
+
+_REBUILD_TRIES = 3
+
+
+class _RetriedRebuilds(NodesManager):
+    """redis-py's nodes manager, rebuilding its slot table during a failover, iterates its
+    startup nodes across awaits while another rebuild, or a failed command dropping its node
+    from them, changes that dict: ``RuntimeError: dictionary changed size during iteration``
+    reached callers as a 500. A rebuild cut short that way is tried again; the last such
+    failure is a connection error (nothing was sent). Set as the class of the client's own
+    manager (redis-py takes no manager class; its slots leave no room for a wrapper)."""
+
+    __slots__ = ()
+
+    async def initialize(self) -> None:
+        for attempt in range(_REBUILD_TRIES):
+            try:
+                await super().initialize()
+                return
+            except RuntimeError as exc:
+                if attempt == _REBUILD_TRIES - 1:
+                    raise NotApplied(f"slot table not rebuilt: {exc}") from exc
 
 
 def switchover_options(wait_seconds: float) -> dict[str, Any]:

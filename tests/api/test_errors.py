@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
+import aiohttp
 import pytest
-from aiohttp.test_utils import TestClient
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from hermes_queue.api.http.sse import open_stream
+from hermes_queue.api.middlewares import REDIS_OUTAGE, error_middleware
 from hermes_queue.config import Settings
+from hermes_queue.redisio.health import OutageLog
 from tests.support.inprocess import running_api
 
 
@@ -157,3 +165,26 @@ async def test_health_detailed_warns_when_the_api_has_no_key(settings: Settings)
         assert len(body["warnings"]) == 1 and "No API key is set" in body["warnings"][0]
     async with running_api(settings) as api:
         assert (await (await api.get("/health/detailed")).json())["warnings"] == []
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("a bug"), RedisConnectionError("gone")])
+async def test_a_failure_after_a_stream_opened_cuts_it_rather_than_leaving_it_open(
+    failure: Exception,
+) -> None:
+    """Once an event stream's headers are sent, a JSON error would land inside its body and the
+    client would wait on it for ever: the connection is cut instead, so the client resumes."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = await open_stream(request)
+        await response.write(b": keepalive\n\n")
+        raise failure
+
+    app = web.Application(middlewares=[error_middleware])
+    app[REDIS_OUTAGE] = OutageLog(logging.getLogger("test"), "API requests")
+    app.router.add_get("/events", handler)
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/events")
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with asyncio.timeout(30):  # a hang fails the test instead of blocking it
+                await response.read()

@@ -126,11 +126,17 @@ def cursor_at_end(cursor: str | None, newest: str) -> bool:
     return cursor is not None and _id_tuple(cursor) == newest_id
 
 
+# Set on a request once its event stream's headers are sent: an error after that can no longer
+# be answered with a JSON envelope (api/middlewares.py lets aiohttp cut the connection instead).
+STREAM_OPEN = web.RequestKey("stream_open", bool)
+
+
 async def open_stream(
     request: web.Request, headers: dict[str, str] | None = None
 ) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
     await response.prepare(request)
+    request[STREAM_OPEN] = True
     return response
 
 
