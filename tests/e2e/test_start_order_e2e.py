@@ -13,7 +13,7 @@ from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from tests.support.not_redis import http_server
 from tests.support.polling import eventually
-from tests.support.processes import Cluster
+from tests.support.processes import START_WITHIN, Cluster
 
 
 async def test_a_worker_started_before_redis_waits_for_it_then_runs(settings: Settings) -> None:
@@ -34,7 +34,7 @@ async def test_a_worker_started_before_redis_waits_for_it_then_runs(settings: Se
             seen = retries()
             await eventually(retries, lambda n: n >= seen + 1, within=10, what="another try")
         server = EmbeddedRedis.start(port)
-        await worker.wait_for_log("ready (", within=20)
+        await worker.wait_for_log("ready (", within=START_WITHIN)
 
         client = aioredis.Redis.from_url(server.url)
         try:

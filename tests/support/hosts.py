@@ -29,7 +29,7 @@ from hermes_queue.redisio.connect import connect_url
 from hermes_queue.redisio.embedded import bundled_redis_server
 from hermes_queue.streams.codec import decode_entry
 from tests.support.netns import Host, Network
-from tests.support.processes import REPO_ROOT, Cluster, Proc, wait_http
+from tests.support.processes import REPO_ROOT, START_WITHIN, Cluster, Proc, wait_http
 from tests.support.redis_group import Node, SentinelGroup
 
 API_PORT = 8642
@@ -69,7 +69,7 @@ class Spread:
 
     async def start_worker(self, host: Host) -> Proc:
         proc = self.cluster.spawn("worker", ["worker"], self.cluster.settings, host.launcher)
-        await proc.wait_for_log("ready (")
+        await proc.wait_for_log("ready (", within=START_WITHIN)
         self.workers[host] = proc
         return proc
 
