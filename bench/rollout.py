@@ -35,33 +35,24 @@ import argparse
 import asyncio
 import contextlib
 import json
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import openai
-
 from bench.lib import report
+from bench.lib.balancer import Balancer
+from bench.lib.rollout_clients import API_KEY, KINDS, Clients
 from hermes_queue.cli.switchover import switchover
-from hermes_queue.client import HermesQueueClient, iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.redisio.embedded import free_port
 from tests.support.polling import eventually
 from tests.support.processes import Cluster, Proc, wait_http
 from tests.support.redis_group import Node, SentinelGroup
-
-API_KEY = "bench-rollout-" + "k" * 20
-KINDS = ("openai", "session", "runs")
 
 
 def turn_text(seconds: float) -> str:
@@ -69,173 +60,6 @@ def turn_text(seconds: float) -> str:
     tool = max(1.0, seconds * 0.3)
     delay = max(0.05, (seconds - 2 * tool) / 51)
     return f"rollout [tool:alpha] [tool:beta] [slowtool:{tool:.1f}] [slow:{delay:.2f}]"
-
-
-@dataclass
-class Tally:
-    """What the clients saw, per kind."""
-
-    completed: Counter[str] = field(default_factory=Counter)
-    failed: Counter[str] = field(default_factory=Counter)
-    cut: Counter[str] = field(default_factory=Counter)
-    resumes: Counter[str] = field(default_factory=Counter)
-    non_2xx: Counter[str] = field(default_factory=Counter)
-    durations: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-class Balancer:
-    """HAProxy over the API replicas, with its admin socket."""
-
-    def __init__(self, ports: list[int], workdir: Path) -> None:
-        self.port = free_port()
-        self.socket = workdir / "haproxy.sock"
-        servers = "\n".join(
-            f"    server api{i} 127.0.0.1:{port} check inter 500ms fall 2 rise 2"
-            for i, port in enumerate(ports)
-        )
-        self.config = workdir / "haproxy.cfg"
-        self.config.write_text(
-            f"""global
-    stats socket {self.socket} mode 600 level admin
-    maxconn 2000
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 600s
-    timeout server 600s
-    timeout http-keep-alive 10s
-    option http-server-close
-frontend hermes
-    bind 127.0.0.1:{self.port}
-    default_backend api
-backend api
-    balance roundrobin
-    option httpchk GET /health/ready
-    http-check expect status 200
-{servers}
-"""
-        )
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
-        self.process = subprocess.Popen([binary, "-f", str(self.config), "-db"])
-
-    def admin(self, command: str) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(str(self.socket))
-            conn.sendall(command.encode() + b"\n")
-            chunks = []
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode()
-
-    def status(self, server: str) -> str:
-        for line in self.admin("show stat").splitlines():
-            fields = line.split(",")
-            if len(fields) > 17 and fields[0] == "api" and fields[1] == server:
-                return fields[17]
-        return "?"
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-class Clients:
-    """The three kinds of clients, each running turns until told to stop."""
-
-    def __init__(self, base: str, text: str, max_turns: int) -> None:
-        self.base, self.text, self.max_turns = base, text, max_turns
-        self.tally = Tally()
-        self.stop = asyncio.Event()
-        self.in_turn: set[str] = set()
-
-    async def run(self, kind: str, index: int) -> None:
-        name = f"{kind}{index}"
-        for _ in range(self.max_turns):
-            if self.stop.is_set():
-                return
-            self.in_turn.add(name)
-            started = time.monotonic()
-            try:
-                ok = await getattr(self, f"_{kind}")(name)
-            except Exception as exc:  # every failure is a finding, never a crash
-                self.tally.errors.append(f"{name}: {exc!r}")
-                ok = False
-            if ok:
-                self.tally.completed[kind] += 1
-                self.tally.durations.append(time.monotonic() - started)
-            else:
-                self.tally.failed[kind] += 1
-
-    async def _openai(self, name: str) -> bool:
-        client = openai.AsyncOpenAI(base_url=self.base + "/v1", api_key=API_KEY, max_retries=0)
-        finish = None
-        try:
-            stream = await client.chat.completions.create(
-                model="hermes-agent",
-                messages=[{"role": "user", "content": self.text}],
-                stream=True,
-            )
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].finish_reason:
-                    finish = chunk.choices[0].finish_reason
-        except openai.APIStatusError as exc:
-            self.tally.non_2xx[f"openai {exc.status_code}"] += 1
-            return False
-        except openai.APIError as exc:
-            self.tally.cut["openai"] += 1
-            self.tally.errors.append(f"{name}: {exc!r}")
-            return False
-        finally:
-            await client.close()
-        if finish != "stop":
-            self.tally.cut["openai"] += 1
-        return finish == "stop"
-
-    async def _session(self, name: str) -> bool:
-        headers = {"Authorization": f"Bearer {API_KEY}"}
-        session_id = f"{name}-{uuid.uuid4().hex[:8]}"
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
-        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as http:
-            async with http.post(f"{self.base}/api/sessions", json={"id": session_id}) as made:
-                if made.status != 201:
-                    self.tally.non_2xx[f"session create {made.status}"] += 1
-                    return False
-            url = f"{self.base}/api/sessions/{session_id}/chat/stream"
-            try:
-                async with http.post(url, json={"message": self.text}) as response:
-                    if response.status != 200:
-                        self.tally.non_2xx[f"session chat {response.status}"] += 1
-                        return False
-                    events = [f.event async for f in iter_sse(response) if f.data]
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                self.tally.cut["session"] += 1
-                self.tally.errors.append(f"{name}: {exc!r}")
-                return False
-        if "done" not in events or "run.completed" not in events:
-            self.tally.cut["session"] += 1
-            return False
-        return True
-
-    async def _runs(self, name: str) -> bool:
-        async with HermesQueueClient(self.base, API_KEY, reconnect_delay=0.2) as client:
-            try:
-                run_id = await client.create_run(self.text)
-            except Exception as exc:
-                self.tally.non_2xx[f"runs create {exc}"[:60]] += 1
-                return False
-            last = None
-            async for _id, payload in client.iter_events(run_id):
-                last = payload.get("event")
-            return last == "run.completed"
 
 
 @dataclass
