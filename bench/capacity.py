@@ -213,7 +213,7 @@ def nodes_of(args: argparse.Namespace) -> AbstractContextManager[list[Node]]:
     return redis_nodes.started(args.primaries)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--primaries", type=int, default=1, help="start 1 server or a cluster")
     parser.add_argument("--nodes", default="", help="host:port,… of primaries already running")
@@ -230,25 +230,44 @@ def main() -> None:
         help="tokens per append under the window (80 ms at 50 tokens/s)",
     )
     parser.add_argument("--tokens-per-run", type=int, default=201)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+Scenario = tuple[str, list[load.Spec], int]  # its name, its load processes, hubs per stream
+
+
+def scenarios(nodes: list[Node], args: argparse.Namespace) -> list[Scenario]:
+    """Appends of 1 token with each count of readers, of the window's tokens, a run's fixed
+    work: each with its load processes' specs."""
     secs = WARMUP_S + 1.0 + args.seconds + 0.5
-    out: dict[str, Any] = {"machine": report.machine_facts()}
+    shas = prepare(nodes)
+    out: list[Scenario] = []
+    # One hub per stream (one API replica) is what the per-core summary below uses.
+    for readers in sorted({1, *(int(r) for r in args.readers.split(","))}):
+        specs = append_specs(nodes, args.procs, args.streams, shas, 1, secs)
+        out.append((f"append 1 token, {readers} reader(s)", specs, readers))
+    specs = append_specs(nodes, args.procs, args.streams, shas, args.window_tokens, secs)
+    out.append((f"append {args.window_tokens} tokens, 1 reader(s)", specs, 1))
+    out.append(("run fixed work", run_specs(nodes, args.procs, shas, secs), 0))
+    return out
+
+
+def run_scenarios(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Every scenario on the primaries, in turn: per scenario, its rows per primary. Notes the
+    primaries and Redis's version in ``out``."""
     with nodes_of(args) as nodes:
         out["redis_version"] = nodes[0].client().info("server")["redis_version"]
         out["primaries"] = [n.address for n in nodes]
-        shas = prepare(nodes)
-        scenarios: list[tuple[str, list[load.Spec], int]] = []
-        # One hub per stream (one API replica) is what the per-core summary below uses.
-        for readers in sorted({1, *(int(r) for r in args.readers.split(","))}):
-            specs = append_specs(nodes, args.procs, args.streams, shas, 1, secs)
-            scenarios.append((f"append 1 token, {readers} reader(s)", specs, readers))
-        specs = append_specs(nodes, args.procs, args.streams, shas, args.window_tokens, secs)
-        scenarios.append((f"append {args.window_tokens} tokens, 1 reader(s)", specs, 1))
-        scenarios.append(("run fixed work", run_specs(nodes, args.procs, shas, secs), 0))
         measured: dict[str, list[dict[str, Any]]] = {}
-        for name, specs, readers in scenarios:
+        for name, specs, readers in scenarios(nodes, args):
             measured[name] = measure(nodes, specs, readers, args.seconds)
             print(name, measured[name], flush=True)
+    return measured
+
+
+def print_scenarios(
+    measured: dict[str, list[dict[str, Any]]], out: dict[str, Any], args: argparse.Namespace
+) -> None:
     table = []
     for name, rows in measured.items():
         for row in rows + ([{"node": "total", **total(rows)}] if len(rows) > 1 else []):
@@ -262,27 +281,25 @@ def main() -> None:
                     row.get("client_cpu_pct", ""),
                 ]
             )
+    primaries = len(out["primaries"])
     report.print_table(
-        f"Redis {out['redis_version']}, {len(nodes)} primar{'y' if len(nodes) == 1 else 'ies'},"
+        f"Redis {out['redis_version']}, {primaries} primar{'y' if primaries == 1 else 'ies'},"
         f" {args.procs} load processes",
         ["scenario", "primary", "ops/s", "Redis CPU %", "Redis µs/op", "load CPU %"],
         table,
     )
-    out["scenarios"] = measured
-    # Per primary core (µs per op at the measured share of a core): the plannable figures.
-    per_append = (
-        report.median([r["redis_us_per_op"] for r in measured["append 1 token, 1 reader(s)"]]) / 1e6
-    )
-    per_window_append = (
-        report.median(
-            [
-                r["redis_us_per_op"]
-                for r in measured[f"append {args.window_tokens} tokens, 1 reader(s)"]
-            ]
-        )
-        / 1e6
-    )
-    per_run = report.median([r["redis_us_per_op"] for r in measured["run fixed work"]]) / 1e6
+
+
+def per_core(measured: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+    """Per primary core (µs per op at the measured share of a core): the plannable figures,
+    printed and returned."""
+
+    def seconds_per_op(name: str) -> float:
+        return report.median([r["redis_us_per_op"] for r in measured[name]]) / 1e6
+
+    per_append = seconds_per_op("append 1 token, 1 reader(s)")
+    per_window_append = seconds_per_op(f"append {args.window_tokens} tokens, 1 reader(s)")
+    per_run = seconds_per_op("run fixed work")
     rows = []
     for rate in (20, 50, 100):
         window_appends = min(1.0, 1000 / WINDOW_MS / rate)  # appends per token with a window
@@ -300,12 +317,21 @@ def main() -> None:
         ["tokens/s", "no window", f"{WINDOW_MS:g} ms window"],
         rows,
     )
-    out["per_core"] = {
+    return {
         "appends_per_s": round(1 / per_append),
         "window_appends_per_s": round(1 / per_window_append),
         "runs_per_s": round(1 / per_run),
         "streams": {str(r[0]): {"no_window": r[1], "window": r[2]} for r in rows},
     }
+
+
+def main() -> None:
+    args = parse_args()
+    out: dict[str, Any] = {"machine": report.machine_facts()}
+    measured = run_scenarios(args, out)
+    print_scenarios(measured, out, args)
+    out["scenarios"] = measured
+    out["per_core"] = per_core(measured, args)
     report.emit_json("capacity", out)
 
 
