@@ -43,84 +43,15 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import psutil
 
 from bench.lib import deploy, report, traffic
 from bench.lib.prober import Prober
 from bench.lib.raw_sse import RawSseServer
-from bench.lib.sse_count import SseTally, tally_sse
+from bench.lib.sse_count import Clients, delivery
 from hermes_queue.redisio.embedded import free_port
-
-
-class Clients:
-    """N SSE clients, one task each, counting what they receive."""
-
-    def __init__(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
-        self.connected = 0
-        self.errors: list[str] = []
-        self.started = time.monotonic()
-        self.tasks = [asyncio.create_task(self._follow(session, url)) for url in urls]
-
-    def _opened(self) -> None:
-        self.connected += 1
-
-    async def _follow(self, session: aiohttp.ClientSession, url: str) -> SseTally:
-        try:
-            return await tally_sse(session, url, self._opened)
-        except Exception as exc:
-            self.errors.append(repr(exc)[:200])
-            return SseTally()
-
-    async def wait_connected(self, limit_s: float = 120.0) -> float:
-        deadline = time.monotonic() + limit_s
-        while self.connected + len(self.errors) < len(self.tasks):
-            if time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.1)
-        return time.monotonic() - self.started
-
-    async def finish(
-        self, limit_s: float, sample: Callable[[], object] | None = None
-    ) -> list[SseTally]:
-        gather = asyncio.gather(*self.tasks)
-        deadline = time.monotonic() + limit_s
-        while not gather.done() and time.monotonic() < deadline:
-            if sample is not None:
-                sample()
-            await asyncio.sleep(0.1)
-        if not gather.done():
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-            self.errors.append(f"not finished within {limit_s:g} s")
-            return [
-                t.result() if t.done() and not t.cancelled() else SseTally() for t in self.tasks
-            ]
-        return list(await gather)
-
-
-def delivery(
-    tallies: list[SseTally], frames: int, deltas: int, cpu_s: float, ended: float
-) -> dict[str, Any]:
-    """Throughput over the delivery window (see the module docstring) and completeness."""
-    firsts = [t.first_at for t in tallies if t.first_at is not None]
-    lasts = [t.closed_at if t.closed_at is not None else ended for t in tallies if t.first_at]
-    window = max(lasts) - min(firsts) if firsts else float("nan")
-    delivered = sum(t.frames for t in tallies)
-    return {
-        "clients_complete": sum(t.complete(frames, deltas) for t in tallies),
-        "clients_closed_ok": sum(t.closed for t in tallies),
-        "out_of_order": sum(not t.in_order for t in tallies),
-        "frames_delivered": delivered,
-        "window_s": round(window, 3),
-        "frames_per_s": round(delivered / window, 1) if firsts else 0.0,
-        "server_cpu_s": round(cpu_s, 3),
-        "server_cpu_ms_per_1k_frames": round(cpu_s * 1e6 / max(delivered, 1), 2),
-    }
 
 
 def parse_frames(body: bytes) -> list[dict[str, Any]]:
@@ -248,7 +179,7 @@ def comparison(ours: dict[str, Any], raw: dict[str, Any]) -> dict[str, float]:
     }
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--clients", default="1000,5000")
@@ -257,12 +188,16 @@ async def main() -> None:
     parser.add_argument("--delay", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    levels = [int(c) for c in args.clients.split(",")]
+    args.levels = [int(c) for c in args.clients.split(",")]
     if args.quick:
-        levels, args.rounds = [1000], 1
-    traffic.raise_nofile(max(levels) * 2 + 1024)
+        args.levels, args.rounds = [1000], 1
+    return args
+
+
+async def run_levels(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every client count, ``args.rounds`` times: ours, then raw aiohttp on the same frames."""
     results = []
-    for clients in levels:
+    for clients in args.levels:
         for index in range(args.rounds):
             ours, frames = await hermes_level(clients, args.runs, args.words, args.delay)
             raw = await raw_level(clients, args.runs, args.words, args.delay, frames)
@@ -282,9 +217,10 @@ async def main() -> None:
                 f"({raw['clients_complete']} complete), ratio {ratio['frames_per_s']}",
                 flush=True,
             )
-    # What a server that keeps up reaches: every client's frames within the nominal window.
-    nominal_s = args.words * args.delay
-    offered = {c: round(c * (args.words + 2) / nominal_s, 1) for c in levels}
+    return results
+
+
+def print_ours(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     report.print_table(
         f"SSE fan-out, one API process, {args.runs} runs × {args.words + 1} deltas "
         f"at {args.delay * 1000:g} ms/token",
@@ -314,6 +250,12 @@ async def main() -> None:
             for r in results
         ],
     )
+
+
+def print_against_raw(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
+    # What a server that keeps up reaches: every client's frames within the nominal window.
+    nominal_s = args.words * args.delay
+    offered = {c: round(c * (args.words + 2) / nominal_s, 1) for c in args.levels}
     rows = []
     for r in results:
         for name, s in (("hermes-queue", r), ("raw aiohttp", r["raw"])):
@@ -352,7 +294,11 @@ async def main() -> None:
         ],
         rows,
     )
-    summary = [
+
+
+def summarize(results: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any]]:
+    """Per client count: the medians over rounds of ours/raw."""
+    return [
         {
             "clients": c,
             "rounds": len(rs),
@@ -366,6 +312,14 @@ async def main() -> None:
         for c in levels
         if (rs := [r for r in results if r["clients"] == c])
     ]
+
+
+async def main() -> None:
+    args = parse_args()
+    traffic.raise_nofile(max(args.levels) * 2 + 1024)
+    results = await run_levels(args)
+    print_ours(args, results)
+    print_against_raw(args, results)
     report.emit_json(
         "sse_fanout",
         {
@@ -373,7 +327,7 @@ async def main() -> None:
             "words": args.words,
             "delay": args.delay,
             "levels": results,
-            "summary": summary,
+            "summary": summarize(results, args.levels),
             "machine": report.machine_facts(),
         },
     )
