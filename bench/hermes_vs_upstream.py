@@ -56,10 +56,11 @@ import psutil
 from bench.lib import report, traffic
 from bench.lib.chat_phases import throughput_phase, ttft_phase, warm_up
 from bench.lib.sides import (
+    Side,
     Started,
-    idle_cpu,
     start_fake_llm,
     start_sides,
+    warm_sides,
 )
 
 TTFT_TARGET_MS = 5.0  # hermes backend ≤ upstream + 5 ms
@@ -174,113 +175,76 @@ def ratios(results: list[dict[str, Any]], by_side: dict[str, Any]) -> dict[str, 
     return out
 
 
-async def main() -> None:
-    args = parse_args()
-    traffic.raise_nofile(4 * args.clients + 256)
-    llm = start_fake_llm(args.token_delay)
-    llm_proc = psutil.Process(llm.proc.pid)
-    started = Started()
+async def run_rounds(
+    args: argparse.Namespace, sides: list[Side], llm: psutil.Process
+) -> list[dict[str, Any]]:
+    """Every round: every side's TTFT phase, then every side's throughput phase (interleaved,
+    so drift on the shared machine hits all of them)."""
     results: list[dict[str, Any]] = []
-    idle: dict[str, dict[str, float]] = {}
-    try:
-        sides = await start_sides(
-            args.side_set,
-            llm.base_url,
-            started,
-            backend=args.backend,
-            worker_counts=args.worker_counts,
-            worker_concurrency=args.worker_concurrency,
-            # Uncapped, as docs/targets.md's upstream figures: a cap of 10 answers 429s.
-            upstream_config={"gateway": {"api_server": {"max_concurrent_runs": 0}}},
-            queue_name="queue-{workers}w",
-        )
+    for index in range(args.rounds):
+        rnd: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
         for side in sides:
-            if side.name == "upstream":
-                side.describe["max_concurrent_runs"] = 0
+            ttft = await ttft_phase(side, args, f"{side.name}-ttft-r{index + 1}")
+            rnd[side.name]["ttft"] = ttft
+            t = ttft["ttft_ms"]
+            print(
+                f"round {index + 1} TTFT       {side.name:9}: {ttft['ok']}/{ttft['turns']} ok, "
+                f"p50 {t['p50']} ms, p99 {t['p99']} ms, total p50 {ttft['total_ms']['p50']} ms",
+                flush=True,
+            )
+            for problem in ttft["failures"][:3]:
+                print(f"    failure: {problem}", flush=True)
         for side in sides:
-            await warm_up(side, args)
-            idle[side.name] = await idle_cpu(side)
-            print(f"{side.name}: warmed up; idle CPU ms/s {idle[side.name]}", flush=True)
-        for index in range(args.rounds):
-            rnd: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
-            for side in sides:  # interleaved: every side's TTFT, then every side's throughput
-                tag = f"{side.name}-ttft-r{index + 1}"
-                ttft = await ttft_phase(side, args, tag)
-                rnd[side.name]["ttft"] = ttft
-                t = ttft["ttft_ms"]
-                print(
-                    f"round {index + 1} TTFT       {side.name:9}: {ttft['ok']}/{ttft['turns']} ok, "
-                    f"p50 {t['p50']} ms, p99 {t['p99']} ms, total p50 "
-                    f"{ttft['total_ms']['p50']} ms",
-                    flush=True,
-                )
-                for problem in ttft["failures"][:3]:
-                    print(f"    failure: {problem}", flush=True)
-            for side in sides:
-                tag = f"{side.name}-load-r{index + 1}"
-                load = await throughput_phase(side, args, llm_proc, tag)
-                rnd[side.name]["load"] = load
-                print(
-                    f"round {index + 1} throughput {side.name:9}: {load['runs_per_s']} runs/s "
-                    f"({load['ok_in_window']} in {load['window_s']} s; ramp {load['ramp_s']} s, "
-                    f"drain {load['drain_s']} s), TTFT p50 {load['ttft_ms']['p50']} ms, "
-                    f"server CPU {load['server_cpu_ms_per_turn']} ms/turn "
-                    f"{load['server_cpu_by_process']} = {load['server_cpu_cores']} cores, "
-                    f"client {load['client_cpu_ms_per_turn']}, LLM {load['llm_cpu_ms_per_turn']}; "
-                    f"machine {load['machine_cpu_cores']} cores busy",
-                    flush=True,
-                )
-                for problem in load["failures"][:3]:
-                    print(f"    failure: {problem}", flush=True)
-            for name, r in rnd.items():
-                results.append({"side": name, "round": index + 1, **r})
-        described = {side.name: side.describe for side in sides}
-        redis_version = started.deployments[0].redis_version() if started.deployments else ""
-    finally:
-        started.stop()
-        llm.stop()
+            load = await throughput_phase(side, args, llm, f"{side.name}-load-r{index + 1}")
+            rnd[side.name]["load"] = load
+            print_load(index, side.name, load)
+        for name, r in rnd.items():
+            results.append({"side": name, "round": index + 1, **r})
+    return results
 
-    by_side = summarize(results, list(described))
-    compared = ratios(results, by_side)
-    header = [
-        "side",
-        "TTFT p50",
-        "TTFT p99",
-        "total p50",
-        "runs/s",
-        "TTFT p50 @load",
-        "total p50 @load",
-        "CPU ms/turn",
-        "cores",
-        "machine cores",
-        "client ms",
-        "LLM ms",
-        "failures",
-    ]
+
+def print_load(index: int, name: str, load: dict[str, Any]) -> None:
+    print(
+        f"round {index + 1} throughput {name:9}: {load['runs_per_s']} runs/s "
+        f"({load['ok_in_window']} in {load['window_s']} s; ramp {load['ramp_s']} s, "
+        f"drain {load['drain_s']} s), TTFT p50 {load['ttft_ms']['p50']} ms, "
+        f"server CPU {load['server_cpu_ms_per_turn']} ms/turn "
+        f"{load['server_cpu_by_process']} = {load['server_cpu_cores']} cores, "
+        f"client {load['client_cpu_ms_per_turn']}, LLM {load['llm_cpu_ms_per_turn']}; "
+        f"machine {load['machine_cpu_cores']} cores busy",
+        flush=True,
+    )
+
+
+COLUMNS = {  # header: the summary row's key
+    "side": "",
+    "TTFT p50": "ttft_p50_ms",
+    "TTFT p99": "ttft_p99_ms",
+    "total p50": "total_p50_ms",
+    "runs/s": "runs_per_s",
+    "TTFT p50 @load": "load_ttft_p50_ms",
+    "total p50 @load": "load_total_p50_ms",
+    "CPU ms/turn": "server_cpu_ms_per_turn",
+    "cores": "server_cpu_cores",
+    "machine cores": "machine_cpu_cores",
+    "client ms": "client_cpu_ms_per_turn",
+    "LLM ms": "llm_cpu_ms_per_turn",
+    "failures": "failures",
+}
+
+
+def print_summary(
+    args: argparse.Namespace, by_side: dict[str, Any], compared: dict[str, Any]
+) -> None:
     rows = [
-        [
-            name,
-            row["ttft_p50_ms"],
-            row["ttft_p99_ms"],
-            row["total_p50_ms"],
-            row["runs_per_s"],
-            row["load_ttft_p50_ms"],
-            row["load_total_p50_ms"],
-            row["server_cpu_ms_per_turn"],
-            row["server_cpu_cores"],
-            row["machine_cpu_cores"],
-            row["client_cpu_ms_per_turn"],
-            row["llm_cpu_ms_per_turn"],
-            row["failures"],
-        ]
-        for name, row in by_side.items()
+        [name, *(row[key] for key in list(COLUMNS.values())[1:])] for name, row in by_side.items()
     ]
     report.print_table(
         f"streaming chat completions, fake LLM {args.token_delay * 1000:g} ms/token, medians of "
         f"{args.rounds} round(s); TTFT 1 client × {args.ttft_turns} turns; throughput "
         f"{args.clients} clients, window of {args.window_turns} turns after {args.ramp_turns} "
         "(ms; CPU per turn in the window)",
-        header,
+        list(COLUMNS),
         rows,
     )
     for name, c in compared.items():
@@ -297,6 +261,59 @@ async def main() -> None:
                 f"{p['ttft_p50_delta_ms']:+} ms / {p['throughput_ratio']}×" for p in c["per_round"]
             )
         )
+
+
+PARAMS = (
+    "rounds",
+    "token_delay",
+    "ttft_turns",
+    "ttft_warmup",
+    "clients",
+    "window_turns",
+    "window_limit",
+    "ramp_turns",
+    "ramp_limit",
+    "turn_timeout",
+    "worker_concurrency",
+    "worker_counts",
+)
+
+
+async def start(args: argparse.Namespace, llm_url: str, started: Started) -> list[Side]:
+    sides = await start_sides(
+        args.side_set,
+        llm_url,
+        started,
+        backend=args.backend,
+        worker_counts=args.worker_counts,
+        worker_concurrency=args.worker_concurrency,
+        # Uncapped, as docs/targets.md's upstream figures: a cap of 10 answers 429s.
+        upstream_config={"gateway": {"api_server": {"max_concurrent_runs": 0}}},
+        queue_name="queue-{workers}w",
+    )
+    for side in sides:
+        if side.name == "upstream":
+            side.describe["max_concurrent_runs"] = 0
+    return sides
+
+
+async def main() -> None:
+    args = parse_args()
+    traffic.raise_nofile(4 * args.clients + 256)
+    llm = start_fake_llm(args.token_delay)
+    started = Started()
+    try:
+        sides = await start(args, llm.base_url, started)
+        idle = await warm_sides(sides, lambda side: warm_up(side, args))
+        results = await run_rounds(args, sides, psutil.Process(llm.proc.pid))
+        described = {side.name: side.describe for side in sides}
+        redis_version = started.deployments[0].redis_version() if started.deployments else ""
+    finally:
+        started.stop()
+        llm.stop()
+    by_side = summarize(results, list(described))
+    compared = ratios(results, by_side)
+    print_summary(args, by_side, compared)
     report.emit_json(
         "hermes_vs_upstream",
         {
@@ -305,23 +322,7 @@ async def main() -> None:
             "redis_version": redis_version,
             "sides": described,
             "idle_cpu_ms_per_s": idle,
-            "params": {
-                k: getattr(args, k)
-                for k in (
-                    "rounds",
-                    "token_delay",
-                    "ttft_turns",
-                    "ttft_warmup",
-                    "clients",
-                    "window_turns",
-                    "window_limit",
-                    "ramp_turns",
-                    "ramp_limit",
-                    "turn_timeout",
-                    "worker_concurrency",
-                    "worker_counts",
-                )
-            },
+            "params": {k: getattr(args, k) for k in PARAMS},
             "summary": by_side,
             "compared": compared,
             "rounds": results,
