@@ -189,9 +189,10 @@ async def one_fault(
     return {**summarise(load, fault_at, repaired_at), **repeats, **hooks, **notes}
 
 
-async def main(args: argparse.Namespace) -> None:
-    secret = new_secret()
-    settings = Settings.of(
+def chaos_settings(args: argparse.Namespace, secret: str) -> Settings:
+    """Every process's settings: short leases, Sentinel's replicas acknowledging, the workers'
+    shared tool log, every run's webhook to the receiver on the client host."""
+    return Settings.of(
         namespace=f"chaos-{uuid.uuid4().hex[:8]}",
         api_key=deploy.API_KEY,
         lease_seconds=args.lease,
@@ -212,6 +213,12 @@ async def main(args: argparse.Namespace) -> None:
         webhook_retry_schedule=("1s", "2s", "5s", "10s", "20s"),
         webhook_poll_seconds=0.25,
     ).validate()
+
+
+async def run_faults(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """Every round, every fault in turn on one spread deployment: each one's figures."""
+    secret = new_secret()
+    settings = chaos_settings(args, secret)
     faults = [f for f in args.faults.split(",") if f]
     results: dict[str, list[dict[str, Any]]] = {fault: [] for fault in faults}
     async with spread(settings, sentinel=True, replicas=args.replicas) as d:
@@ -222,6 +229,11 @@ async def main(args: argparse.Namespace) -> None:
                     outcome = await one_fault(d, fault, args.clients, args.interval, receiver)
                     results[fault].append(outcome)
                     print(f"round {round_no + 1} {fault}: {outcome}", flush=True)
+    return results
+
+
+async def main(args: argparse.Namespace) -> None:
+    results = await run_faults(args)
     report.print_table(
         f"chaos: lease {args.lease} s, {args.replicas} replica(s), "
         f"redis_min_replicas {args.min_replicas}, "
