@@ -46,7 +46,7 @@ from typing import Any
 
 from bench.lib import report
 from bench.lib.balancer import Balancer
-from bench.lib.rollout_clients import API_KEY, KINDS, Clients
+from bench.lib.rollout_clients import API_KEY, KINDS, Clients, Tally
 from hermes_queue.cli.switchover import switchover
 from hermes_queue.config import Settings
 from hermes_queue.redisio.embedded import free_port
@@ -144,61 +144,76 @@ async def roll_redis(group: SentinelGroup, settings: Settings, steps: list[Step]
     steps.append(Step("redis old primary restart", time.monotonic() - started))
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    workdir = Path(tempfile.mkdtemp(prefix="hq-rollout-"))
-    text = turn_text(args.turn_seconds)
-    with SentinelGroup() as group:
-        settings = Settings.of(
-            redis_url=group.url,
-            namespace=f"rollout-{uuid.uuid4().hex[:8]}",
-            api_key=API_KEY,
-            log_level="INFO",
-            # With one replica, restarting it (or the old primary) leaves the primary none to
-            # acknowledge writes: redis_min_replicas = 1 needs two replicas to roll without a 503.
-            redis_min_replicas=0,
-            drain_seconds=args.turn_seconds,
-            drain_grace_seconds=2.0,
-            stream_drain_seconds=args.turn_seconds * 3,
-            store_url=f"sqlite:///{workdir}/store.db",
-        ).validate()
-        cluster = Cluster(settings, logdir=str(workdir))
-        lb: Balancer | None = None
-        try:
-            ports = [free_port(), free_port()]
-            apis = [(port, await start_api(cluster, port)) for port in ports]
-            workers = [await cluster.start_worker(), await cluster.start_worker()]
-            lb = Balancer(ports, workdir)
-            lb.start()
-            await eventually(
-                lambda: all(lb.status(f"api{i}") == "UP" for i in range(2)),
-                within=30,
-                retry_on=(OSError,),
-                what="HAProxy seeing both replicas UP",
-            )
-            clients = Clients(lb.url, text, args.max_turns)
-            tasks = [
-                asyncio.create_task(clients.run(kind, i))
-                for kind in KINDS
-                for i in range(args.clients)
-            ]
-            await eventually(lambda: len(clients.in_turn) == len(tasks), within=30)
-            await asyncio.sleep(args.turn_seconds / 3)  # every turn well under way
-            steps: list[Step] = []
-            began = time.monotonic()
-            async with asyncio.timeout(args.deadline):
-                await roll_workers(cluster, workers, steps)
-                await roll_apis(cluster, apis, lb, steps)
-                await roll_redis(group, settings, steps)
-                rolled = time.monotonic() - began
-                clients.stop.set()
-                await asyncio.gather(*tasks)
-        finally:
-            if lb is not None:
-                lb.stop()
-            cluster.stop_all()
-    tally = clients.tally
+def rollout_settings(args: argparse.Namespace, group: SentinelGroup, workdir: Path) -> Settings:
+    return Settings.of(
+        redis_url=group.url,
+        namespace=f"rollout-{uuid.uuid4().hex[:8]}",
+        api_key=API_KEY,
+        log_level="INFO",
+        # With one replica, restarting it (or the old primary) leaves the primary none to
+        # acknowledge writes: redis_min_replicas = 1 needs two replicas to roll without a 503.
+        redis_min_replicas=0,
+        drain_seconds=args.turn_seconds,
+        drain_grace_seconds=2.0,
+        stream_drain_seconds=args.turn_seconds * 3,
+        store_url=f"sqlite:///{workdir}/store.db",
+    ).validate()
+
+
+async def start_tiers(
+    cluster: Cluster, workdir: Path
+) -> tuple[list[tuple[int, Proc]], list[Proc], Balancer]:
+    """Two API replicas, two workers, and HAProxy once it sees both replicas UP."""
+    ports = [free_port(), free_port()]
+    apis = [(port, await start_api(cluster, port)) for port in ports]
+    workers = [await cluster.start_worker(), await cluster.start_worker()]
+    lb = Balancer(ports, workdir)
+    lb.start()
+    await eventually(
+        lambda: all(lb.status(f"api{i}") == "UP" for i in range(2)),
+        within=30,
+        retry_on=(OSError,),
+        what="HAProxy seeing both replicas UP",
+    )
+    return apis, workers, lb
+
+
+async def roll_under_load(
+    args: argparse.Namespace, group: SentinelGroup, cluster: Cluster, workdir: Path, text: str
+) -> tuple[Tally, list[Step], float]:
+    """The tiers started, every client in its first turn, then the rollout (workers, API
+    replicas, Redis) and the clients' last turns: what they saw, each step, the rollout's
+    length."""
+    lb: Balancer | None = None
+    try:
+        apis, workers, lb = await start_tiers(cluster, workdir)
+        clients = Clients(lb.url, text, args.max_turns)
+        tasks = [
+            asyncio.create_task(clients.run(kind, i)) for kind in KINDS for i in range(args.clients)
+        ]
+        await eventually(lambda: len(clients.in_turn) == len(tasks), within=30)
+        await asyncio.sleep(args.turn_seconds / 3)  # every turn well under way
+        steps: list[Step] = []
+        began = time.monotonic()
+        async with asyncio.timeout(args.deadline):
+            await roll_workers(cluster, workers, steps)
+            await roll_apis(cluster, apis, lb, steps)
+            await roll_redis(group, cluster.settings, steps)
+            rolled = time.monotonic() - began
+            clients.stop.set()
+            await asyncio.gather(*tasks)
+    finally:
+        if lb is not None:
+            lb.stop()
+        cluster.stop_all()
+    return clients.tally, steps, rolled
+
+
+def outcome(
+    args: argparse.Namespace, text: str, tally: Tally, steps: list[Step], rolled: float
+) -> dict[str, Any]:
     median = statistics.median(tally.durations) if tally.durations else 0.0
-    result = {
+    return {
         "turn_text": text,
         "clients_per_kind": args.clients,
         "completed": dict(tally.completed),
@@ -210,8 +225,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "rollout_seconds": round(rolled, 1),
         "steps": [(s.what, round(s.seconds, 2), s.note) for s in steps],
         "errors": tally.errors[:10],
-        "logs": str(workdir),
     }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="hq-rollout-"))
+    text = turn_text(args.turn_seconds)
+    with SentinelGroup() as group:
+        cluster = Cluster(rollout_settings(args, group, workdir), logdir=str(workdir))
+        tally, steps, rolled = await roll_under_load(args, group, cluster, workdir, text)
+    result = {**outcome(args, text, tally, steps, rolled), "logs": str(workdir)}
     rows = [[kind, tally.completed[kind], tally.failed[kind], tally.cut[kind]] for kind in KINDS]
     report.print_table("turns", ["client", "completed", "failed", "cut"], rows)
     report.print_table("steps", ["step", "seconds", "note"], result["steps"])
