@@ -45,6 +45,7 @@ import statistics
 import time
 from typing import Any
 
+import aiohttp
 import psutil
 
 from bench.lib import deploy, report, traffic
@@ -58,6 +59,51 @@ def parse_frames(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
 
 
+async def warm_template(
+    dep: deploy.Deployment, session: aiohttp.ClientSession, base: str, text: str, delay: float
+) -> list[dict[str, Any]]:
+    """Warm-up (pool connections, script load, hub reader) with a temporary worker; the same
+    input and token delay as the measured runs (so no deltas merge: a worker merges those that
+    pile up behind an append), so its frames are the template."""
+    [warm] = await dep.start_workers(1, echo_token_delay=delay)
+    warm_id = await traffic.post_run(session, base, text)
+    async with session.get(f"{base}/v1/runs/{warm_id}/events") as response:
+        template = parse_frames(await response.read())
+    dep.stop_workers([warm])
+    await asyncio.sleep(1.0)
+    return template
+
+
+async def stream_phase(
+    dep: deploy.Deployment, followers: Clients, base: str, delay: float, idle_conns: int
+) -> dict[str, Any]:
+    """A worker started under the idle clients: every run streamed to them, with ``/health``
+    probed meanwhile; the clients' tallies and the API's, Redis's and the worker's CPU."""
+    api = dep.api_procs[0]
+    stream_conns = [idle_conns]
+    prober = Prober({"health": base + "/health"})
+    t0 = time.monotonic()
+    redis_proc = [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else []
+    before = [report.cpu_s(p) for p in [api, *redis_proc]]
+    [worker] = await dep.start_workers(1, echo_token_delay=delay)
+    tallies = await followers.finish(
+        300.0, lambda: stream_conns.append(dep.redis_connections_of(api.pid))
+    )
+    ended = time.monotonic()
+    after = [report.cpu_s(p) for p in [api, *redis_proc]]
+    return {
+        "t0": t0,
+        "ended": ended,
+        "tallies": tallies,
+        "api_cpu_s": after[0] - before[0],
+        "redis_cpu_s": round(after[1] - before[1], 3) if redis_proc else None,
+        "worker_cpu_s": round(report.cpu_s(psutil.Process(worker.pid)), 3),
+        "streaming_max": max(stream_conns),
+        "health": (await prober.stop())["health"],
+        "peak_rss": api.memory_info().rss,
+    }
+
+
 async def hermes_level(
     clients: int, runs: int, words: int, delay: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -67,18 +113,9 @@ async def hermes_level(
         api = dep.api_procs[0]
         text = traffic.words(words)
         async with traffic.client_session(limit=clients + 64) as session:
-            # Warm-up (pool connections, script load, hub reader) with a temporary worker; the
-            # same input and token delay as the measured runs (so no deltas merge: a worker
-            # merges those that pile up behind an append), so its frames are the template.
-            [warm] = await dep.start_workers(1, echo_token_delay=delay)
-            warm_id = await traffic.post_run(session, base, text)
-            async with session.get(f"{base}/v1/runs/{warm_id}/events") as response:
-                template = parse_frames(await response.read())
-            dep.stop_workers([warm])
-            await asyncio.sleep(1.0)
+            template = await warm_template(dep, session, base, text, delay)
             base_rss = api.memory_info().rss
             base_conns = dep.redis_connections_of(api.pid)
-
             run_ids = [await traffic.post_run(session, base, text) for _ in range(runs)]
             urls = [f"{base}/v1/runs/{run_ids[i % runs]}/events" for i in range(clients)]
             followers = Clients(session, urls)
@@ -87,22 +124,8 @@ async def hermes_level(
             idle_rss = api.memory_info().rss
             idle_conns = dep.redis_connections_of(api.pid)
             idle_cpu = api.cpu_percent(interval=2.0)
-
-            stream_conns = [idle_conns]
-            prober = Prober({"health": base + "/health"})
-            t0 = time.monotonic()
-            redis_proc = [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else []
-            before = [report.cpu_s(p) for p in [api, *redis_proc]]
-            [worker] = await dep.start_workers(1, echo_token_delay=delay)
-            tallies = await followers.finish(
-                300.0, lambda: stream_conns.append(dep.redis_connections_of(api.pid))
-            )
-            ended = time.monotonic()
-            after = [report.cpu_s(p) for p in [api, *redis_proc]]
-            worker_cpu = report.cpu_s(psutil.Process(worker.pid))
-            health = (await prober.stop())["health"]
-            peak_rss = api.memory_info().rss
-
+            streamed = await stream_phase(dep, followers, base, delay, idle_conns)
+    ended = streamed["ended"]
     result = {
         "clients": clients,
         "runs": runs,
@@ -110,23 +133,23 @@ async def hermes_level(
         "connect_s": round(connect_s, 2),
         "errors": len(followers.errors),
         "error_samples": followers.errors[:3],
-        **delivery(tallies, len(template), words + 1, after[0] - before[0], ended),
-        "worker_cpu_s": round(worker_cpu, 3),  # the worker started with the phase
-        "redis_cpu_s": round(after[1] - before[1], 3) if redis_proc else None,
+        **delivery(streamed["tallies"], len(template), words + 1, streamed["api_cpu_s"], ended),
+        "worker_cpu_s": streamed["worker_cpu_s"],  # the worker started with the phase
+        "redis_cpu_s": streamed["redis_cpu_s"],
         "api_redis_conns": {
             "baseline": base_conns,
             "idle": idle_conns,
-            "streaming_max": max(stream_conns),
+            "streaming_max": streamed["streaming_max"],
         },
         "api_rss_mib": {
             "baseline": round(base_rss / 2**20, 1),
             "idle": round(idle_rss / 2**20, 1),
-            "peak": round(peak_rss / 2**20, 1),
+            "peak": round(streamed["peak_rss"] / 2**20, 1),
         },
         "rss_kib_per_idle_client": round((idle_rss - base_rss) / 1024 / clients, 1),
         "api_cpu_percent_idle": idle_cpu,
-        "stream_phase_s": round(ended - t0, 2),  # includes the worker's start-up
-        "health_ms": health.summary(),
+        "stream_phase_s": round(ended - streamed["t0"], 2),  # includes the worker's start-up
+        "health_ms": streamed["health"].summary(),
     }
     return result, template
 
