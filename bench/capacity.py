@@ -124,6 +124,27 @@ def run_specs(nodes: list[Node], procs: int, shas: dict[str, str], secs: float) 
     ]
 
 
+def start_readers(
+    ctx: Any, nodes: list[Node], specs: list[load.Spec], readers: int
+) -> mp.process.BaseProcess | None:
+    """``readers`` hubs per stream of ``specs``, subscribed on every primary (none for 0),
+    in a process of their own, once they are subscribed."""
+    if not readers:
+        return None
+    keys = Keys(specs[0].namespace)
+    channels = [
+        (n.host, n.port, [keys.events(r) for s in specs if s.port == n.port for r in s.run_ids])
+        for n in nodes
+    ]
+    ready = ctx.Event()
+    reader_proc: mp.process.BaseProcess = ctx.Process(
+        target=load.readers_process, args=(channels, readers, specs[0].seconds + 5, ready)
+    )
+    reader_proc.start()
+    ready.wait(30)
+    return reader_proc
+
+
 def measure(
     nodes: list[Node], specs: list[load.Spec], readers: int, window_s: float
 ) -> list[dict[str, Any]]:
@@ -132,19 +153,7 @@ def measure(
     ctx = mp.get_context("spawn")
     results: Any = ctx.Queue()
     counters = [ctx.Value("q", 0) for _ in specs]
-    reader_proc = None
-    if readers:
-        keys = Keys(specs[0].namespace)
-        channels = [
-            (n.host, n.port, [keys.events(r) for s in specs if s.port == n.port for r in s.run_ids])
-            for n in nodes
-        ]
-        ready = ctx.Event()
-        reader_proc = ctx.Process(
-            target=load.readers_process, args=(channels, readers, specs[0].seconds + 5, ready)
-        )
-        reader_proc.start()
-        ready.wait(30)
+    reader_proc = start_readers(ctx, nodes, specs, readers)
     procs = [
         ctx.Process(target=load.load_process, args=(s, c, results))
         for s, c in zip(specs, counters, strict=True)
@@ -169,23 +178,34 @@ def measure(
     refused = sum(o["refused"] for o in outcomes)
     if errors or refused:
         raise RuntimeError(f"load failed: {refused} refused, errors {errors[:3]}")
-    rows = []
-    for index, node in enumerate(nodes):
-        ops = sum(
-            d1 - d0 for s, d0, d1 in zip(specs, done0, done1, strict=True) if s.port == node.port
-        )
-        cpu = cpu1[index] - cpu0[index]
-        rows.append(
-            {
-                "node": node.address,
-                "ops_per_s": round(ops / elapsed),
-                "redis_cpu_pct": round(cpu / elapsed * 100, 1),
-                "redis_us_per_op": round(cpu / ops * 1e6, 2) if ops else None,
-                "ops_per_core_s": round(ops / cpu) if cpu else None,
-                "client_cpu_pct": round((client1 - client0) / elapsed * 100, 1),
-            }
-        )
-    return rows
+    client_pct = round((client1 - client0) / elapsed * 100, 1)
+    return [
+        node_row(node, specs, (done0, done1), cpu1[i] - cpu0[i], elapsed, client_pct)
+        for i, node in enumerate(nodes)
+    ]
+
+
+def node_row(
+    node: Node,
+    specs: list[load.Spec],
+    done: tuple[list[int], list[int]],
+    cpu: float,
+    elapsed: float,
+    client_cpu_pct: float,
+) -> dict[str, Any]:
+    """One primary's figures over the window: its operations (``done``: each load process's
+    count at the window's start and end) and its Redis CPU seconds."""
+    ops = sum(
+        d1 - d0 for s, d0, d1 in zip(specs, done[0], done[1], strict=True) if s.port == node.port
+    )
+    return {
+        "node": node.address,
+        "ops_per_s": round(ops / elapsed),
+        "redis_cpu_pct": round(cpu / elapsed * 100, 1),
+        "redis_us_per_op": round(cpu / ops * 1e6, 2) if ops else None,
+        "ops_per_core_s": round(ops / cpu) if cpu else None,
+        "client_cpu_pct": client_cpu_pct,
+    }
 
 
 def total(rows: list[dict[str, Any]]) -> dict[str, Any]:
