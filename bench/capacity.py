@@ -124,6 +124,27 @@ def run_specs(nodes: list[Node], procs: int, shas: dict[str, str], secs: float) 
     ]
 
 
+def start_readers(
+    ctx: Any, nodes: list[Node], specs: list[load.Spec], readers: int
+) -> mp.process.BaseProcess | None:
+    """``readers`` hubs per stream of ``specs``, subscribed on every primary (none for 0),
+    in a process of their own, once they are subscribed."""
+    if not readers:
+        return None
+    keys = Keys(specs[0].namespace)
+    channels = [
+        (n.host, n.port, [keys.events(r) for s in specs if s.port == n.port for r in s.run_ids])
+        for n in nodes
+    ]
+    ready = ctx.Event()
+    reader_proc: mp.process.BaseProcess = ctx.Process(
+        target=load.readers_process, args=(channels, readers, specs[0].seconds + 5, ready)
+    )
+    reader_proc.start()
+    ready.wait(30)
+    return reader_proc
+
+
 def measure(
     nodes: list[Node], specs: list[load.Spec], readers: int, window_s: float
 ) -> list[dict[str, Any]]:
@@ -132,19 +153,7 @@ def measure(
     ctx = mp.get_context("spawn")
     results: Any = ctx.Queue()
     counters = [ctx.Value("q", 0) for _ in specs]
-    reader_proc = None
-    if readers:
-        keys = Keys(specs[0].namespace)
-        channels = [
-            (n.host, n.port, [keys.events(r) for s in specs if s.port == n.port for r in s.run_ids])
-            for n in nodes
-        ]
-        ready = ctx.Event()
-        reader_proc = ctx.Process(
-            target=load.readers_process, args=(channels, readers, specs[0].seconds + 5, ready)
-        )
-        reader_proc.start()
-        ready.wait(30)
+    reader_proc = start_readers(ctx, nodes, specs, readers)
     procs = [
         ctx.Process(target=load.load_process, args=(s, c, results))
         for s, c in zip(specs, counters, strict=True)
@@ -169,23 +178,34 @@ def measure(
     refused = sum(o["refused"] for o in outcomes)
     if errors or refused:
         raise RuntimeError(f"load failed: {refused} refused, errors {errors[:3]}")
-    rows = []
-    for index, node in enumerate(nodes):
-        ops = sum(
-            d1 - d0 for s, d0, d1 in zip(specs, done0, done1, strict=True) if s.port == node.port
-        )
-        cpu = cpu1[index] - cpu0[index]
-        rows.append(
-            {
-                "node": node.address,
-                "ops_per_s": round(ops / elapsed),
-                "redis_cpu_pct": round(cpu / elapsed * 100, 1),
-                "redis_us_per_op": round(cpu / ops * 1e6, 2) if ops else None,
-                "ops_per_core_s": round(ops / cpu) if cpu else None,
-                "client_cpu_pct": round((client1 - client0) / elapsed * 100, 1),
-            }
-        )
-    return rows
+    client_pct = round((client1 - client0) / elapsed * 100, 1)
+    return [
+        node_row(node, specs, (done0, done1), cpu1[i] - cpu0[i], elapsed, client_pct)
+        for i, node in enumerate(nodes)
+    ]
+
+
+def node_row(
+    node: Node,
+    specs: list[load.Spec],
+    done: tuple[list[int], list[int]],
+    cpu: float,
+    elapsed: float,
+    client_cpu_pct: float,
+) -> dict[str, Any]:
+    """One primary's figures over the window: its operations (``done``: each load process's
+    count at the window's start and end) and its Redis CPU seconds."""
+    ops = sum(
+        d1 - d0 for s, d0, d1 in zip(specs, done[0], done[1], strict=True) if s.port == node.port
+    )
+    return {
+        "node": node.address,
+        "ops_per_s": round(ops / elapsed),
+        "redis_cpu_pct": round(cpu / elapsed * 100, 1),
+        "redis_us_per_op": round(cpu / ops * 1e6, 2) if ops else None,
+        "ops_per_core_s": round(ops / cpu) if cpu else None,
+        "client_cpu_pct": client_cpu_pct,
+    }
 
 
 def total(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -213,7 +233,7 @@ def nodes_of(args: argparse.Namespace) -> AbstractContextManager[list[Node]]:
     return redis_nodes.started(args.primaries)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--primaries", type=int, default=1, help="start 1 server or a cluster")
     parser.add_argument("--nodes", default="", help="host:port,… of primaries already running")
@@ -230,25 +250,44 @@ def main() -> None:
         help="tokens per append under the window (80 ms at 50 tokens/s)",
     )
     parser.add_argument("--tokens-per-run", type=int, default=201)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+Scenario = tuple[str, list[load.Spec], int]  # its name, its load processes, hubs per stream
+
+
+def scenarios(nodes: list[Node], args: argparse.Namespace) -> list[Scenario]:
+    """Appends of 1 token with each count of readers, of the window's tokens, a run's fixed
+    work: each with its load processes' specs."""
     secs = WARMUP_S + 1.0 + args.seconds + 0.5
-    out: dict[str, Any] = {"machine": report.machine_facts()}
+    shas = prepare(nodes)
+    out: list[Scenario] = []
+    # One hub per stream (one API replica) is what the per-core summary below uses.
+    for readers in sorted({1, *(int(r) for r in args.readers.split(","))}):
+        specs = append_specs(nodes, args.procs, args.streams, shas, 1, secs)
+        out.append((f"append 1 token, {readers} reader(s)", specs, readers))
+    specs = append_specs(nodes, args.procs, args.streams, shas, args.window_tokens, secs)
+    out.append((f"append {args.window_tokens} tokens, 1 reader(s)", specs, 1))
+    out.append(("run fixed work", run_specs(nodes, args.procs, shas, secs), 0))
+    return out
+
+
+def run_scenarios(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Every scenario on the primaries, in turn: per scenario, its rows per primary. Notes the
+    primaries and Redis's version in ``out``."""
     with nodes_of(args) as nodes:
         out["redis_version"] = nodes[0].client().info("server")["redis_version"]
         out["primaries"] = [n.address for n in nodes]
-        shas = prepare(nodes)
-        scenarios: list[tuple[str, list[load.Spec], int]] = []
-        # One hub per stream (one API replica) is what the per-core summary below uses.
-        for readers in sorted({1, *(int(r) for r in args.readers.split(","))}):
-            specs = append_specs(nodes, args.procs, args.streams, shas, 1, secs)
-            scenarios.append((f"append 1 token, {readers} reader(s)", specs, readers))
-        specs = append_specs(nodes, args.procs, args.streams, shas, args.window_tokens, secs)
-        scenarios.append((f"append {args.window_tokens} tokens, 1 reader(s)", specs, 1))
-        scenarios.append(("run fixed work", run_specs(nodes, args.procs, shas, secs), 0))
         measured: dict[str, list[dict[str, Any]]] = {}
-        for name, specs, readers in scenarios:
+        for name, specs, readers in scenarios(nodes, args):
             measured[name] = measure(nodes, specs, readers, args.seconds)
             print(name, measured[name], flush=True)
+    return measured
+
+
+def print_scenarios(
+    measured: dict[str, list[dict[str, Any]]], out: dict[str, Any], args: argparse.Namespace
+) -> None:
     table = []
     for name, rows in measured.items():
         for row in rows + ([{"node": "total", **total(rows)}] if len(rows) > 1 else []):
@@ -262,27 +301,25 @@ def main() -> None:
                     row.get("client_cpu_pct", ""),
                 ]
             )
+    primaries = len(out["primaries"])
     report.print_table(
-        f"Redis {out['redis_version']}, {len(nodes)} primar{'y' if len(nodes) == 1 else 'ies'},"
+        f"Redis {out['redis_version']}, {primaries} primar{'y' if primaries == 1 else 'ies'},"
         f" {args.procs} load processes",
         ["scenario", "primary", "ops/s", "Redis CPU %", "Redis µs/op", "load CPU %"],
         table,
     )
-    out["scenarios"] = measured
-    # Per primary core (µs per op at the measured share of a core): the plannable figures.
-    per_append = (
-        report.median([r["redis_us_per_op"] for r in measured["append 1 token, 1 reader(s)"]]) / 1e6
-    )
-    per_window_append = (
-        report.median(
-            [
-                r["redis_us_per_op"]
-                for r in measured[f"append {args.window_tokens} tokens, 1 reader(s)"]
-            ]
-        )
-        / 1e6
-    )
-    per_run = report.median([r["redis_us_per_op"] for r in measured["run fixed work"]]) / 1e6
+
+
+def per_core(measured: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, Any]:
+    """Per primary core (µs per op at the measured share of a core): the plannable figures,
+    printed and returned."""
+
+    def seconds_per_op(name: str) -> float:
+        return report.median([r["redis_us_per_op"] for r in measured[name]]) / 1e6
+
+    per_append = seconds_per_op("append 1 token, 1 reader(s)")
+    per_window_append = seconds_per_op(f"append {args.window_tokens} tokens, 1 reader(s)")
+    per_run = seconds_per_op("run fixed work")
     rows = []
     for rate in (20, 50, 100):
         window_appends = min(1.0, 1000 / WINDOW_MS / rate)  # appends per token with a window
@@ -300,12 +337,21 @@ def main() -> None:
         ["tokens/s", "no window", f"{WINDOW_MS:g} ms window"],
         rows,
     )
-    out["per_core"] = {
+    return {
         "appends_per_s": round(1 / per_append),
         "window_appends_per_s": round(1 / per_window_append),
         "runs_per_s": round(1 / per_run),
         "streams": {str(r[0]): {"no_window": r[1], "window": r[2]} for r in rows},
     }
+
+
+def main() -> None:
+    args = parse_args()
+    out: dict[str, Any] = {"machine": report.machine_facts()}
+    measured = run_scenarios(args, out)
+    print_scenarios(measured, out, args)
+    out["scenarios"] = measured
+    out["per_core"] = per_core(measured, args)
     report.emit_json("capacity", out)
 
 

@@ -83,6 +83,21 @@ def memory(dep: deploy.Deployment, api: psutil.Process, worker: psutil.Process) 
     }
 
 
+async def probe_window(
+    dep: deploy.Deployment, base: str, roles: dict[str, psutil.Process], count: int
+) -> tuple[dict[str, list[float]], float, dict[str, float]]:
+    """``count`` probe runs: their samples, the window's length and each role's CPU % over it."""
+    cpu_before = {name: report.cpu_s(p) for name, p in roles.items()}
+    t0 = time.monotonic()
+    probes = await asyncio.wait_for(probe_runs(dep, base, count), 120 + count)
+    window = time.monotonic() - t0
+    cpu = {
+        name: round((report.cpu_s(p) - cpu_before[name]) * 100 / window, 1)
+        for name, p in roles.items()
+    }
+    return probes, window, cpu
+
+
 async def one_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
     overrides = {
         "worker_concurrency": k + PROBE_SLOTS,
@@ -111,14 +126,7 @@ async def one_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
             ramp_s = time.monotonic() - ramp_started
             await asyncio.sleep(args.settle)
 
-            cpu_before = {name: report.cpu_s(p) for name, p in roles.items()}
-            t0 = time.monotonic()
-            probes = await asyncio.wait_for(probe_runs(dep, base, args.probes), 120 + args.probes)
-            window = time.monotonic() - t0
-            cpu = {
-                name: round((report.cpu_s(p) - cpu_before[name]) * 100 / window, 1)
-                for name, p in roles.items()
-            }
+            probes, window, cpu = await probe_window(dep, base, roles, args.probes)
             in_flight_end = leases(dep)
             loaded = memory(dep, api, worker)
         finally:
@@ -143,7 +151,7 @@ async def one_level(k: int, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--levels", default="1,10,100,1000", help="k: runs in flight")
@@ -153,12 +161,16 @@ async def main() -> None:
     parser.add_argument("--hold", type=float, default=300.0, help="background run length, s")
     parser.add_argument("--settle", type=float, default=2.0)
     args = parser.parse_args()
-    levels = [int(k) for k in args.levels.split(",")]
+    args.level_list = [int(k) for k in args.levels.split(",")]
     if args.quick:
-        levels, args.probes = [1, 10, 100], 15
-    traffic.raise_nofile(max(levels) * 4 + 1024)
+        args.level_list, args.probes = [1, 10, 100], 15
+    return args
+
+
+async def run_levels(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every k, a fresh deployment each: its figures."""
     results = []
-    for k in levels:
+    for k in args.level_list:
         r = await one_level(k, args)
         results.append(r)
         print(
@@ -168,39 +180,50 @@ async def main() -> None:
             f"Redis {r['loaded']['redis_used_mib']} MiB",
             flush=True,
         )
+    return results
+
+
+COLUMNS = [
+    "k",
+    "in flight",
+    "bg ev/s",
+    "pickup p50/p99 ms",
+    "event p50/p99/max ms",
+    "POST→1st delta p50",
+    "API RSS MiB",
+    "worker RSS MiB",
+    "Redis used MiB",
+    "KiB/run API·worker·Redis",
+    "CPU % API·worker·Redis",
+]
+
+
+def row(r: dict[str, Any]) -> list[Any]:
+    return [
+        r["k"],
+        f"{r['in_flight']}→{r['in_flight_end']}",
+        r["background"].get("frames_per_s", "?"),
+        f"{r['pickup_ms']['p50']}/{r['pickup_ms']['p99']}",
+        "/".join(str(r["event_latency_ms"][q]) for q in ("p50", "p99", "max")),
+        r["post_to_first_delta_ms"]["p50"],
+        f"{r['baseline']['api_rss_mib']}→{r['loaded']['api_rss_mib']}",
+        f"{r['baseline']['worker_rss_mib']}→{r['loaded']['worker_rss_mib']}",
+        f"{r['baseline']['redis_used_mib']}→{r['loaded']['redis_used_mib']}",
+        " · ".join(str(v) for v in r["growth_kib_per_run"].values()),
+        " · ".join(str(v) for v in r["cpu_percent"].values()),
+    ]
+
+
+async def main() -> None:
+    args = parse_args()
+    traffic.raise_nofile(max(args.level_list) * 4 + 1024)
+    results = await run_levels(args)
     report.print_table(
         f"cost growth: probes ({args.probes} × {PROBE_WORDS + 1} deltas at "
         f"{args.delay * 1000:g} ms/token) while k runs are in flight "
         f"(1 delta / {args.bg_delay:g} s each, one SSE client each)",
-        [
-            "k",
-            "in flight",
-            "bg ev/s",
-            "pickup p50/p99 ms",
-            "event p50/p99/max ms",
-            "POST→1st delta p50",
-            "API RSS MiB",
-            "worker RSS MiB",
-            "Redis used MiB",
-            "KiB/run API·worker·Redis",
-            "CPU % API·worker·Redis",
-        ],
-        [
-            [
-                r["k"],
-                f"{r['in_flight']}→{r['in_flight_end']}",
-                r["background"].get("frames_per_s", "?"),
-                f"{r['pickup_ms']['p50']}/{r['pickup_ms']['p99']}",
-                "/".join(str(r["event_latency_ms"][q]) for q in ("p50", "p99", "max")),
-                r["post_to_first_delta_ms"]["p50"],
-                f"{r['baseline']['api_rss_mib']}→{r['loaded']['api_rss_mib']}",
-                f"{r['baseline']['worker_rss_mib']}→{r['loaded']['worker_rss_mib']}",
-                f"{r['baseline']['redis_used_mib']}→{r['loaded']['redis_used_mib']}",
-                " · ".join(str(v) for v in r["growth_kib_per_run"].values()),
-                " · ".join(str(v) for v in r["cpu_percent"].values()),
-            ]
-            for r in results
-        ],
+        COLUMNS,
+        [row(r) for r in results],
     )
     report.emit_json(
         "cost_growth",

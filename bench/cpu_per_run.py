@@ -44,6 +44,7 @@ import asyncio
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +55,9 @@ from bench.lib.sides import (
     SESSION_HEADER,
     Side,
     Started,
-    idle_cpu,
     start_fake_llm,
     start_sides,
+    warm_sides,
 )
 from tests.support.fake_llm import FIXED_MARKER
 from tests.support.fake_llm_process import FakeLLMProcess
@@ -261,55 +262,58 @@ def summarize(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-async def main() -> None:
-    args = parse_args()
-    sides_wanted = {s.strip() for s in args.sides.split(",") if s.strip()}
+async def run_rounds(
+    args: argparse.Namespace, sides: list[Side], llm: FakeLLMProcess
+) -> list[dict[str, Any]]:
+    """Every round, every workload, every side in turn (interleaved, so drift on the machine
+    hits both sides): each one's figures."""
     workloads = [
         Workload("multi-turn", args.conversations, args.turns),
         Workload("single-turn", args.single, 1),
     ]
-    llm = start_fake_llm(args.token_delay)
-    started = Started()
     results: list[dict[str, Any]] = []
-    idle: dict[str, dict[str, float]] = {}
-    try:
-        sides = await start_sides(
-            sides_wanted,
-            llm.base_url,
-            started,
-            backend=args.backend,
-            worker_counts=[args.workers],
-            worker_concurrency=args.worker_concurrency,
-            agent_cache_size=args.agent_cache_size,
-        )
-        for side in sides:
-            warm = Workload("warm-up", args.warmup, 2)
-            r = await run_workload(side, warm, args.concurrency, args.stream, "warm", args.timeout)
-            if r["failures"]:
-                raise RuntimeError(f"{side.name} warm-up failed: {r['failures'][:3]}")
-            idle[side.name] = await idle_cpu(side)
-            print(f"{side.name}: warmed up; idle CPU ms/s {idle[side.name]}", flush=True)
-        for index in range(args.rounds):
-            for workload in workloads:
-                for side in sides:  # interleaved, so drift on the machine hits both sides
-                    tag = f"{side.name}-{workload.name}-r{index + 1}"
-                    r = await measure(side, workload, args, llm, tag)
-                    r["round"] = index + 1
-                    results.append(r)
-                    print(
-                        f"round {index + 1} {workload.name:11} {side.name:12}: "
-                        f"{r['ok']}/{r['turns']} ok, {r['cpu_ms_per_turn']} CPU ms/turn "
-                        f"{r['cpu_ms_per_turn_by_process']}, {r['turns_per_s']} turns/s",
-                        flush=True,
-                    )
-                    for problem in r["failure_samples"]:
-                        print(f"    failure: {problem}", flush=True)
-        described = {side.name: side.describe for side in sides}
-        redis_version = started.deployments[0].redis_version() if started.deployments else ""
-    finally:
-        started.stop()
-        llm.stop()
+    for index in range(args.rounds):
+        for workload in workloads:
+            for side in sides:
+                tag = f"{side.name}-{workload.name}-r{index + 1}"
+                r = await measure(side, workload, args, llm, tag)
+                r["round"] = index + 1
+                results.append(r)
+                print(
+                    f"round {index + 1} {workload.name:11} {side.name:12}: "
+                    f"{r['ok']}/{r['turns']} ok, {r['cpu_ms_per_turn']} CPU ms/turn "
+                    f"{r['cpu_ms_per_turn_by_process']}, {r['turns_per_s']} turns/s",
+                    flush=True,
+                )
+                for problem in r["failure_samples"]:
+                    print(f"    failure: {problem}", flush=True)
+    return results
 
+
+def warm_up(args: argparse.Namespace) -> Callable[[Side], Awaitable[None]]:
+    async def warm(side: Side) -> None:
+        workload = Workload("warm-up", args.warmup, 2)
+        r = await run_workload(side, workload, args.concurrency, args.stream, "warm", args.timeout)
+        if r["failures"]:
+            raise RuntimeError(f"{side.name} warm-up failed: {r['failures'][:3]}")
+
+    return warm
+
+
+PARAMS = (
+    "conversations",
+    "turns",
+    "single",
+    "concurrency",
+    "rounds",
+    "stream",
+    "token_delay",
+    "warmup",
+)
+
+
+def print_report(args: argparse.Namespace, results: list[dict[str, Any]], **facts: Any) -> None:
+    """The table of medians, and the JSON line with ``facts`` (sides, Redis, idle CPU)."""
     summary = summarize(results)
     report.print_table(
         f"server CPU per agent turn (medians of {args.rounds} round(s), concurrency "
@@ -324,25 +328,37 @@ async def main() -> None:
         "cpu_per_run",
         {
             "machine": report.machine_facts(),
-            "redis_version": redis_version,
-            "sides": described,
-            "idle_cpu_ms_per_s": idle,
-            "params": {
-                k: getattr(args, k)
-                for k in (
-                    "conversations",
-                    "turns",
-                    "single",
-                    "concurrency",
-                    "rounds",
-                    "stream",
-                    "token_delay",
-                    "warmup",
-                )
-            },
+            **facts,
+            "params": {k: getattr(args, k) for k in PARAMS},
             "summary": summary,
             "rounds": results,
         },
+    )
+
+
+async def main() -> None:
+    args = parse_args()
+    llm = start_fake_llm(args.token_delay)
+    started = Started()
+    try:
+        sides = await start_sides(
+            {s.strip() for s in args.sides.split(",") if s.strip()},
+            llm.base_url,
+            started,
+            backend=args.backend,
+            worker_counts=[args.workers],
+            worker_concurrency=args.worker_concurrency,
+            agent_cache_size=args.agent_cache_size,
+        )
+        idle = await warm_sides(sides, warm_up(args))
+        results = await run_rounds(args, sides, llm)
+        described = {side.name: side.describe for side in sides}
+        redis_version = started.deployments[0].redis_version() if started.deployments else ""
+    finally:
+        started.stop()
+        llm.stop()
+    print_report(
+        args, results, redis_version=redis_version, sides=described, idle_cpu_ms_per_s=idle
     )
     if any(r["failures"] for r in results):
         sys.exit(1)

@@ -66,7 +66,7 @@ async def measure(base: str, clients: int, words: int, duration: float) -> dict[
     }
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rates", default="100,1000", help="target deltas/s, comma-separated")
@@ -78,7 +78,13 @@ async def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.duration, args.rounds = 6.0, 1
-    rates = [int(r) for r in args.rates.split(",")]
+    args.rate_list = [int(r) for r in args.rates.split(",")]
+    return args
+
+
+async def run_rates(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """Every target rate, ``args.rounds`` times, on one deployment: each round's figures and
+    Redis's version."""
     results = []
     with deploy.Deployment("event-latency") as dep:
         base = await dep.start_api()
@@ -89,7 +95,7 @@ async def main() -> None:
             stream_coalesce_ms=args.coalesce_ms,
         )
         await measure(base, 2, 10, 1.5)  # warm-up
-        for rate in rates:
+        for rate in args.rate_list:
             # Each token takes the delay plus the append's round trip: ~12 % more clients.
             clients = max(1, round(rate * args.delay * 1.12))
             for index in range(args.rounds):
@@ -101,28 +107,38 @@ async def main() -> None:
                     f"p50 {r['latency_ms']['p50']} ms, p99 {r['latency_ms']['p99']} ms",
                     flush=True,
                 )
-        redis_version = dep.redis_version()
+        return results, dep.redis_version()
 
-    rows, summary = [], []
+
+def summarize(results: list[dict[str, Any]], rates: list[int]) -> list[dict[str, Any]]:
+    """Per target rate: medians over rounds, failures summed."""
+    summary = []
     for rate in rates:
         rs = [r for r in results if r["target_rate"] == rate]
-        row = {
-            "target_ev_s": rate,
-            "rounds": len(rs),
-            "ev_s": round(statistics.median(r["events_per_s"] for r in rs), 1),
-            **{
-                f"{q}_ms": round(statistics.median(r["latency_ms"][q] for r in rs), 2)
-                for q in ("p50", "p95", "p99", "max")
-            },
-            "failures": sum(r["failures"] for r in rs),
-        }
-        summary.append(row)
-        rows.append(list(row.values()))
+        summary.append(
+            {
+                "target_ev_s": rate,
+                "rounds": len(rs),
+                "ev_s": round(statistics.median(r["events_per_s"] for r in rs), 1),
+                **{
+                    f"{q}_ms": round(statistics.median(r["latency_ms"][q] for r in rs), 2)
+                    for q in ("p50", "p95", "p99", "max")
+                },
+                "failures": sum(r["failures"] for r in rs),
+            }
+        )
+    return summary
+
+
+async def main() -> None:
+    args = parse_args()
+    results, redis_version = await run_rates(args)
+    summary = summarize(results, args.rate_list)
     report.print_table(
         f"event latency worker append → SSE client ({args.delay * 1000:g} ms/token, "
         f"medians over rounds; target p50 ≤ 2 ms, p99 ≤ 10 ms at 1,000 ev/s)",
         list(summary[0].keys()),
-        rows,
+        [list(row.values()) for row in summary],
     )
     report.emit_json(
         "event_latency",

@@ -210,51 +210,47 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-async def main() -> None:
-    args = parse_args()
-    llm = start_fake_llm(args.token_delay)
-    floor: FloorProcess | None = None
-    dep: deploy.Deployment | None = None
-    stack: Side | None = None
+async def start_stack(args: argparse.Namespace, llm_url: str) -> tuple[deploy.Deployment, Side]:
+    """The stack side: a deployment on the fake LLM, its workers, warmed up as the floor."""
+    # stream_coalesce_ms only when given (0 too): a pinned older commit lacks it.
+    given = args.coalesce_ms is not None
+    coalesce = {"stream_coalesce_ms": args.coalesce_ms} if given else {}
+    dep = queue_deployment("floor", llm_url, max(args.level_list), **coalesce)
+    stack = await start_queue(dep, args.workers)
+    await stack_run(stack, 2, 2, 2)  # warm-up, as the floor's
+    print(f"stack idle CPU ms/s: {await idle_cpu(stack)}", flush=True)
+    return dep, stack
+
+
+async def run_rounds(
+    args: argparse.Namespace, floor: FloorProcess | None, stack: Side | None
+) -> list[dict[str, Any]]:
+    """Every round, every level, every side in turn (interleaved): each one's figures."""
     results: list[dict[str, Any]] = []
-    try:
-        if "floor" in args.side_list:
-            floor = FloorProcess(llm)
-            await floor.run(2, 2, 2)  # warm-up: imports done, clients and caches built
-        if "stack" in args.side_list:
-            # stream_coalesce_ms only when given (0 too): a pinned older commit lacks it.
-            given = args.coalesce_ms is not None
-            coalesce = {"stream_coalesce_ms": args.coalesce_ms} if given else {}
-            dep = queue_deployment("floor", llm.base_url, max(args.level_list), **coalesce)
-            stack = await start_queue(dep, args.workers)
-            await stack_run(stack, 2, 2, 2)  # warm-up, as the floor's
-            print(f"stack idle CPU ms/s: {await idle_cpu(stack)}", flush=True)
-        for index in range(args.rounds):
-            for level in args.level_list:
-                conversations = max(level, args.min_conversations)
-                for name in args.side_list:
-                    if name == "floor" and floor is not None:
-                        raw = await floor.run(conversations, args.turns, level)
-                    elif stack is not None:
-                        raw = await stack_run(stack, conversations, args.turns, level)
-                    row = figures(name, level, raw)
-                    row["round"] = index + 1
-                    results.append(row)
-                    print(
-                        f"round {index + 1} c={level:<3} {name:5}: {row['turns']} turns, "
-                        f"{row['cpu_ms_per_turn']} CPU ms/turn "
-                        f"{row.get('cpu_ms_by_process', '')}, TTFT p50 {row['ttft_ms']['p50']} "
-                        f"ms, {row['turns_per_s']} turns/s, failures {row['failures']}",
-                        flush=True,
-                    )
-                    for problem in row["failure_samples"]:
-                        print(f"    failure: {problem}", flush=True)
-    finally:
-        if dep is not None:
-            dep.stop()
-        if floor is not None:
-            floor.stop()
-        llm.stop()
+    for index in range(args.rounds):
+        for level in args.level_list:
+            conversations = max(level, args.min_conversations)
+            for name in args.side_list:
+                if name == "floor" and floor is not None:
+                    raw = await floor.run(conversations, args.turns, level)
+                elif stack is not None:
+                    raw = await stack_run(stack, conversations, args.turns, level)
+                row = figures(name, level, raw)
+                row["round"] = index + 1
+                results.append(row)
+                print(
+                    f"round {index + 1} c={level:<3} {name:5}: {row['turns']} turns, "
+                    f"{row['cpu_ms_per_turn']} CPU ms/turn "
+                    f"{row.get('cpu_ms_by_process', '')}, TTFT p50 {row['ttft_ms']['p50']} "
+                    f"ms, {row['turns_per_s']} turns/s, failures {row['failures']}",
+                    flush=True,
+                )
+                for problem in row["failure_samples"]:
+                    print(f"    failure: {problem}", flush=True)
+    return results
+
+
+def print_report(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     summary = summarize(results, args.level_list)
     report.print_table(
         f"overhead over the bare agent (session chat streams, {args.turns} turns per "
@@ -263,25 +259,38 @@ async def main() -> None:
         [k for k in summary[0] if k != "overhead_rounds"],
         [[v for k, v in row.items() if k != "overhead_rounds"] for row in summary],
     )
+    params = ("rounds", "levels", "turns", "min_conversations", "workers", "token_delay")
     report.emit_json(
         "floor",
         {
             "machine": report.machine_facts(),
-            "params": {
-                k: getattr(args, k)
-                for k in (
-                    "rounds",
-                    "levels",
-                    "turns",
-                    "min_conversations",
-                    "workers",
-                    "token_delay",
-                )
-            },
+            "params": {k: getattr(args, k) for k in params},
             "summary": summary,
             "rounds": results,
         },
     )
+
+
+async def main() -> None:
+    args = parse_args()
+    llm = start_fake_llm(args.token_delay)
+    floor: FloorProcess | None = None
+    dep: deploy.Deployment | None = None
+    stack: Side | None = None
+    try:
+        if "floor" in args.side_list:
+            floor = FloorProcess(llm)
+            await floor.run(2, 2, 2)  # warm-up: imports done, clients and caches built
+        if "stack" in args.side_list:
+            dep, stack = await start_stack(args, llm.base_url)
+        results = await run_rounds(args, floor, stack)
+    finally:
+        if dep is not None:
+            dep.stop()
+        if floor is not None:
+            floor.stop()
+        llm.stop()
+    print_report(args, results)
     if any(r["failures"] for r in results):
         sys.exit(1)
 

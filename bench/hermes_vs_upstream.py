@@ -48,205 +48,23 @@ import argparse
 import asyncio
 import contextlib
 import os
-import resource
 import sys
-import time
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import psutil
 
 from bench.lib import report, traffic
+from bench.lib.chat_phases import throughput_phase, ttft_phase, warm_up
 from bench.lib.sides import (
-    SESSION_HEADER,
     Side,
     Started,
-    idle_cpu,
     start_fake_llm,
     start_sides,
+    warm_sides,
 )
-from tests.support.fake_llm import FIXED_MARKER, FIXED_WORDS
 
-EXPECTED_REPLY = "".join([*FIXED_WORDS, f"{FIXED_MARKER}1"])  # one user message
-PROMPT = "Please answer briefly."
 TTFT_TARGET_MS = 5.0  # hermes backend ≤ upstream + 5 ms
 THROUGHPUT_TARGET = 1.5  # hermes backend, 2 workers ≥ 1.5 × upstream
-BUCKET_S = 5.0  # the throughput timeline's resolution
-
-
-@dataclass
-class Turn:
-    sent: float
-    first: float | None
-    end: float
-    problem: str | None
-
-
-async def stream_turn(session: aiohttp.ClientSession, base: str, tag: str) -> Turn:
-    body = {"messages": [{"role": "user", "content": PROMPT}], "stream": True}
-    headers = {SESSION_HEADER: f"{tag}-{uuid.uuid4().hex[:12]}"}
-    first: float | None = None
-    problem: str | None = None
-    sent = time.monotonic()
-    try:
-        async with session.post(base + "/v1/chat/completions", json=body, headers=headers) as r:
-            if r.status != 200:
-                problem = f"HTTP {r.status}: {(await r.text())[:200]}"
-            else:
-                reply = await traffic.read_stream_reply(r)
-                first = reply.first_content_at
-                if reply.text != EXPECTED_REPLY:
-                    problem = f"reply {reply.text[-60:]!r} is not the fake's {EXPECTED_REPLY!r}"
-                elif not reply.done:
-                    problem = "stream ended without [DONE]"
-    except Exception as exc:  # a failed turn (timeout included), not a crashed benchmark
-        problem = repr(exc)[:200] or type(exc).__name__
-    return Turn(sent, first, time.monotonic(), problem)
-
-
-def client_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def machine_cpu() -> float:
-    """Busy CPU seconds of the whole machine, every core and process (``/proc/stat``): with the
-    sides' own figures it tells how much of the 2 cores anything else took."""
-    try:
-        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    except OSError:
-        return float("nan")
-    ticks = [int(v) for v in first[1:9]]  # user nice system idle iowait irq softirq steal
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-# -- the two phases --------------------------------------------------------------------------------
-async def ttft_phase(side: Side, args: argparse.Namespace, tag: str) -> dict[str, Any]:
-    """One client, sequential turns: time to first token and total time."""
-    warm: list[Turn] = []
-    turns: list[Turn] = []
-    async with traffic.client_session(limit=4, timeout=args.turn_timeout) as session:
-        for _ in range(args.ttft_warmup):
-            warm.append(await stream_turn(session, side.base, tag + "-warm"))
-        for _ in range(args.ttft_turns):
-            turns.append(await stream_turn(session, side.base, tag))
-    good = [t for t in turns if t.problem is None and t.first is not None]
-    samples = [t.first - t.sent for t in good if t.first is not None]
-    return {
-        "turns": len(turns),
-        "ok": len(good),
-        "failures": [t.problem for t in warm + turns if t.problem is not None],
-        "ttft_ms": report.summary_ms(samples),
-        "samples_ms": [round(v * 1000, 1) for v in samples],
-        "total_ms": report.summary_ms([t.end - t.sent for t in good]),
-    }
-
-
-async def throughput_phase(
-    side: Side, args: argparse.Namespace, llm: psutil.Process, tag: str
-) -> dict[str, Any]:
-    """``args.clients`` closed-loop clients. The window runs from the ``ramp_turns``-th finished
-    turn to the ``ramp_turns + window_turns``-th: whole generations of a closed loop, so a side
-    that finishes its turns in waves (upstream does) is measured over whole waves."""
-    turns: list[Turn] = []
-    goals = [args.ramp_turns, args.ramp_turns + args.window_turns]
-    reached = [asyncio.Event(), asyncio.Event()]
-    stop = False
-
-    async def client(session: aiohttp.ClientSession) -> None:
-        while not stop:
-            turns.append(await stream_turn(session, side.base, tag))
-            for goal, event in zip(goals, reached, strict=True):
-                if len(turns) >= goal:
-                    event.set()
-
-    async def reach(index: int, limit: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(reached[index].wait(), limit)
-        return reached[index].is_set()
-
-    session = traffic.client_session(limit=args.clients + 4, timeout=args.turn_timeout)
-    started = time.monotonic()
-    tasks = [asyncio.ensure_future(client(session)) for _ in range(args.clients)]
-    try:
-        ramp_reached = await reach(0, args.ramp_limit)
-        c0 = time.monotonic()
-        cpu0, client0, llm0 = side.cpu(), client_cpu(), report.tree_cpu(llm)
-        machine0 = machine_cpu()
-        window_reached = await reach(1, args.window_limit)
-        c1 = time.monotonic()
-        cpu1, client1, llm1 = side.cpu(), client_cpu(), report.tree_cpu(llm)
-        machine1 = machine_cpu()
-        stop = True
-        _, stuck = await asyncio.wait(tasks, timeout=args.turn_timeout + 10)
-        drain_s = time.monotonic() - c1
-        for task in stuck:  # cannot happen while aiohttp honours the turn timeout
-            task.cancel()
-        if stuck:
-            await asyncio.wait(stuck, timeout=10)
-    finally:
-        stop = True
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await session.close()
-    ends = sorted(t.end for t in turns)
-    # A side that never reached a goal is measured from/to when the wait gave up, and says so.
-    t0 = ends[goals[0] - 1] if ramp_reached else c0
-    t1 = ends[goals[1] - 1] if window_reached else c1
-    in_window = [t for t in turns if t0 < t.end <= t1]
-    ok = [t for t in in_window if t.problem is None]
-    failures = [t.problem for t in turns if t.problem is not None]
-    if stuck:
-        failures.append(f"{len(stuck)} client(s) still in a turn {drain_s:.0f} s after the window")
-    if not ramp_reached or not window_reached:
-        failures.append(
-            f"stalled: {len(turns)} turns done, wanted {goals[0]} within {args.ramp_limit:g} s "
-            f"and {goals[1]} within a further {args.window_limit:g} s"
-        )
-    in_cpu_window = max(sum(1 for t in turns if c0 < t.end <= c1 and t.problem is None), 1)
-    cpu = {k: cpu1[k] - cpu0[k] for k in cpu0}
-    timeline = [0] * (int(((ends[-1] if ends else started) - started) // BUCKET_S) + 1)
-    for t in turns:
-        timeline[int((t.end - started) // BUCKET_S)] += 1
-    return {
-        "ramp_s": round(t0 - started, 2),
-        "window_s": round(t1 - t0, 2),
-        "drain_s": round(drain_s, 2),
-        "turns_total": len(turns),
-        "ok_in_window": len(ok),
-        "failures": failures,
-        "runs_per_s": round(len(ok) / (t1 - t0), 2) if t1 > t0 else 0.0,
-        "ttft_ms": report.summary_ms([t.first - t.sent for t in ok if t.first is not None]),
-        "total_ms": report.summary_ms([t.end - t.sent for t in ok]),
-        "server_cpu_ms_per_turn": round(sum(cpu.values()) * 1000 / in_cpu_window, 1),
-        "server_cpu_by_process": {k: round(v * 1000 / in_cpu_window, 1) for k, v in cpu.items()},
-        "server_cpu_cores": round(sum(cpu.values()) / (c1 - c0), 2),
-        "client_cpu_ms_per_turn": round((client1 - client0) * 1000 / in_cpu_window, 1),
-        "llm_cpu_ms_per_turn": round((llm1 - llm0) * 1000 / in_cpu_window, 1),
-        # everything on the machine (all sides, client, fake LLM, other users), in cores
-        "machine_cpu_cores": round((machine1 - machine0) / (c1 - c0), 2),
-        # turns finished per BUCKET_S seconds since the clients started (ramp, window, drain)
-        "timeline": timeline,
-        "window_buckets": [int((t0 - started) // BUCKET_S), int((t1 - started) // BUCKET_S)],
-    }
-
-
-async def warm_up(side: Side, args: argparse.Namespace) -> None:
-    """A concurrent burst (so every worker builds its first agent and imports what it needs),
-    then a few sequential turns."""
-    async with traffic.client_session(limit=args.warmup_burst + 4, timeout=args.turn_timeout) as s:
-        burst = await asyncio.gather(
-            *(stream_turn(s, side.base, "warm") for _ in range(args.warmup_burst))
-        )
-        for _ in range(3):
-            burst.append(await stream_turn(s, side.base, "warm"))
-    problems = [t.problem for t in burst if t.problem is not None]
-    if problems:
-        raise RuntimeError(f"{side.name} warm-up failed: {problems[:3]}")
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -357,113 +175,76 @@ def ratios(results: list[dict[str, Any]], by_side: dict[str, Any]) -> dict[str, 
     return out
 
 
-async def main() -> None:
-    args = parse_args()
-    traffic.raise_nofile(4 * args.clients + 256)
-    llm = start_fake_llm(args.token_delay)
-    llm_proc = psutil.Process(llm.proc.pid)
-    started = Started()
+async def run_rounds(
+    args: argparse.Namespace, sides: list[Side], llm: psutil.Process
+) -> list[dict[str, Any]]:
+    """Every round: every side's TTFT phase, then every side's throughput phase (interleaved,
+    so drift on the shared machine hits all of them)."""
     results: list[dict[str, Any]] = []
-    idle: dict[str, dict[str, float]] = {}
-    try:
-        sides = await start_sides(
-            args.side_set,
-            llm.base_url,
-            started,
-            backend=args.backend,
-            worker_counts=args.worker_counts,
-            worker_concurrency=args.worker_concurrency,
-            # Uncapped, as docs/targets.md's upstream figures: a cap of 10 answers 429s.
-            upstream_config={"gateway": {"api_server": {"max_concurrent_runs": 0}}},
-            queue_name="queue-{workers}w",
-        )
+    for index in range(args.rounds):
+        rnd: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
         for side in sides:
-            if side.name == "upstream":
-                side.describe["max_concurrent_runs"] = 0
+            ttft = await ttft_phase(side, args, f"{side.name}-ttft-r{index + 1}")
+            rnd[side.name]["ttft"] = ttft
+            t = ttft["ttft_ms"]
+            print(
+                f"round {index + 1} TTFT       {side.name:9}: {ttft['ok']}/{ttft['turns']} ok, "
+                f"p50 {t['p50']} ms, p99 {t['p99']} ms, total p50 {ttft['total_ms']['p50']} ms",
+                flush=True,
+            )
+            for problem in ttft["failures"][:3]:
+                print(f"    failure: {problem}", flush=True)
         for side in sides:
-            await warm_up(side, args)
-            idle[side.name] = await idle_cpu(side)
-            print(f"{side.name}: warmed up; idle CPU ms/s {idle[side.name]}", flush=True)
-        for index in range(args.rounds):
-            rnd: dict[str, dict[str, Any]] = {side.name: {} for side in sides}
-            for side in sides:  # interleaved: every side's TTFT, then every side's throughput
-                tag = f"{side.name}-ttft-r{index + 1}"
-                ttft = await ttft_phase(side, args, tag)
-                rnd[side.name]["ttft"] = ttft
-                t = ttft["ttft_ms"]
-                print(
-                    f"round {index + 1} TTFT       {side.name:9}: {ttft['ok']}/{ttft['turns']} ok, "
-                    f"p50 {t['p50']} ms, p99 {t['p99']} ms, total p50 "
-                    f"{ttft['total_ms']['p50']} ms",
-                    flush=True,
-                )
-                for problem in ttft["failures"][:3]:
-                    print(f"    failure: {problem}", flush=True)
-            for side in sides:
-                tag = f"{side.name}-load-r{index + 1}"
-                load = await throughput_phase(side, args, llm_proc, tag)
-                rnd[side.name]["load"] = load
-                print(
-                    f"round {index + 1} throughput {side.name:9}: {load['runs_per_s']} runs/s "
-                    f"({load['ok_in_window']} in {load['window_s']} s; ramp {load['ramp_s']} s, "
-                    f"drain {load['drain_s']} s), TTFT p50 {load['ttft_ms']['p50']} ms, "
-                    f"server CPU {load['server_cpu_ms_per_turn']} ms/turn "
-                    f"{load['server_cpu_by_process']} = {load['server_cpu_cores']} cores, "
-                    f"client {load['client_cpu_ms_per_turn']}, LLM {load['llm_cpu_ms_per_turn']}; "
-                    f"machine {load['machine_cpu_cores']} cores busy",
-                    flush=True,
-                )
-                for problem in load["failures"][:3]:
-                    print(f"    failure: {problem}", flush=True)
-            for name, r in rnd.items():
-                results.append({"side": name, "round": index + 1, **r})
-        described = {side.name: side.describe for side in sides}
-        redis_version = started.deployments[0].redis_version() if started.deployments else ""
-    finally:
-        started.stop()
-        llm.stop()
+            load = await throughput_phase(side, args, llm, f"{side.name}-load-r{index + 1}")
+            rnd[side.name]["load"] = load
+            print_load(index, side.name, load)
+        for name, r in rnd.items():
+            results.append({"side": name, "round": index + 1, **r})
+    return results
 
-    by_side = summarize(results, list(described))
-    compared = ratios(results, by_side)
-    header = [
-        "side",
-        "TTFT p50",
-        "TTFT p99",
-        "total p50",
-        "runs/s",
-        "TTFT p50 @load",
-        "total p50 @load",
-        "CPU ms/turn",
-        "cores",
-        "machine cores",
-        "client ms",
-        "LLM ms",
-        "failures",
-    ]
+
+def print_load(index: int, name: str, load: dict[str, Any]) -> None:
+    print(
+        f"round {index + 1} throughput {name:9}: {load['runs_per_s']} runs/s "
+        f"({load['ok_in_window']} in {load['window_s']} s; ramp {load['ramp_s']} s, "
+        f"drain {load['drain_s']} s), TTFT p50 {load['ttft_ms']['p50']} ms, "
+        f"server CPU {load['server_cpu_ms_per_turn']} ms/turn "
+        f"{load['server_cpu_by_process']} = {load['server_cpu_cores']} cores, "
+        f"client {load['client_cpu_ms_per_turn']}, LLM {load['llm_cpu_ms_per_turn']}; "
+        f"machine {load['machine_cpu_cores']} cores busy",
+        flush=True,
+    )
+
+
+COLUMNS = {  # header: the summary row's key
+    "side": "",
+    "TTFT p50": "ttft_p50_ms",
+    "TTFT p99": "ttft_p99_ms",
+    "total p50": "total_p50_ms",
+    "runs/s": "runs_per_s",
+    "TTFT p50 @load": "load_ttft_p50_ms",
+    "total p50 @load": "load_total_p50_ms",
+    "CPU ms/turn": "server_cpu_ms_per_turn",
+    "cores": "server_cpu_cores",
+    "machine cores": "machine_cpu_cores",
+    "client ms": "client_cpu_ms_per_turn",
+    "LLM ms": "llm_cpu_ms_per_turn",
+    "failures": "failures",
+}
+
+
+def print_summary(
+    args: argparse.Namespace, by_side: dict[str, Any], compared: dict[str, Any]
+) -> None:
     rows = [
-        [
-            name,
-            row["ttft_p50_ms"],
-            row["ttft_p99_ms"],
-            row["total_p50_ms"],
-            row["runs_per_s"],
-            row["load_ttft_p50_ms"],
-            row["load_total_p50_ms"],
-            row["server_cpu_ms_per_turn"],
-            row["server_cpu_cores"],
-            row["machine_cpu_cores"],
-            row["client_cpu_ms_per_turn"],
-            row["llm_cpu_ms_per_turn"],
-            row["failures"],
-        ]
-        for name, row in by_side.items()
+        [name, *(row[key] for key in list(COLUMNS.values())[1:])] for name, row in by_side.items()
     ]
     report.print_table(
         f"streaming chat completions, fake LLM {args.token_delay * 1000:g} ms/token, medians of "
         f"{args.rounds} round(s); TTFT 1 client × {args.ttft_turns} turns; throughput "
         f"{args.clients} clients, window of {args.window_turns} turns after {args.ramp_turns} "
         "(ms; CPU per turn in the window)",
-        header,
+        list(COLUMNS),
         rows,
     )
     for name, c in compared.items():
@@ -480,6 +261,59 @@ async def main() -> None:
                 f"{p['ttft_p50_delta_ms']:+} ms / {p['throughput_ratio']}×" for p in c["per_round"]
             )
         )
+
+
+PARAMS = (
+    "rounds",
+    "token_delay",
+    "ttft_turns",
+    "ttft_warmup",
+    "clients",
+    "window_turns",
+    "window_limit",
+    "ramp_turns",
+    "ramp_limit",
+    "turn_timeout",
+    "worker_concurrency",
+    "worker_counts",
+)
+
+
+async def start(args: argparse.Namespace, llm_url: str, started: Started) -> list[Side]:
+    sides = await start_sides(
+        args.side_set,
+        llm_url,
+        started,
+        backend=args.backend,
+        worker_counts=args.worker_counts,
+        worker_concurrency=args.worker_concurrency,
+        # Uncapped, as docs/targets.md's upstream figures: a cap of 10 answers 429s.
+        upstream_config={"gateway": {"api_server": {"max_concurrent_runs": 0}}},
+        queue_name="queue-{workers}w",
+    )
+    for side in sides:
+        if side.name == "upstream":
+            side.describe["max_concurrent_runs"] = 0
+    return sides
+
+
+async def main() -> None:
+    args = parse_args()
+    traffic.raise_nofile(4 * args.clients + 256)
+    llm = start_fake_llm(args.token_delay)
+    started = Started()
+    try:
+        sides = await start(args, llm.base_url, started)
+        idle = await warm_sides(sides, lambda side: warm_up(side, args))
+        results = await run_rounds(args, sides, psutil.Process(llm.proc.pid))
+        described = {side.name: side.describe for side in sides}
+        redis_version = started.deployments[0].redis_version() if started.deployments else ""
+    finally:
+        started.stop()
+        llm.stop()
+    by_side = summarize(results, list(described))
+    compared = ratios(results, by_side)
+    print_summary(args, by_side, compared)
     report.emit_json(
         "hermes_vs_upstream",
         {
@@ -488,23 +322,7 @@ async def main() -> None:
             "redis_version": redis_version,
             "sides": described,
             "idle_cpu_ms_per_s": idle,
-            "params": {
-                k: getattr(args, k)
-                for k in (
-                    "rounds",
-                    "token_delay",
-                    "ttft_turns",
-                    "ttft_warmup",
-                    "clients",
-                    "window_turns",
-                    "window_limit",
-                    "ramp_turns",
-                    "ramp_limit",
-                    "turn_timeout",
-                    "worker_concurrency",
-                    "worker_counts",
-                )
-            },
+            "params": {k: getattr(args, k) for k in PARAMS},
             "summary": by_side,
             "compared": compared,
             "rounds": results,

@@ -85,7 +85,7 @@ async def one_round(
     return pickup, to_started, post_rtt
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=200)
@@ -94,7 +94,12 @@ async def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.runs, args.rounds, args.idle_window = 50, 1, 5.0
+    return args
 
+
+async def measure(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """An idle worker's Redis commands, then the rounds of sequential runs: the idle figures,
+    each round's, and Redis's version."""
     with deploy.Deployment("pickup") as dep:
         await dep.start_workers(1)
         idle = await idle_commands(dep, args.idle_window)
@@ -110,8 +115,10 @@ async def main() -> None:
                     "post_rtt_ms": report.summary_ms(post_rtt),
                 }
             )
-        redis_version = dep.redis_version()
+        return idle, rounds, dep.redis_version()
 
+
+def print_rounds(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> None:
     rows = []
     for index, r in enumerate(rounds, 1):
         for name in ("pickup_ms", "post_to_run_started_ms", "post_rtt_ms"):
@@ -122,6 +129,12 @@ async def main() -> None:
         ["round", "figure", "n", "p50", "p95", "p99", "max"],
         rows,
     )
+
+
+async def main() -> None:
+    args = parse_args()
+    idle, rounds, redis_version = await measure(args)
+    print_rounds(args, rounds)
     median = {
         q: statistics.median(r["pickup_ms"][q] for r in rounds) for q in ("p50", "p95", "p99")
     }

@@ -33,7 +33,7 @@ def ports_of(pid: int, redis_port: int) -> set[int]:
     return {c.laddr.port for c in conns if c.raddr and c.raddr.port == redis_port}
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -42,7 +42,45 @@ async def main() -> None:
     parser.add_argument(
         "--coalesce-ms", type=float, default=None, help="stream_coalesce_ms (default: 80)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+Commands = Counter[tuple[str, str]]  # (client port or "lua", command) -> count
+
+
+class Monitor:
+    """``MONITOR`` on a thread of its own, counting commands by sender and name."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.by_source: Commands = Counter()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _watch(self) -> None:
+        client = redis.Redis.from_url(self.url)
+        with client.monitor() as m:
+            self._ready.set()
+            while not self._stop.is_set():
+                cmd: dict[str, Any] = m.next_command()
+                name = cmd["command"].split(" ", 1)[0].strip('"').lower()
+                source = "lua" if cmd.get("client_type") == "lua" else str(cmd["client_port"])
+                self.by_source[(source, name)] += 1
+
+    def stop(self, poke: redis.Redis) -> None:
+        self._stop.set()
+        poke.ping()  # one more command, so the monitor loop sees the stop flag
+        self._thread.join(10)
+
+
+async def count(args: argparse.Namespace) -> tuple[dict[str, Any], Commands, dict[str, set[int]]]:
+    """The closed-loop runs under ``MONITOR``: their figures, the commands by sender, and the
+    client ports of the API and the worker."""
     overrides: dict[str, Any] = {"echo_token_delay": args.delay}
     if args.coalesce_ms is not None:  # only when given: a pinned older commit lacks it
         overrides["stream_coalesce_ms"] = args.coalesce_ms
@@ -52,34 +90,21 @@ async def main() -> None:
         await closed_loop.level(base, 4, 20, 60)  # warm-up: pools at their working size
         redis_port = int(dep.settings.redis.url.rsplit(":", 1)[1].split("/")[0])
         roles = {"api": dep.api_procs[0].pid, "worker": worker.pid}
-
-        by_source: Counter[tuple[str, str]] = Counter()
-        stop = threading.Event()
-        ready = threading.Event()
-
-        def monitor() -> None:
-            client = redis.Redis.from_url(dep.settings.redis.url)
-            with client.monitor() as m:
-                ready.set()
-                while not stop.is_set():
-                    cmd: dict[str, Any] = m.next_command()
-                    name = cmd["command"].split(" ", 1)[0].strip('"').lower()
-                    source = "lua" if cmd.get("client_type") == "lua" else str(cmd["client_port"])
-                    by_source[(source, name)] += 1
-
-        thread = threading.Thread(target=monitor, daemon=True)
-        thread.start()
-        ready.wait(10)
+        monitor = Monitor(dep.settings.redis.url)
+        monitor.start()
         result = await closed_loop.level(base, args.concurrency, args.runs, 120, args.words)
         ports = {role: ports_of(pid, redis_port) for role, pid in roles.items()}
-        stop.set()
-        dep.redis.ping()  # one more command, so the monitor loop sees the stop flag
-        thread.join(10)
+        monitor.stop(dep.redis)
+    return result, monitor.by_source, ports
 
-    tokens = result["deltas"]
+
+def by_role(
+    by_source: Commands, ports: dict[str, set[int]]
+) -> tuple[Counter[str], dict[str, Counter[str]]]:
+    """Commands per role (api, worker, other, lua) and per role and command name."""
     per_role: Counter[str] = Counter()
     per_cmd: dict[str, Counter[str]] = {}
-    for (source, name), count in by_source.items():
+    for (source, name), n in by_source.items():
         if name in ("info", "monitor", "ping", "client"):
             if source != "lua" and not any(int(source) in p for p in ports.values()):
                 continue  # our own probes
@@ -90,18 +115,21 @@ async def main() -> None:
                 (r for r, p in ports.items() if source.isdigit() and int(source) in p), "other"
             )
         )
-        per_role[role] += count
-        per_cmd.setdefault(role, Counter())[name] += count
+        per_role[role] += n
+        per_cmd.setdefault(role, Counter())[name] += n
+    return per_role, per_cmd
+
+
+async def main() -> None:
+    args = parse_args()
+    result, by_source, ports = await count(args)
+    per_role, per_cmd = by_role(by_source, ports)
+    tokens = result["deltas"]
     sent = per_role["api"] + per_role["worker"] + per_role["other"]
     rows = [
-        [
-            role,
-            per_role[role],
-            round(per_role[role] / tokens, 3),
-            dict(per_cmd[role].most_common(6)),
-        ]
+        [role, n, round(n / tokens, 3), dict(per_cmd[role].most_common(6))]
         for role in ("api", "worker", "other", "lua")
-        if per_role[role]
+        if (n := per_role[role])
     ]
     report.print_table(
         f"Redis commands for {result['ok']} runs, {tokens} streamed tokens "

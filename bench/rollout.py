@@ -35,33 +35,24 @@ import argparse
 import asyncio
 import contextlib
 import json
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 import uuid
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-import openai
-
 from bench.lib import report
+from bench.lib.balancer import Balancer
+from bench.lib.rollout_clients import API_KEY, KINDS, Clients, Tally
 from hermes_queue.cli.switchover import switchover
-from hermes_queue.client import HermesQueueClient, iter_sse
 from hermes_queue.config import Settings
 from hermes_queue.redisio.embedded import free_port
 from tests.support.polling import eventually
 from tests.support.processes import Cluster, Proc, wait_http
 from tests.support.redis_group import Node, SentinelGroup
-
-API_KEY = "bench-rollout-" + "k" * 20
-KINDS = ("openai", "session", "runs")
 
 
 def turn_text(seconds: float) -> str:
@@ -69,173 +60,6 @@ def turn_text(seconds: float) -> str:
     tool = max(1.0, seconds * 0.3)
     delay = max(0.05, (seconds - 2 * tool) / 51)
     return f"rollout [tool:alpha] [tool:beta] [slowtool:{tool:.1f}] [slow:{delay:.2f}]"
-
-
-@dataclass
-class Tally:
-    """What the clients saw, per kind."""
-
-    completed: Counter[str] = field(default_factory=Counter)
-    failed: Counter[str] = field(default_factory=Counter)
-    cut: Counter[str] = field(default_factory=Counter)
-    resumes: Counter[str] = field(default_factory=Counter)
-    non_2xx: Counter[str] = field(default_factory=Counter)
-    durations: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-
-class Balancer:
-    """HAProxy over the API replicas, with its admin socket."""
-
-    def __init__(self, ports: list[int], workdir: Path) -> None:
-        self.port = free_port()
-        self.socket = workdir / "haproxy.sock"
-        servers = "\n".join(
-            f"    server api{i} 127.0.0.1:{port} check inter 500ms fall 2 rise 2"
-            for i, port in enumerate(ports)
-        )
-        self.config = workdir / "haproxy.cfg"
-        self.config.write_text(
-            f"""global
-    stats socket {self.socket} mode 600 level admin
-    maxconn 2000
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 600s
-    timeout server 600s
-    timeout http-keep-alive 10s
-    option http-server-close
-frontend hermes
-    bind 127.0.0.1:{self.port}
-    default_backend api
-backend api
-    balance roundrobin
-    option httpchk GET /health/ready
-    http-check expect status 200
-{servers}
-"""
-        )
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
-        self.process = subprocess.Popen([binary, "-f", str(self.config), "-db"])
-
-    def admin(self, command: str) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(str(self.socket))
-            conn.sendall(command.encode() + b"\n")
-            chunks = []
-            while chunk := conn.recv(65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode()
-
-    def status(self, server: str) -> str:
-        for line in self.admin("show stat").splitlines():
-            fields = line.split(",")
-            if len(fields) > 17 and fields[0] == "api" and fields[1] == server:
-                return fields[17]
-        return "?"
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-class Clients:
-    """The three kinds of clients, each running turns until told to stop."""
-
-    def __init__(self, base: str, text: str, max_turns: int) -> None:
-        self.base, self.text, self.max_turns = base, text, max_turns
-        self.tally = Tally()
-        self.stop = asyncio.Event()
-        self.in_turn: set[str] = set()
-
-    async def run(self, kind: str, index: int) -> None:
-        name = f"{kind}{index}"
-        for _ in range(self.max_turns):
-            if self.stop.is_set():
-                return
-            self.in_turn.add(name)
-            started = time.monotonic()
-            try:
-                ok = await getattr(self, f"_{kind}")(name)
-            except Exception as exc:  # every failure is a finding, never a crash
-                self.tally.errors.append(f"{name}: {exc!r}")
-                ok = False
-            if ok:
-                self.tally.completed[kind] += 1
-                self.tally.durations.append(time.monotonic() - started)
-            else:
-                self.tally.failed[kind] += 1
-
-    async def _openai(self, name: str) -> bool:
-        client = openai.AsyncOpenAI(base_url=self.base + "/v1", api_key=API_KEY, max_retries=0)
-        finish = None
-        try:
-            stream = await client.chat.completions.create(
-                model="hermes-agent",
-                messages=[{"role": "user", "content": self.text}],
-                stream=True,
-            )
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].finish_reason:
-                    finish = chunk.choices[0].finish_reason
-        except openai.APIStatusError as exc:
-            self.tally.non_2xx[f"openai {exc.status_code}"] += 1
-            return False
-        except openai.APIError as exc:
-            self.tally.cut["openai"] += 1
-            self.tally.errors.append(f"{name}: {exc!r}")
-            return False
-        finally:
-            await client.close()
-        if finish != "stop":
-            self.tally.cut["openai"] += 1
-        return finish == "stop"
-
-    async def _session(self, name: str) -> bool:
-        headers = {"Authorization": f"Bearer {API_KEY}"}
-        session_id = f"{name}-{uuid.uuid4().hex[:8]}"
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
-        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as http:
-            async with http.post(f"{self.base}/api/sessions", json={"id": session_id}) as made:
-                if made.status != 201:
-                    self.tally.non_2xx[f"session create {made.status}"] += 1
-                    return False
-            url = f"{self.base}/api/sessions/{session_id}/chat/stream"
-            try:
-                async with http.post(url, json={"message": self.text}) as response:
-                    if response.status != 200:
-                        self.tally.non_2xx[f"session chat {response.status}"] += 1
-                        return False
-                    events = [f.event async for f in iter_sse(response) if f.data]
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                self.tally.cut["session"] += 1
-                self.tally.errors.append(f"{name}: {exc!r}")
-                return False
-        if "done" not in events or "run.completed" not in events:
-            self.tally.cut["session"] += 1
-            return False
-        return True
-
-    async def _runs(self, name: str) -> bool:
-        async with HermesQueueClient(self.base, API_KEY, reconnect_delay=0.2) as client:
-            try:
-                run_id = await client.create_run(self.text)
-            except Exception as exc:
-                self.tally.non_2xx[f"runs create {exc}"[:60]] += 1
-                return False
-            last = None
-            async for _id, payload in client.iter_events(run_id):
-                last = payload.get("event")
-            return last == "run.completed"
 
 
 @dataclass
@@ -320,61 +144,76 @@ async def roll_redis(group: SentinelGroup, settings: Settings, steps: list[Step]
     steps.append(Step("redis old primary restart", time.monotonic() - started))
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    workdir = Path(tempfile.mkdtemp(prefix="hq-rollout-"))
-    text = turn_text(args.turn_seconds)
-    with SentinelGroup() as group:
-        settings = Settings.of(
-            redis_url=group.url,
-            namespace=f"rollout-{uuid.uuid4().hex[:8]}",
-            api_key=API_KEY,
-            log_level="INFO",
-            # With one replica, restarting it (or the old primary) leaves the primary none to
-            # acknowledge writes: redis_min_replicas = 1 needs two replicas to roll without a 503.
-            redis_min_replicas=0,
-            drain_seconds=args.turn_seconds,
-            drain_grace_seconds=2.0,
-            stream_drain_seconds=args.turn_seconds * 3,
-            store_url=f"sqlite:///{workdir}/store.db",
-        ).validate()
-        cluster = Cluster(settings, logdir=str(workdir))
-        lb: Balancer | None = None
-        try:
-            ports = [free_port(), free_port()]
-            apis = [(port, await start_api(cluster, port)) for port in ports]
-            workers = [await cluster.start_worker(), await cluster.start_worker()]
-            lb = Balancer(ports, workdir)
-            lb.start()
-            await eventually(
-                lambda: all(lb.status(f"api{i}") == "UP" for i in range(2)),
-                within=30,
-                retry_on=(OSError,),
-                what="HAProxy seeing both replicas UP",
-            )
-            clients = Clients(lb.url, text, args.max_turns)
-            tasks = [
-                asyncio.create_task(clients.run(kind, i))
-                for kind in KINDS
-                for i in range(args.clients)
-            ]
-            await eventually(lambda: len(clients.in_turn) == len(tasks), within=30)
-            await asyncio.sleep(args.turn_seconds / 3)  # every turn well under way
-            steps: list[Step] = []
-            began = time.monotonic()
-            async with asyncio.timeout(args.deadline):
-                await roll_workers(cluster, workers, steps)
-                await roll_apis(cluster, apis, lb, steps)
-                await roll_redis(group, settings, steps)
-                rolled = time.monotonic() - began
-                clients.stop.set()
-                await asyncio.gather(*tasks)
-        finally:
-            if lb is not None:
-                lb.stop()
-            cluster.stop_all()
-    tally = clients.tally
+def rollout_settings(args: argparse.Namespace, group: SentinelGroup, workdir: Path) -> Settings:
+    return Settings.of(
+        redis_url=group.url,
+        namespace=f"rollout-{uuid.uuid4().hex[:8]}",
+        api_key=API_KEY,
+        log_level="INFO",
+        # With one replica, restarting it (or the old primary) leaves the primary none to
+        # acknowledge writes: redis_min_replicas = 1 needs two replicas to roll without a 503.
+        redis_min_replicas=0,
+        drain_seconds=args.turn_seconds,
+        drain_grace_seconds=2.0,
+        stream_drain_seconds=args.turn_seconds * 3,
+        store_url=f"sqlite:///{workdir}/store.db",
+    ).validate()
+
+
+async def start_tiers(
+    cluster: Cluster, workdir: Path
+) -> tuple[list[tuple[int, Proc]], list[Proc], Balancer]:
+    """Two API replicas, two workers, and HAProxy once it sees both replicas UP."""
+    ports = [free_port(), free_port()]
+    apis = [(port, await start_api(cluster, port)) for port in ports]
+    workers = [await cluster.start_worker(), await cluster.start_worker()]
+    lb = Balancer(ports, workdir)
+    lb.start()
+    await eventually(
+        lambda: all(lb.status(f"api{i}") == "UP" for i in range(2)),
+        within=30,
+        retry_on=(OSError,),
+        what="HAProxy seeing both replicas UP",
+    )
+    return apis, workers, lb
+
+
+async def roll_under_load(
+    args: argparse.Namespace, group: SentinelGroup, cluster: Cluster, workdir: Path, text: str
+) -> tuple[Tally, list[Step], float]:
+    """The tiers started, every client in its first turn, then the rollout (workers, API
+    replicas, Redis) and the clients' last turns: what they saw, each step, the rollout's
+    length."""
+    lb: Balancer | None = None
+    try:
+        apis, workers, lb = await start_tiers(cluster, workdir)
+        clients = Clients(lb.url, text, args.max_turns)
+        tasks = [
+            asyncio.create_task(clients.run(kind, i)) for kind in KINDS for i in range(args.clients)
+        ]
+        await eventually(lambda: len(clients.in_turn) == len(tasks), within=30)
+        await asyncio.sleep(args.turn_seconds / 3)  # every turn well under way
+        steps: list[Step] = []
+        began = time.monotonic()
+        async with asyncio.timeout(args.deadline):
+            await roll_workers(cluster, workers, steps)
+            await roll_apis(cluster, apis, lb, steps)
+            await roll_redis(group, cluster.settings, steps)
+            rolled = time.monotonic() - began
+            clients.stop.set()
+            await asyncio.gather(*tasks)
+    finally:
+        if lb is not None:
+            lb.stop()
+        cluster.stop_all()
+    return clients.tally, steps, rolled
+
+
+def outcome(
+    args: argparse.Namespace, text: str, tally: Tally, steps: list[Step], rolled: float
+) -> dict[str, Any]:
     median = statistics.median(tally.durations) if tally.durations else 0.0
-    result = {
+    return {
         "turn_text": text,
         "clients_per_kind": args.clients,
         "completed": dict(tally.completed),
@@ -386,8 +225,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "rollout_seconds": round(rolled, 1),
         "steps": [(s.what, round(s.seconds, 2), s.note) for s in steps],
         "errors": tally.errors[:10],
-        "logs": str(workdir),
     }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="hq-rollout-"))
+    text = turn_text(args.turn_seconds)
+    with SentinelGroup() as group:
+        cluster = Cluster(rollout_settings(args, group, workdir), logdir=str(workdir))
+        tally, steps, rolled = await roll_under_load(args, group, cluster, workdir, text)
+    result = {**outcome(args, text, tally, steps, rolled), "logs": str(workdir)}
     rows = [[kind, tally.completed[kind], tally.failed[kind], tally.cut[kind]] for kind in KINDS]
     report.print_table("turns", ["client", "completed", "failed", "cut"], rows)
     report.print_table("steps", ["step", "seconds", "note"], result["steps"])

@@ -141,15 +141,19 @@ def final_states(dep: deploy.Deployment, run_ids: list[str]) -> dict[str, Any]:
     }
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=256)
     parser.add_argument("--delay", type=float, default=0.005, help="echo seconds per token")
     parser.add_argument("--worker-concurrency", type=int, default=128)
     parser.add_argument("--timeout", type=float, default=600.0)
-    args = parser.parse_args()
-    traffic.raise_nofile(args.concurrency * 4 + 1024)
+    return parser.parse_args()
+
+
+async def run_soak(args: argparse.Namespace) -> dict[str, Any]:
+    """Two API replicas and two workers under the load; what the readers saw, and every
+    posted run's record afterwards (``final``)."""
     with deploy.Deployment("soak", {"echo_token_delay": args.delay}) as dep:
         bases = [await dep.start_api(), await dep.start_api()]
         await dep.start_workers(2, worker_concurrency=args.worker_concurrency)
@@ -157,6 +161,10 @@ async def main() -> None:
         run_ids = result.pop("run_ids")
         # Every posted run had its stream read to the end, so each is terminal by now.
         result["final"] = final_states(dep, run_ids)
+    return result
+
+
+def print_result(args: argparse.Namespace, result: dict[str, Any]) -> None:
     final = result["final"]
     report.print_table(
         f"soak: {args.runs} runs at {args.concurrency} concurrency, 2 API replicas, 2 workers",
@@ -177,6 +185,13 @@ async def main() -> None:
     )
     for sample in result["failure_samples"]:
         print("  failure:", sample)
+
+
+async def main() -> None:
+    args = parse_args()
+    traffic.raise_nofile(args.concurrency * 4 + 1024)
+    result = await run_soak(args)
+    print_result(args, result)
     report.emit_json("soak", {**result, "machine": report.machine_facts()})
 
 

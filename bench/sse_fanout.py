@@ -43,7 +43,6 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -52,79 +51,57 @@ import psutil
 from bench.lib import deploy, report, traffic
 from bench.lib.prober import Prober
 from bench.lib.raw_sse import RawSseServer
-from bench.lib.sse_count import SseTally, tally_sse
+from bench.lib.sse_count import Clients, delivery
 from hermes_queue.redisio.embedded import free_port
-
-
-class Clients:
-    """N SSE clients, one task each, counting what they receive."""
-
-    def __init__(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
-        self.connected = 0
-        self.errors: list[str] = []
-        self.started = time.monotonic()
-        self.tasks = [asyncio.create_task(self._follow(session, url)) for url in urls]
-
-    def _opened(self) -> None:
-        self.connected += 1
-
-    async def _follow(self, session: aiohttp.ClientSession, url: str) -> SseTally:
-        try:
-            return await tally_sse(session, url, self._opened)
-        except Exception as exc:
-            self.errors.append(repr(exc)[:200])
-            return SseTally()
-
-    async def wait_connected(self, limit_s: float = 120.0) -> float:
-        deadline = time.monotonic() + limit_s
-        while self.connected + len(self.errors) < len(self.tasks):
-            if time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.1)
-        return time.monotonic() - self.started
-
-    async def finish(
-        self, limit_s: float, sample: Callable[[], object] | None = None
-    ) -> list[SseTally]:
-        gather = asyncio.gather(*self.tasks)
-        deadline = time.monotonic() + limit_s
-        while not gather.done() and time.monotonic() < deadline:
-            if sample is not None:
-                sample()
-            await asyncio.sleep(0.1)
-        if not gather.done():
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-            self.errors.append(f"not finished within {limit_s:g} s")
-            return [
-                t.result() if t.done() and not t.cancelled() else SseTally() for t in self.tasks
-            ]
-        return list(await gather)
-
-
-def delivery(
-    tallies: list[SseTally], frames: int, deltas: int, cpu_s: float, ended: float
-) -> dict[str, Any]:
-    """Throughput over the delivery window (see the module docstring) and completeness."""
-    firsts = [t.first_at for t in tallies if t.first_at is not None]
-    lasts = [t.closed_at if t.closed_at is not None else ended for t in tallies if t.first_at]
-    window = max(lasts) - min(firsts) if firsts else float("nan")
-    delivered = sum(t.frames for t in tallies)
-    return {
-        "clients_complete": sum(t.complete(frames, deltas) for t in tallies),
-        "clients_closed_ok": sum(t.closed for t in tallies),
-        "out_of_order": sum(not t.in_order for t in tallies),
-        "frames_delivered": delivered,
-        "window_s": round(window, 3),
-        "frames_per_s": round(delivered / window, 1) if firsts else 0.0,
-        "server_cpu_s": round(cpu_s, 3),
-        "server_cpu_ms_per_1k_frames": round(cpu_s * 1e6 / max(delivered, 1), 2),
-    }
 
 
 def parse_frames(body: bytes) -> list[dict[str, Any]]:
     return [json.loads(line[6:]) for line in body.split(b"\n") if line.startswith(b"data: ")]
+
+
+async def warm_template(
+    dep: deploy.Deployment, session: aiohttp.ClientSession, base: str, text: str, delay: float
+) -> list[dict[str, Any]]:
+    """Warm-up (pool connections, script load, hub reader) with a temporary worker; the same
+    input and token delay as the measured runs (so no deltas merge: a worker merges those that
+    pile up behind an append), so its frames are the template."""
+    [warm] = await dep.start_workers(1, echo_token_delay=delay)
+    warm_id = await traffic.post_run(session, base, text)
+    async with session.get(f"{base}/v1/runs/{warm_id}/events") as response:
+        template = parse_frames(await response.read())
+    dep.stop_workers([warm])
+    await asyncio.sleep(1.0)
+    return template
+
+
+async def stream_phase(
+    dep: deploy.Deployment, followers: Clients, base: str, delay: float, idle_conns: int
+) -> dict[str, Any]:
+    """A worker started under the idle clients: every run streamed to them, with ``/health``
+    probed meanwhile; the clients' tallies and the API's, Redis's and the worker's CPU."""
+    api = dep.api_procs[0]
+    stream_conns = [idle_conns]
+    prober = Prober({"health": base + "/health"})
+    t0 = time.monotonic()
+    redis_proc = [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else []
+    before = [report.cpu_s(p) for p in [api, *redis_proc]]
+    [worker] = await dep.start_workers(1, echo_token_delay=delay)
+    tallies = await followers.finish(
+        300.0, lambda: stream_conns.append(dep.redis_connections_of(api.pid))
+    )
+    ended = time.monotonic()
+    after = [report.cpu_s(p) for p in [api, *redis_proc]]
+    return {
+        "t0": t0,
+        "ended": ended,
+        "tallies": tallies,
+        "api_cpu_s": after[0] - before[0],
+        "redis_cpu_s": round(after[1] - before[1], 3) if redis_proc else None,
+        "worker_cpu_s": round(report.cpu_s(psutil.Process(worker.pid)), 3),
+        "streaming_max": max(stream_conns),
+        "health": (await prober.stop())["health"],
+        "peak_rss": api.memory_info().rss,
+    }
 
 
 async def hermes_level(
@@ -136,18 +113,9 @@ async def hermes_level(
         api = dep.api_procs[0]
         text = traffic.words(words)
         async with traffic.client_session(limit=clients + 64) as session:
-            # Warm-up (pool connections, script load, hub reader) with a temporary worker; the
-            # same input and token delay as the measured runs (so no deltas merge: a worker
-            # merges those that pile up behind an append), so its frames are the template.
-            [warm] = await dep.start_workers(1, echo_token_delay=delay)
-            warm_id = await traffic.post_run(session, base, text)
-            async with session.get(f"{base}/v1/runs/{warm_id}/events") as response:
-                template = parse_frames(await response.read())
-            dep.stop_workers([warm])
-            await asyncio.sleep(1.0)
+            template = await warm_template(dep, session, base, text, delay)
             base_rss = api.memory_info().rss
             base_conns = dep.redis_connections_of(api.pid)
-
             run_ids = [await traffic.post_run(session, base, text) for _ in range(runs)]
             urls = [f"{base}/v1/runs/{run_ids[i % runs]}/events" for i in range(clients)]
             followers = Clients(session, urls)
@@ -156,22 +124,8 @@ async def hermes_level(
             idle_rss = api.memory_info().rss
             idle_conns = dep.redis_connections_of(api.pid)
             idle_cpu = api.cpu_percent(interval=2.0)
-
-            stream_conns = [idle_conns]
-            prober = Prober({"health": base + "/health"})
-            t0 = time.monotonic()
-            redis_proc = [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else []
-            before = [report.cpu_s(p) for p in [api, *redis_proc]]
-            [worker] = await dep.start_workers(1, echo_token_delay=delay)
-            tallies = await followers.finish(
-                300.0, lambda: stream_conns.append(dep.redis_connections_of(api.pid))
-            )
-            ended = time.monotonic()
-            after = [report.cpu_s(p) for p in [api, *redis_proc]]
-            worker_cpu = report.cpu_s(psutil.Process(worker.pid))
-            health = (await prober.stop())["health"]
-            peak_rss = api.memory_info().rss
-
+            streamed = await stream_phase(dep, followers, base, delay, idle_conns)
+    ended = streamed["ended"]
     result = {
         "clients": clients,
         "runs": runs,
@@ -179,23 +133,23 @@ async def hermes_level(
         "connect_s": round(connect_s, 2),
         "errors": len(followers.errors),
         "error_samples": followers.errors[:3],
-        **delivery(tallies, len(template), words + 1, after[0] - before[0], ended),
-        "worker_cpu_s": round(worker_cpu, 3),  # the worker started with the phase
-        "redis_cpu_s": round(after[1] - before[1], 3) if redis_proc else None,
+        **delivery(streamed["tallies"], len(template), words + 1, streamed["api_cpu_s"], ended),
+        "worker_cpu_s": streamed["worker_cpu_s"],  # the worker started with the phase
+        "redis_cpu_s": streamed["redis_cpu_s"],
         "api_redis_conns": {
             "baseline": base_conns,
             "idle": idle_conns,
-            "streaming_max": max(stream_conns),
+            "streaming_max": streamed["streaming_max"],
         },
         "api_rss_mib": {
             "baseline": round(base_rss / 2**20, 1),
             "idle": round(idle_rss / 2**20, 1),
-            "peak": round(peak_rss / 2**20, 1),
+            "peak": round(streamed["peak_rss"] / 2**20, 1),
         },
         "rss_kib_per_idle_client": round((idle_rss - base_rss) / 1024 / clients, 1),
         "api_cpu_percent_idle": idle_cpu,
-        "stream_phase_s": round(ended - t0, 2),  # includes the worker's start-up
-        "health_ms": health.summary(),
+        "stream_phase_s": round(ended - streamed["t0"], 2),  # includes the worker's start-up
+        "health_ms": streamed["health"].summary(),
     }
     return result, template
 
@@ -248,7 +202,7 @@ def comparison(ours: dict[str, Any], raw: dict[str, Any]) -> dict[str, float]:
     }
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--clients", default="1000,5000")
@@ -257,12 +211,16 @@ async def main() -> None:
     parser.add_argument("--delay", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    levels = [int(c) for c in args.clients.split(",")]
+    args.levels = [int(c) for c in args.clients.split(",")]
     if args.quick:
-        levels, args.rounds = [1000], 1
-    traffic.raise_nofile(max(levels) * 2 + 1024)
+        args.levels, args.rounds = [1000], 1
+    return args
+
+
+async def run_levels(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every client count, ``args.rounds`` times: ours, then raw aiohttp on the same frames."""
     results = []
-    for clients in levels:
+    for clients in args.levels:
         for index in range(args.rounds):
             ours, frames = await hermes_level(clients, args.runs, args.words, args.delay)
             raw = await raw_level(clients, args.runs, args.words, args.delay, frames)
@@ -282,9 +240,10 @@ async def main() -> None:
                 f"({raw['clients_complete']} complete), ratio {ratio['frames_per_s']}",
                 flush=True,
             )
-    # What a server that keeps up reaches: every client's frames within the nominal window.
-    nominal_s = args.words * args.delay
-    offered = {c: round(c * (args.words + 2) / nominal_s, 1) for c in levels}
+    return results
+
+
+def print_ours(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
     report.print_table(
         f"SSE fan-out, one API process, {args.runs} runs × {args.words + 1} deltas "
         f"at {args.delay * 1000:g} ms/token",
@@ -314,6 +273,12 @@ async def main() -> None:
             for r in results
         ],
     )
+
+
+def print_against_raw(args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
+    # What a server that keeps up reaches: every client's frames within the nominal window.
+    nominal_s = args.words * args.delay
+    offered = {c: round(c * (args.words + 2) / nominal_s, 1) for c in args.levels}
     rows = []
     for r in results:
         for name, s in (("hermes-queue", r), ("raw aiohttp", r["raw"])):
@@ -352,7 +317,11 @@ async def main() -> None:
         ],
         rows,
     )
-    summary = [
+
+
+def summarize(results: list[dict[str, Any]], levels: list[int]) -> list[dict[str, Any]]:
+    """Per client count: the medians over rounds of ours/raw."""
+    return [
         {
             "clients": c,
             "rounds": len(rs),
@@ -366,6 +335,14 @@ async def main() -> None:
         for c in levels
         if (rs := [r for r in results if r["clients"] == c])
     ]
+
+
+async def main() -> None:
+    args = parse_args()
+    traffic.raise_nofile(max(args.levels) * 2 + 1024)
+    results = await run_levels(args)
+    print_ours(args, results)
+    print_against_raw(args, results)
     report.emit_json(
         "sse_fanout",
         {
@@ -373,7 +350,7 @@ async def main() -> None:
             "words": args.words,
             "delay": args.delay,
             "levels": results,
-            "summary": summary,
+            "summary": summarize(results, args.levels),
             "machine": report.machine_facts(),
         },
     )

@@ -70,7 +70,7 @@ def cpu_seconds(roles: dict[str, list[psutil.Process]]) -> dict[str, float]:
     return out
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=1)
@@ -93,22 +93,30 @@ async def main() -> None:
         help="probe /health and GET /v1/runs/{id} every 100 ms: auto = levels of >= 512 clients",
     )
     args = parser.parse_args()
-    levels = [1, 8, 32] if args.quick else [1, 8, 32, 128, 512]
+    args.level_list = [1, 8, 32] if args.quick else [1, 8, 32, 128, 512]
     if args.levels:
-        levels = [int(x) for x in args.levels.split(",")]
-    rounds = 1 if args.quick else args.rounds
-    traffic.raise_nofile(max(levels) * 2 + 1024)
+        args.level_list = [int(x) for x in args.levels.split(",")]
+    if args.quick:
+        args.rounds = 1
+    return args
+
+
+def probe_level(args: argparse.Namespace, concurrency: int) -> bool:
+    return args.probe_health == "all" or (
+        args.probe_health == "auto" and concurrency >= PROBE_AUTO_MIN
+    )
+
+
+Probed = dict[tuple[float, int], dict[str, ProbeResult]]
+
+
+async def run_levels(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Probed, str]:
+    """Every (delay, concurrency) level, ``args.rounds`` times, on one deployment (workers
+    restarted per delay): each round's figures, the probes pooled per level, Redis's version."""
     results: list[dict[str, Any]] = []
-    probed: dict[tuple[float, int], dict[str, ProbeResult]] = {}
-
-    def probe_level(concurrency: int) -> bool:
-        return args.probe_health == "all" or (
-            args.probe_health == "auto" and concurrency >= PROBE_AUTO_MIN
-        )
-
+    probed: Probed = {}
     with deploy.Deployment("throughput") as dep:
         base = await dep.start_api()
-        api = dep.api_procs[0]
         for delay in (float(x) for x in args.delays.split(",")):
             workers = await dep.start_workers(
                 args.workers,
@@ -116,41 +124,20 @@ async def main() -> None:
                 worker_concurrency=args.worker_concurrency,
             )
             roles = {
-                "api": [api],
+                "api": [dep.api_procs[0]],
                 "workers": [psutil.Process(w.pid) for w in workers],
                 "redis": [psutil.Process(dep.redis_server.process.pid)] if dep.redis_server else [],
                 "client": [psutil.Process()],
             }
-            await level(base, 4, 20, args.timeout)  # warm-up
-            async with traffic.client_session() as session:
-                finished_run = await traffic.post_run(session, base, "probe target")
-                await traffic.read_events(session, base, finished_run)
-            probe_urls = {"health": base + "/health", "get_run": f"{base}/v1/runs/{finished_run}"}
-            for concurrency in levels:
-                runs = runs_for(concurrency, delay, args.quick)
-                for index in range(rounds):
-                    prober = Prober(probe_urls) if probe_level(concurrency) else None
-                    commands, cpu = dep.total_commands(), cpu_seconds(roles)
-                    r = await level(base, concurrency, runs, args.timeout, args.words)
-                    commands = dep.total_commands() - commands - 1
-                    after = cpu_seconds(roles)
-                    if prober is not None:
-                        probes = await prober.stop()
-                        r["probe"] = {name: p.summary() for name, p in probes.items()}
+            probe_urls = await warm_up(base, args.timeout)
+            for concurrency in args.level_list:
+                for index in range(args.rounds):
+                    r = await one_round(dep, base, args, roles, probe_urls, delay, concurrency)
+                    if "probes" in r:
                         pooled = probed.setdefault((delay, concurrency), {})
-                        for name, p in probes.items():
+                        for name, p in r.pop("probes").items():
                             pooled[name] = merge(pooled[name], p) if name in pooled else p
-                    per_run = {
-                        k: round((after[k] - cpu[k]) * 1000 / max(r["ok"], 1), 2) for k in cpu
-                    }
-                    r.update(
-                        delay=delay,
-                        concurrency=concurrency,
-                        round=index + 1,
-                        # Counts commands run inside Lua scripts too; see redis_cost.py.
-                        redis_cmds_per_token=round(commands / max(r["deltas"], 1), 3),
-                        cpu_ms_per_run=per_run,
-                    )
+                    r["round"] = index + 1
                     results.append(r)
                     print(
                         f"delay={delay} c={concurrency} round={index + 1}: "
@@ -159,9 +146,53 @@ async def main() -> None:
                         flush=True,
                     )
             dep.stop_workers(workers)
-        redis_version = dep.redis_version()
+        return results, probed, dep.redis_version()
 
-    rows = []
+
+async def warm_up(base: str, limit_s: float) -> dict[str, str]:
+    """A few runs at once, then one run to the end: the probe's URLs (its ``GET /v1/runs/{id}``
+    reads that finished run)."""
+    await level(base, 4, 20, limit_s)
+    async with traffic.client_session() as session:
+        finished_run = await traffic.post_run(session, base, "probe target")
+        await traffic.read_events(session, base, finished_run)
+    return {"health": base + "/health", "get_run": f"{base}/v1/runs/{finished_run}"}
+
+
+async def one_round(
+    dep: deploy.Deployment,
+    base: str,
+    args: argparse.Namespace,
+    roles: dict[str, list[psutil.Process]],
+    probe_urls: dict[str, str],
+    delay: float,
+    concurrency: int,
+) -> dict[str, Any]:
+    """One round of a level: its runs' figures, Redis commands per token, CPU per run by role,
+    and (on a probed level) the probe's summary and its raw results under ``probes``."""
+    runs = runs_for(concurrency, delay, args.quick)
+    prober = Prober(probe_urls) if probe_level(args, concurrency) else None
+    commands, cpu = dep.total_commands(), cpu_seconds(roles)
+    r = await level(base, concurrency, runs, args.timeout, args.words)
+    commands = dep.total_commands() - commands - 1
+    after = cpu_seconds(roles)
+    if prober is not None:
+        probes = await prober.stop()
+        r["probe"] = {name: p.summary() for name, p in probes.items()}
+        r["probes"] = probes
+    per_run = {k: round((after[k] - cpu[k]) * 1000 / max(r["ok"], 1), 2) for k in cpu}
+    r.update(
+        delay=delay,
+        concurrency=concurrency,
+        # Counts commands run inside Lua scripts too; see redis_cost.py.
+        redis_cmds_per_token=round(commands / max(r["deltas"], 1), 3),
+        cpu_ms_per_run=per_run,
+    )
+    return r
+
+
+def summarize(results: list[dict[str, Any]], probed: Probed) -> list[dict[str, Any]]:
+    """Per (delay, concurrency): medians over rounds, failures summed, the pooled probes."""
     summary = []
     keyed: dict[tuple[float, int], list[dict[str, Any]]] = {}
     for r in results:
@@ -188,14 +219,17 @@ async def main() -> None:
             },
         }
         summary.append(row)
-        rows.append(list(row.values()))
         if (delay, concurrency) in probed:
             row["probe"] = {k: p.summary() for k, p in probed[(delay, concurrency)].items()}
+    return summary
+
+
+def print_tables(args: argparse.Namespace, summary: list[dict[str, Any]], probed: Probed) -> None:
     report.print_table(
         f"throughput, {args.workers} worker(s) × {args.worker_concurrency} slots, "
         f"{args.words + 1} tokens per run (medians over rounds)",
         [k for k in summary[0] if k != "probe"],
-        rows,
+        [[v for k, v in row.items() if k != "probe"] for row in summary],
     )
     print("  * Redis total_commands_processed per token, including commands inside Lua scripts")
     if probed:
@@ -210,6 +244,14 @@ async def main() -> None:
                 if (s := p.summary())
             ],
         )
+
+
+async def main() -> None:
+    args = parse_args()
+    traffic.raise_nofile(max(args.level_list) * 2 + 1024)
+    results, probed, redis_version = await run_levels(args)
+    summary = summarize(results, probed)
+    print_tables(args, summary, probed)
     report.emit_json(
         "throughput",
         {

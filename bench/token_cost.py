@@ -73,7 +73,7 @@ async def one_round(
     }
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--runs", type=int, default=256, help="runs per round")
@@ -84,7 +84,11 @@ async def main() -> None:
     parser.add_argument("--coalesce-ms", type=float, default=None, help="stream_coalesce_ms")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per round at most")
     parser.add_argument("--label", default="", help="a name for this side in the JSON line")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+async def run_rounds(args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
+    """The rounds on one deployment: each round's figures, and the workers' window."""
     overrides: dict[str, Any] = {
         "echo_token_delay": args.delay,
         "worker_concurrency": args.worker_concurrency,
@@ -104,22 +108,27 @@ async def main() -> None:
         for index in range(args.rounds):
             rounds.append(await one_round(dep, base, args, procs))
             print(f"round {index + 1}: {rounds[-1]}", flush=True)
-        coalesce = dep.settings.runs.stream_coalesce_ms
-    fields = [
-        "redis_cpu_us_per_token",
-        "api_cpu_us_per_token",
-        "worker_cpu_us_per_token",
-        "client_cpu_us_per_token",
-        "commands_per_token",
-        "script_calls_per_token",
-        "entries_per_token",
-        "frames_per_token",
-        "redis_cpu_pct",
-        "tokens_per_s",
-    ]
+        return rounds, dep.settings.runs.stream_coalesce_ms
+
+
+FIGURES = (
+    "redis_cpu_us_per_token",
+    "api_cpu_us_per_token",
+    "worker_cpu_us_per_token",
+    "client_cpu_us_per_token",
+    "commands_per_token",
+    "script_calls_per_token",
+    "entries_per_token",
+    "frames_per_token",
+    "redis_cpu_pct",
+    "tokens_per_s",
+)
+
+
+def print_rounds(args: argparse.Namespace, rounds: list[dict[str, Any]], coalesce: float) -> None:
     rows: list[list[Any]] = [
         [name, report.median([r[name] for r in rounds]), " ".join(str(r[name]) for r in rounds)]
-        for name in fields
+        for name in FIGURES
     ]
     for q in ("p50", "p99"):
         values = [r["ttft_ms"][q] for r in rounds]
@@ -130,6 +139,12 @@ async def main() -> None:
         ["figure", "median", "rounds"],
         rows,
     )
+
+
+async def main() -> None:
+    args = parse_args()
+    rounds, coalesce = await run_rounds(args)
+    print_rounds(args, rounds, coalesce)
     report.emit_json(
         "token_cost",
         {

@@ -52,10 +52,16 @@ def resp(*args: Any) -> bytes:
     return b"*%d\r\n" % len(args) + bulks(*args)
 
 
+# The further preludes a script is loaded with, as its owner loads it (``runs/attempt.py``).
+_PRELUDES = {"finish": ("steer_prelude",)}
+
+
 def script_sha(client: Any, name: str) -> str:
     """Load a run script (with its preludes, as the workers do) on a node; its SHA. ``vouch``:
     the API's reader-presence script (``streams/presence.py``)."""
-    return str(client.script_load(presence._VOUCH if name == "vouch" else load_script(name)))
+    if name == "vouch":
+        return str(client.script_load(presence._VOUCH))
+    return str(client.script_load(load_script(name, *_PRELUDES.get(name, ()))))
 
 
 @dataclass

@@ -5,10 +5,10 @@ its CPU is counted alone) and sends it one JSON command per stdin line; each ans
 line.
 
 The agent is built exactly as the worker's ``hermes`` backend builds it: the same
-``HermesBackend`` (its process preparation, ``_build`` with the same arguments, toolsets and
-ephemeral system prompt) and the same per-turn call (``conversation.converse``, which binds
-Hermes' per-turn session context around ``run_conversation``). What is left out is what the
-machinery adds: the event loop, the callbacks' hop to it, Redis, the store and HTTP. A
+``HermesBackend`` (its process preparation, its ``AgentFactory.build`` with the same arguments,
+toolsets and ephemeral system prompt) and the same per-turn call (``conversation.converse``,
+which binds Hermes' per-turn session context around ``run_conversation``). What is left out is
+what the machinery adds: the event loop, the callbacks' hop to it, Redis, the store and HTTP. A
 conversation keeps its agent between turns (the worker's warm-agent cache, on a hit) and its
 history in memory (the worker reads it from the store).
 
@@ -35,6 +35,7 @@ from typing import Any
 from bench.lib.traffic import PROMPT
 from hermes_queue.agents.base import AgentRequest
 from hermes_queue.agents.hermes.backend import HermesBackend
+from hermes_queue.agents.hermes.construction import prepare_turn
 from hermes_queue.agents.hermes.conversation import converse
 
 PROVIDER = "fake"
@@ -81,7 +82,8 @@ class Floor:
 
     def build(self, session_id: str) -> Any:
         request = AgentRequest(run_id=f"run_{uuid.uuid4().hex}", session_id=session_id, message="")
-        return self.backend._build(self.backend._runtime(request), request)
+        backend = self.backend
+        return backend.agents.build(backend.agents.runtime(request), request, backend.toolsets)
 
     def conversation(self, turns: int) -> tuple[list[tuple[float, float]], list[str]]:
         """One conversation's turns in order: (ttft, total) per turn, and problems."""
@@ -96,7 +98,7 @@ class Floor:
             try:
                 if agent is None:  # built in the turn, as the worker does on a cache miss
                     agent = self.build(session_id)
-                self.backend._prepare_turn(agent, probe, None)  # type: ignore[arg-type]
+                prepare_turn(agent, probe, None)  # type: ignore[arg-type]
                 result = converse(
                     agent,
                     probe,  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,18 @@ async def idle_cpu(side: Side, seconds: float = 3.0) -> dict[str, float]:
     await asyncio.sleep(seconds)
     after = side.cpu()
     return {role: round((after[role] - before[role]) * 1000 / seconds, 2) for role in before}
+
+
+async def warm_sides(
+    sides: Sequence[Side], warm_up: Callable[[Side], Awaitable[None]]
+) -> dict[str, dict[str, float]]:
+    """Each side warmed up by ``warm_up`` (raising what failed), then its idle CPU ms/s."""
+    idle: dict[str, dict[str, float]] = {}
+    for side in sides:
+        await warm_up(side)
+        idle[side.name] = await idle_cpu(side)
+        print(f"{side.name}: warmed up; idle CPU ms/s {idle[side.name]}", flush=True)
+    return idle
 
 
 def redis_info_cpu(client: redis.Redis) -> Callable[[], float]:

@@ -1,15 +1,18 @@
 """Cheap SSE reading for thousands of clients in one process: frames are counted per chunk in
 C (``bytes.count``, one regex pass for the ids) instead of decoding each frame's JSON, so the
 benchmark client spends as little CPU per frame as possible. Used by ``sse_fanout.py`` on both
-servers it compares (hermes-queue and the raw aiohttp reference), so their clients cost the same.
+servers it compares (hermes-queue and the raw aiohttp reference), so their clients cost the same:
+:class:`Clients`, one task per stream, and :func:`delivery`, what they got.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -77,3 +80,70 @@ async def tally_sse(
                 tally.closed_at = time.monotonic()
                 break
     return tally
+
+
+class Clients:
+    """N SSE clients, one task each, counting what they receive."""
+
+    def __init__(self, session: aiohttp.ClientSession, urls: list[str]) -> None:
+        self.connected = 0
+        self.errors: list[str] = []
+        self.started = time.monotonic()
+        self.tasks = [asyncio.create_task(self._follow(session, url)) for url in urls]
+
+    def _opened(self) -> None:
+        self.connected += 1
+
+    async def _follow(self, session: aiohttp.ClientSession, url: str) -> SseTally:
+        try:
+            return await tally_sse(session, url, self._opened)
+        except Exception as exc:
+            self.errors.append(repr(exc)[:200])
+            return SseTally()
+
+    async def wait_connected(self, limit_s: float = 120.0) -> float:
+        deadline = time.monotonic() + limit_s
+        while self.connected + len(self.errors) < len(self.tasks):
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        return time.monotonic() - self.started
+
+    async def finish(
+        self, limit_s: float, sample: Callable[[], object] | None = None
+    ) -> list[SseTally]:
+        gather = asyncio.gather(*self.tasks)
+        deadline = time.monotonic() + limit_s
+        while not gather.done() and time.monotonic() < deadline:
+            if sample is not None:
+                sample()
+            await asyncio.sleep(0.1)
+        if not gather.done():
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            self.errors.append(f"not finished within {limit_s:g} s")
+            return [
+                t.result() if t.done() and not t.cancelled() else SseTally() for t in self.tasks
+            ]
+        return list(await gather)
+
+
+def delivery(
+    tallies: list[SseTally], frames: int, deltas: int, cpu_s: float, ended: float
+) -> dict[str, Any]:
+    """Throughput over the delivery window (see the module docstring) and completeness."""
+    firsts = [t.first_at for t in tallies if t.first_at is not None]
+    lasts = [t.closed_at if t.closed_at is not None else ended for t in tallies if t.first_at]
+    window = max(lasts) - min(firsts) if firsts else float("nan")
+    delivered = sum(t.frames for t in tallies)
+    return {
+        "clients_complete": sum(t.complete(frames, deltas) for t in tallies),
+        "clients_closed_ok": sum(t.closed for t in tallies),
+        "out_of_order": sum(not t.in_order for t in tallies),
+        "frames_delivered": delivered,
+        "window_s": round(window, 3),
+        "frames_per_s": round(delivered / window, 1) if firsts else 0.0,
+        "server_cpu_s": round(cpu_s, 3),
+        "server_cpu_ms_per_1k_frames": round(cpu_s * 1e6 / max(delivered, 1), 2),
+    }

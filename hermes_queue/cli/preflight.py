@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes_queue.config import RedisSettings, Settings, StoreSettings
-from hermes_queue.config.groups import bad_value
+from hermes_queue.config.base import bad_value
 from hermes_queue.config.urls import REDIS_EXPECTED, sqlite_path
 from hermes_queue.logs import mask_url
 from hermes_queue.redisio.connect import url_problem

@@ -22,7 +22,7 @@ from hermes_queue.api.state import STATE
 from hermes_queue.cli import deployment
 from hermes_queue.cli.failures import StartupError
 from hermes_queue.config import ApiSettings, ConfigError, Settings
-from hermes_queue.config.groups import bad_value
+from hermes_queue.config.base import bad_value
 from hermes_queue.keyguard import GENERATE_HINT, OPEN_WARNING, key_weakness
 from hermes_queue.redisio.addresses import is_loopback
 from hermes_queue.redisio.embedded import EmbeddedRedis

@@ -2,10 +2,11 @@
 
 This is the only module that reads ``os.environ`` for configuration. Precedence, highest first:
 ``HERMES_QUEUE_<NAME>`` environment variables, then the TOML file named by
-``HERMES_QUEUE_CONFIG`` (flat keys, named like the variables), then the defaults of
-``groups.py``. Unknown keys in the file and unknown ``HERMES_QUEUE_*`` variables are rejected,
-so a typo never silently falls back to a default. In code the settings come in groups
-(``settings.redis``, ``settings.runs``, ``settings.api``, …: ``groups.py``).
+``HERMES_QUEUE_CONFIG`` (flat keys, named like the variables), then the groups' defaults.
+Unknown keys in the file and unknown ``HERMES_QUEUE_*`` variables are rejected, so a typo never
+silently falls back to a default. In code the settings come in groups
+(``settings.redis``, ``settings.runs``, ``settings.api``, …: ``groups.py``; the webhook group in
+``webhook_config.py``), gathered in ``settings.py``; ``base.py`` is what every group shares.
 """
 
 from __future__ import annotations
@@ -17,27 +18,25 @@ from pathlib import Path
 from typing import Any
 
 from hermes_queue.booleans import parse_bool
+from hermes_queue.config.base import ENV_PREFIX, ConfigError, bad_value
 from hermes_queue.config.groups import (
-    ENV_PREFIX,
     EVENT_LOOPS,
     AgentSettings,
     ApiSettings,
-    ConfigError,
     MetricsSettings,
     ProcessSettings,
     RedisSettings,
     RoutingSettings,
     RunSettings,
     ScheduleSettings,
-    Settings,
     StoreSettings,
     StreamSettings,
-    WebhookSettings,
     WorkerSettings,
-    bad_value,
 )
+from hermes_queue.config.settings import Settings
 from hermes_queue.config.webhook_config import (
     WebhookConfigError,
+    WebhookSettings,
     parse_subscriptions,
     subscriptions_json,
 )

@@ -1,32 +1,31 @@
-"""The settings, in groups: one per part of the code that reads them.
+"""The settings groups: one per part of the code that reads them.
 
 A component is handed its group (or the values it needs) by the process that builds it, never
-the whole :class:`Settings`, so what it depends on is in its signature (arq's style: explicit
-arguments, the settings object read at the edge). The names outside stay flat: each field
-knows its flat name (``RedisSettings.url`` is ``redis_url``, ``HERMES_QUEUE_REDIS_URL``), and
-:meth:`Settings.replace` and :meth:`Settings.of` take flat names, as the file and the
-environment do (``config/__init__.py`` reads those).
+the whole :class:`Settings` (``settings.py``), so what it depends on is in its signature (arq's
+style: explicit arguments, the settings object read at the edge). The names outside stay flat:
+each field knows its flat name (``RedisSettings.url`` is ``redis_url``,
+``HERMES_QUEUE_REDIS_URL``). The webhook group lives beside what it holds
+(``webhook_config.py``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from hermes_queue.config.base import (
+    ConfigError,
+    Group,
+    at_least,
+    bad_value,
+    named,
+    not_negative,
+)
 from hermes_queue.config.urls import (
     REDIS_EXPECTED,
     STORE_EXPECTED,
     redis_url_problem,
     store_url_problem,
-)
-from hermes_queue.config.webhook_config import (
-    DEFAULT_SCHEDULE,
-    Subscription,
-    WebhookConfigError,
-    duration_seconds,
-    secret_key,
 )
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
@@ -35,71 +34,23 @@ from hermes_queue.providers import ProviderSettings, RouteSettings
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-ENV_PREFIX = "HERMES_QUEUE_"
-
-
-class ConfigError(ValueError):
-    """A setting has a value that cannot be used; the message names the setting. The command
-    line prints it as one ``error: …`` line and exits 2 (``cli/failures.py``)."""
-
-
-def bad_value(name: str, shown: str, problem: str, expected: str) -> ConfigError:
-    """The one line a bad value gets: the setting and its variable, the value as it may be
-    shown (``shown``: passwords already masked), what is wrong and what was expected."""
-    variable = ENV_PREFIX + name.upper()
-    return ConfigError(f"setting {name} ({variable}) = {shown!r} {problem}; expected {expected}")
-
-
-def _named(name: str, default: Any) -> Any:
-    """A field whose flat name (file key, ``HERMES_QUEUE_<NAME>``) differs from its own."""
-    return field(default=default, metadata={"name": name})
-
-
-def _flat_name(f: dataclasses.Field[Any]) -> str:
-    return str(f.metadata.get("name", f.name))
-
-
-def _at_least(value: float, minimum: float, name: str) -> None:
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, not {value}")
-
-
-def _not_negative(value: float, name: str) -> None:
-    if value < 0:
-        raise ConfigError(f"{name} must be 0 (off) or positive, not {value}")
-
-
-class _Group:
-    """What every group shares: a repr that masks secrets, a check of its own values."""
-
-    def __repr__(self) -> str:
-        shown = []
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if f.metadata.get("secret") and value:
-                value = "***"
-            shown.append(f"{f.name}={value!r}")
-        return f"{type(self).__name__}({', '.join(shown)})"
-
-    def validate(self) -> None:
-        """Raise ``ConfigError`` naming the flat setting whose value cannot be used."""
 
 
 @dataclass(frozen=True, repr=False)
-class RedisSettings(_Group):
-    url: str = _named("redis_url", "redis://127.0.0.1:6379/0")
+class RedisSettings(Group):
+    url: str = named("redis_url", "redis://127.0.0.1:6379/0")
     namespace: str = "hq"
     # Connections per process pool (requests wait for one rather than open more).
-    pool_size: int = _named("redis_pool_size", 32)
+    pool_size: int = named("redis_pool_size", 32)
     # Virtual shards on a Redis Cluster (a ``redis+cluster://`` URL): runs, queues, leases and
     # stats are spread over this many hash tags (keys.py), so over up to this many primaries.
     # Changing it moves run ids to other shards: change it only on an empty deployment.
-    cluster_shards: int = _named("redis_cluster_shards", 16)
+    cluster_shards: int = named("redis_cluster_shards", 16)
     # A call that cannot reach a writable primary in a way that proves it was not applied (no
     # connection, no primary named yet, READONLY from a demoted one) is retried for up to this
     # long, so requests wait out a primary switchover instead of failing (redisio/switchover.py).
     # A call that may have been applied is never retried. 0: fail at once.
-    switchover_wait_seconds: float = _named("redis_switchover_wait_seconds", 5.0)
+    switchover_wait_seconds: float = named("redis_switchover_wait_seconds", 5.0)
 
     @property
     def cluster(self) -> bool:
@@ -121,12 +72,12 @@ class RedisSettings(_Group):
             raise ConfigError(
                 f"namespace {self.namespace!r} must be non-empty without {{}}, ':' or spaces"
             )
-        _at_least(self.cluster_shards, 1, "redis_cluster_shards")
-        _not_negative(self.switchover_wait_seconds, "redis_switchover_wait_seconds")
+        at_least(self.cluster_shards, 1, "redis_cluster_shards")
+        not_negative(self.switchover_wait_seconds, "redis_switchover_wait_seconds")
 
 
 @dataclass(frozen=True, repr=False)
-class RunSettings(_Group):
+class RunSettings(Group):
     """What the run scripts and a claimed attempt's writes need (``runs/``, the worker's sink)."""
 
     retention_seconds: int = 86_400
@@ -147,7 +98,7 @@ class RunSettings(_Group):
     approval_timeout_seconds: float = 60.0
     # Run creation, stop, approval answers and the terminal transition wait until this many
     # replicas acknowledged them (Redis WAIT), so a 2xx survives a failover (0: do not wait).
-    min_replicas: int = _named("redis_min_replicas", 0)
+    min_replicas: int = named("redis_min_replicas", 0)
 
     def validate(self) -> None:
         if self.lease_seconds <= self.heartbeat_seconds * 2:
@@ -155,16 +106,16 @@ class RunSettings(_Group):
                 f"lease_seconds ({self.lease_seconds}) must be more than twice "
                 f"heartbeat_seconds ({self.heartbeat_seconds})"
             )
-        _at_least(self.max_attempts, 1, "max_attempts")
-        _at_least(self.stream_maxlen, 1, "stream_maxlen")
-        _not_negative(self.min_replicas, "redis_min_replicas")
-        _not_negative(self.stream_coalesce_ms, "stream_coalesce_ms")
+        at_least(self.max_attempts, 1, "max_attempts")
+        at_least(self.stream_maxlen, 1, "stream_maxlen")
+        not_negative(self.min_replicas, "redis_min_replicas")
+        not_negative(self.stream_coalesce_ms, "stream_coalesce_ms")
         if self.approval_timeout_seconds <= 0:
             raise ConfigError("approval_timeout_seconds must be positive")
 
 
 @dataclass(frozen=True, repr=False)
-class ApiSettings(_Group):
+class ApiSettings(Group):
     host: str = "127.0.0.1"
     port: int = 8642
     api_key: str = field(default="", metadata={"secret": True})
@@ -202,44 +153,44 @@ class ApiSettings(_Group):
         object.__setattr__(self, "api_key", normalize_key(self.api_key))
 
     def validate(self) -> None:
-        _not_negative(self.max_ready_depth, "max_ready_depth")
-        _not_negative(self.max_ready_age_seconds, "max_ready_age_seconds")
-        _at_least(self.idempotency_ttl_seconds, 1, "idempotency_ttl_seconds")
+        not_negative(self.max_ready_depth, "max_ready_depth")
+        not_negative(self.max_ready_age_seconds, "max_ready_age_seconds")
+        at_least(self.idempotency_ttl_seconds, 1, "idempotency_ttl_seconds")
         for name in ("idle_timeout_seconds", "body_timeout_seconds"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
-        _not_negative(self.drain_grace_seconds, "drain_grace_seconds")
-        _not_negative(self.stream_drain_seconds, "stream_drain_seconds")
+        not_negative(self.drain_grace_seconds, "drain_grace_seconds")
+        not_negative(self.stream_drain_seconds, "stream_drain_seconds")
         if self.queue_stream_interval_seconds <= 0:
             raise ConfigError("queue_stream_interval_seconds must be positive")
 
 
 @dataclass(frozen=True, repr=False)
-class StreamSettings(_Group):
+class StreamSettings(Group):
     """The API process's stream hub (``streams/hub.py``)."""
 
     subscriber_queue_size: int = 1_000
 
     def validate(self) -> None:
-        _at_least(self.subscriber_queue_size, 1, "subscriber_queue_size")
+        at_least(self.subscriber_queue_size, 1, "subscriber_queue_size")
 
 
 @dataclass(frozen=True, repr=False)
-class WorkerSettings(_Group):
-    concurrency: int = _named("worker_concurrency", 16)
+class WorkerSettings(Group):
+    concurrency: int = named("worker_concurrency", 16)
     job_timeout_seconds: int = 3_600
     drain_seconds: float = 30.0
     poll_seconds: float = 0.5
 
     def validate(self) -> None:
-        _at_least(self.concurrency, 1, "worker_concurrency")
+        at_least(self.concurrency, 1, "worker_concurrency")
 
 
 @dataclass(frozen=True, repr=False)
-class AgentSettings(_Group):
+class AgentSettings(Group):
     """The worker's agent backend and its options."""
 
-    backend: str = _named("agent_backend", "echo")
+    backend: str = named("agent_backend", "echo")
     echo_token_delay: float = 0.0
     # The echo backend's tool log: each execution of its fake tools appends lines here (JSON),
     # so tests can count executions across worker processes (agents/echo_tools.py).
@@ -257,11 +208,11 @@ class AgentSettings(_Group):
     def validate(self) -> None:
         if self.hermes_max_iterations < 1:
             raise ConfigError("hermes_max_iterations must be at least 1")
-        _not_negative(self.hermes_agent_cache_size, "hermes_agent_cache_size")
+        not_negative(self.hermes_agent_cache_size, "hermes_agent_cache_size")
 
 
 @dataclass(frozen=True, repr=False)
-class RoutingSettings(_Group):
+class RoutingSettings(Group):
     """Providers and routes (upstream-api.md §6.3), read by ``routing/configured.py`` and the
     worker's backend. Keys live in env vars or files named by each provider entry, never here."""
 
@@ -287,16 +238,16 @@ class RoutingSettings(_Group):
 
 
 @dataclass(frozen=True, repr=False)
-class ScheduleSettings(_Group):
+class ScheduleSettings(Group):
     """Scheduled jobs (/api/jobs). Every worker looks for due ticks every ``interval_seconds``
     (0: this worker fires none); cron expressions and times without an offset are read in
     ``timezone`` (an IANA name)."""
 
-    interval_seconds: float = _named("scheduler_interval_seconds", 1.0)
-    timezone: str = _named("jobs_timezone", "UTC")
+    interval_seconds: float = named("scheduler_interval_seconds", 1.0)
+    timezone: str = named("jobs_timezone", "UTC")
 
     def validate(self) -> None:
-        _not_negative(self.interval_seconds, "scheduler_interval_seconds")
+        not_negative(self.interval_seconds, "scheduler_interval_seconds")
         try:
             ZoneInfo(self.timezone)
         except (ValueError, ZoneInfoNotFoundError):
@@ -304,12 +255,12 @@ class ScheduleSettings(_Group):
 
 
 @dataclass(frozen=True, repr=False)
-class StoreSettings(_Group):
+class StoreSettings(Group):
     """The SQL session store."""
 
-    url: str = _named("store_url", "sqlite:///.hermes-queue/hermes-queue.db")
+    url: str = named("store_url", "sqlite:///.hermes-queue/hermes-queue.db")
     # PostgreSQL only: keep the tables in this schema (several deployments, or tests, per DB).
-    schema: str = _named("store_schema", "")
+    schema: str = named("store_schema", "")
     migrate_on_start: bool = True
 
     def validate(self) -> None:
@@ -319,15 +270,15 @@ class StoreSettings(_Group):
 
 
 @dataclass(frozen=True, repr=False)
-class MetricsSettings(_Group):
+class MetricsSettings(Group):
     """Workers serve Prometheus metrics on host:port (0: off), or on the next free port of the
     port_span ports from there when several workers share a host; the API serves GET /metrics,
     behind the API key unless ``public``."""
 
-    port: int = _named("metrics_port", 9108)
-    port_span: int = _named("metrics_port_span", 16)
-    host: str = _named("metrics_host", "127.0.0.1")
-    public: bool = _named("metrics_public", False)
+    port: int = named("metrics_port", 9108)
+    port_span: int = named("metrics_port_span", 16)
+    host: str = named("metrics_host", "127.0.0.1")
+    public: bool = named("metrics_public", False)
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -337,7 +288,7 @@ class MetricsSettings(_Group):
 
 
 @dataclass(frozen=True, repr=False)
-class ProcessSettings(_Group):
+class ProcessSettings(Group):
     """How every process (API, worker, dev) runs: its logs and its event loop."""
 
     log_level: str = "INFO"
@@ -359,104 +310,3 @@ class ProcessSettings(_Group):
                 f"log_format must be one of {', '.join(map(repr, LOG_FORMATS))}, "
                 f"not {self.log_format!r}"
             )
-
-
-@dataclass(frozen=True, repr=False)
-class WebhookSettings(_Group):
-    """Completion webhooks (``hermes_queue/webhooks/``, docs/deploy.md "Webhooks"): signed to
-    the Standard Webhooks spec with every secret of ``secret`` (``whsec_…``, comma-separated:
-    one signature each, for rotation), sent by the workers on ``retry_schedule`` (the waits
-    after the first attempt), each attempt cut after ``timeout_seconds``. A target whose
-    address is loopback, private, link-local, multicast or unspecified is refused at connect
-    time unless its host (a name, an address or a network) is in ``allowed_hosts``."""
-
-    secret: tuple[str, ...] = field(default=(), metadata={"name": "webhook_secret", "secret": True})
-    allowed_hosts: tuple[str, ...] = _named("webhook_allowed_hosts", ())
-    subscriptions: dict[str, Subscription] = field(
-        default_factory=dict, metadata={"name": "webhook_subscriptions"}
-    )
-    retry_schedule: tuple[str, ...] = _named("webhook_retry_schedule", DEFAULT_SCHEDULE)
-    timeout_seconds: float = _named("webhook_timeout_seconds", 15.0)
-    # How often each worker looks for due deliveries (every shard: one script call each); 0:
-    # this worker sends none (they wait in Redis for a worker that does).
-    poll_seconds: float = _named("webhook_poll_seconds", 1.0)
-    # Deliveries one worker sends at once.
-    concurrency: int = _named("webhook_concurrency", 16)
-    # How long a dead letter (schedule exhausted, 410 Gone, target refused) is kept, listed
-    # and redeliverable; a delivered one is kept retention_seconds.
-    dead_letter_seconds: int = _named("webhook_dead_letter_seconds", 7 * 86_400)
-
-    @property
-    def retry_delays(self) -> tuple[float, ...]:
-        """The waits before the second, third, … attempt, in seconds."""
-        return tuple(duration_seconds(step) for step in self.retry_schedule)
-
-    @property
-    def claim_seconds(self) -> float:
-        """How long a sender holds a delivery it took: one attempt's bound and a margin, so
-        a sender killed mid-attempt leaves it to another sender this long after."""
-        return self.timeout_seconds + 5.0
-
-    def validate(self) -> None:
-        try:
-            for secret in self.secret:
-                secret_key(secret)
-            self.retry_delays  # noqa: B018 - parsed to check
-        except WebhookConfigError as exc:
-            raise ConfigError(str(exc)) from None
-        if self.timeout_seconds <= 0:
-            raise ConfigError("webhook_timeout_seconds must be positive")
-        _not_negative(self.poll_seconds, "webhook_poll_seconds")
-        _at_least(self.concurrency, 1, "webhook_concurrency")
-        _at_least(self.dead_letter_seconds, 1, "webhook_dead_letter_seconds")
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Every setting, by group; the groups' reprs mask secrets."""
-
-    redis: RedisSettings = field(default_factory=RedisSettings)
-    runs: RunSettings = field(default_factory=RunSettings)
-    api: ApiSettings = field(default_factory=ApiSettings)
-    streams: StreamSettings = field(default_factory=StreamSettings)
-    worker: WorkerSettings = field(default_factory=WorkerSettings)
-    agents: AgentSettings = field(default_factory=AgentSettings)
-    routing: RoutingSettings = field(default_factory=RoutingSettings)
-    schedules: ScheduleSettings = field(default_factory=ScheduleSettings)
-    store: StoreSettings = field(default_factory=StoreSettings)
-    metrics: MetricsSettings = field(default_factory=MetricsSettings)
-    process: ProcessSettings = field(default_factory=ProcessSettings)
-    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
-
-    @classmethod
-    def of(cls, **flat: Any) -> Settings:
-        """The defaults with ``flat`` (flat names: ``redis_url=…``) changed."""
-        return cls().replace(**flat)
-
-    def replace(self, **flat: Any) -> Settings:
-        """A copy with the settings named by flat name changed (not validated)."""
-        changes: dict[str, dict[str, Any]] = {}
-        for name, value in flat.items():
-            if name not in FLAT:
-                raise TypeError(f"unknown setting {name!r}")
-            group, attr = FLAT[name]
-            changes.setdefault(group, {})[attr] = value
-        groups = {g: dataclasses.replace(getattr(self, g), **c) for g, c in changes.items()}
-        return dataclasses.replace(self, **groups)
-
-    def flat(self) -> dict[str, Any]:
-        """Every setting by its flat name."""
-        return {name: getattr(getattr(self, g), attr) for name, (g, attr) in FLAT.items()}
-
-    def validate(self) -> Settings:
-        for group in fields(self):
-            getattr(self, group.name).validate()
-        return self
-
-
-# flat name -> (group, field): the one table between the outside's names and the groups.
-FLAT: dict[str, tuple[str, str]] = {
-    _flat_name(f): (group.name, f.name)
-    for group in fields(Settings)
-    for f in fields(getattr(Settings(), group.name))
-}

@@ -2,7 +2,8 @@
 like ``providers``), the retry schedule (durations) and the signing secrets (``whsec_…``).
 
 Parsed here, below everything that reads them, so that ``config/`` checks a bad value when the
-process starts (the message names the setting) and ``webhooks/`` only ever sees good ones.
+process starts (the message names the setting) and ``webhooks/`` only ever sees good ones. The
+webhook settings group, :class:`WebhookSettings`, is at the end.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import binascii
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_queue.config.base import ConfigError, Group, at_least, named, not_negative
 from hermes_queue.urls import http_url
 
 # The event types a delivery is made for (docs/deploy.md, "Webhooks"). A run's own webhook
@@ -106,3 +108,53 @@ def secret_key(secret: str) -> bytes:
     if len(key) < 16:
         raise WebhookConfigError("webhook_secret: a secret must hold at least 16 bytes")
     return key
+
+
+@dataclass(frozen=True, repr=False)
+class WebhookSettings(Group):
+    """Completion webhooks (``hermes_queue/webhooks/``, docs/deploy.md "Webhooks"): signed to
+    the Standard Webhooks spec with every secret of ``secret`` (``whsec_…``, comma-separated:
+    one signature each, for rotation), sent by the workers on ``retry_schedule`` (the waits
+    after the first attempt), each attempt cut after ``timeout_seconds``. A target whose
+    address is loopback, private, link-local, multicast or unspecified is refused at connect
+    time unless its host (a name, an address or a network) is in ``allowed_hosts``."""
+
+    secret: tuple[str, ...] = field(default=(), metadata={"name": "webhook_secret", "secret": True})
+    allowed_hosts: tuple[str, ...] = named("webhook_allowed_hosts", ())
+    subscriptions: dict[str, Subscription] = field(
+        default_factory=dict, metadata={"name": "webhook_subscriptions"}
+    )
+    retry_schedule: tuple[str, ...] = named("webhook_retry_schedule", DEFAULT_SCHEDULE)
+    timeout_seconds: float = named("webhook_timeout_seconds", 15.0)
+    # How often each worker looks for due deliveries (every shard: one script call each); 0:
+    # this worker sends none (they wait in Redis for a worker that does).
+    poll_seconds: float = named("webhook_poll_seconds", 1.0)
+    # Deliveries one worker sends at once.
+    concurrency: int = named("webhook_concurrency", 16)
+    # How long a dead letter (schedule exhausted, 410 Gone, target refused) is kept, listed
+    # and redeliverable; a delivered one is kept retention_seconds.
+    dead_letter_seconds: int = named("webhook_dead_letter_seconds", 7 * 86_400)
+
+    @property
+    def retry_delays(self) -> tuple[float, ...]:
+        """The waits before the second, third, … attempt, in seconds."""
+        return tuple(duration_seconds(step) for step in self.retry_schedule)
+
+    @property
+    def claim_seconds(self) -> float:
+        """How long a sender holds a delivery it took: one attempt's bound and a margin, so
+        a sender killed mid-attempt leaves it to another sender this long after."""
+        return self.timeout_seconds + 5.0
+
+    def validate(self) -> None:
+        try:
+            for secret in self.secret:
+                secret_key(secret)
+            self.retry_delays  # noqa: B018 - parsed to check
+        except WebhookConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.timeout_seconds <= 0:
+            raise ConfigError("webhook_timeout_seconds must be positive")
+        not_negative(self.poll_seconds, "webhook_poll_seconds")
+        at_least(self.concurrency, 1, "webhook_concurrency")
+        at_least(self.dead_letter_seconds, 1, "webhook_dead_letter_seconds")

@@ -18,11 +18,10 @@ commands per token, where tokens arrive spaced out and nothing is in flight to m
 
 Publishing events is the product, not an observer: a failed append is retried with backoff
 (with the same batch token, so a lost reply never duplicates events) and, if Redis stays away,
-the turn fails loudly. A refused (fenced) append means another attempt owns the run.
+the turn fails loudly (``appends.py``). A refused (fenced) append means another attempt owns the
+run.
 
-An approval request parks the turn until someone answers from any API replica (see
-``hermes_queue.runs.approvals``): the answer wakes it over pub/sub, a poll every heartbeat
-covers a lost message, a stop request ends the wait, and silence becomes ``deny``.
+An approval request parks the turn until someone answers (``approval_wait.py``).
 """
 
 from __future__ import annotations
@@ -30,73 +29,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from collections.abc import Callable
+from typing import Any
 
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, SubagentPhase, TurnCancelled
 from hermes_queue.agents.steps import HandBack, RunBudgetExceeded, Steer, applied_steers
 from hermes_queue.events import EventType, message_id_for
-from hermes_queue.redisio.switchover import refused_for_now
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.tracing.context import current_turn
+from hermes_queue.workers.appends import Event, LeaseLost, coalesce_deltas, retrying
+from hermes_queue.workers.approval_wait import Wakeup, await_approval
 
-log = logging.getLogger(__name__)
-
-_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 2.0, 2.0)
 # Largest batch per script call, and the backlog at which emit() waits for the flusher.
 MAX_BATCH = 64
 MAX_BACKLOG = 512
-
-Event = tuple[str, dict[str, Any]]
-T = TypeVar("T")
-
-
-def coalesce_deltas(events: list[Event]) -> list[Event]:
-    """``events`` with each run of consecutive ``message.delta`` events merged into one."""
-    out: list[Event] = []
-    for event in events:
-        if out and event[0] == EventType.MESSAGE_DELTA and out[-1][0] == EventType.MESSAGE_DELTA:
-            out[-1] = (event[0], {"delta": out[-1][1]["delta"] + event[1]["delta"]})
-        else:
-            out.append(event)
-    return out
-
-
-class LeaseLost(Exception):
-    """This attempt no longer owns the run; nothing more may be written for it."""
-
-
-class EventPublishFailed(Exception):
-    """Redis stayed unreachable while appending an event."""
-
-
-class Wakeup:
-    """Wakes every coroutine waiting on the run's approvals (answers arrive over pub/sub).
-
-    A waiter takes its future *before* it reads Redis, so an answer published between the read
-    and the wait is never missed.
-    """
-
-    def __init__(self) -> None:
-        self._waiters: set[asyncio.Future[None]] = set()
-
-    def future(self) -> asyncio.Future[None]:
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.add(waiter)
-        waiter.add_done_callback(self._waiters.discard)
-        return waiter
-
-    def notify(self) -> None:
-        for waiter in list(self._waiters):
-            if not waiter.done():
-                waiter.set_result(None)
 
 
 class RunEventSink:
@@ -201,30 +149,9 @@ class RunEventSink:
                 async with asyncio.timeout(wait):
                     await self._hurry.wait()
 
-    async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """Run an idempotent Redis call, retrying connection failures and a node's refusals
-        for now (``CLUSTERDOWN`` during a cluster failover, ``READONLY`` from a demoted
-        primary: ``redisio.switchover.refused_for_now``) with backoff."""
-        for delay in _RETRY_DELAYS:
-            try:
-                return await call()
-            except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
-                if isinstance(exc, ResponseError) and not refused_for_now(exc):
-                    raise
-                log.warning(
-                    "%s for %s failed (%s); retrying in %.2fs", what, self.run_id, exc, delay
-                )
-                await asyncio.sleep(delay)
-        try:
-            return await call()
-        except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not refused_for_now(exc):
-                raise
-            raise EventPublishFailed(str(exc)) from exc
-
     async def _append(self, batch: list[Event]) -> None:
         token = f"{self._batch_prefix}.{next(self._batches)}"
-        ids = await self._retrying("append", lambda: self.attempt.append(batch, token))
+        ids = await retrying("append", self.run_id, lambda: self.attempt.append(batch, token))
         if ids is None:
             raise LeaseLost(self.run_id)
         self.events_written += len(ids)
@@ -271,8 +198,8 @@ class RunEventSink:
             raise self._failure
         token = f"{self._batch_prefix}.{next(self._batches)}"
         applied = applied_steers(record)
-        written = await self._retrying(
-            "step", lambda: self.attempt.append_step(batch, record, token, applied)
+        written = await retrying(
+            "step", self.run_id, lambda: self.attempt.append_step(batch, record, token, applied)
         )
         if written is None:
             raise LeaseLost(self.run_id)
@@ -377,54 +304,9 @@ class RunEventSink:
         if self.cancel.cancelled:
             raise TurnCancelled(self.cancel.reason)
         await self.flush()  # the request follows everything the agent emitted before it
-        attempt = self.attempt
-        request_id = f"apr_{uuid.uuid4().hex}"
-        data = request.as_event_data(request_id)
-        verdict = await self._retrying(
-            "approval request", lambda: attempt.request_approval(request_id, data)
+        return await await_approval(
+            self.attempt, request, self.cancel, self.wakeup, self._count_written
         )
-        if verdict is None:
-            raise LeaseLost(self.run_id)
-        if verdict == "stopping":
-            raise TurnCancelled("Stop requested via API")
-        self.events_written += 1
-        settings = attempt.settings
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.approval_timeout_seconds
-        stopped = asyncio.ensure_future(self.cancel.wait())
-        try:
-            while True:
-                woken = self.wakeup.future()
-                try:
-                    choice = await self._retrying(
-                        "approval poll", lambda: attempt.approval_choice(request_id)
-                    )
-                    if choice is not None:
-                        return choice
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        return await self._time_out(request_id)
-                    # Pub/sub wakes us at once; the poll covers a lost message.
-                    poll = min(settings.heartbeat_seconds, remaining)
-                    await asyncio.wait(
-                        {woken, stopped}, timeout=poll, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if stopped.done():
-                        raise TurnCancelled(self.cancel.reason)
-                finally:
-                    woken.cancel()
-        finally:
-            stopped.cancel()
 
-    async def _time_out(self, request_id: str) -> str:
-        """Silence is not consent: deny, unless an answer won the race."""
-        settled = await self._retrying(
-            "approval timeout", lambda: self.attempt.settle_approval(request_id)
-        )
-        if settled is None:
-            raise LeaseLost(self.run_id)
-        verdict, choice = settled
-        if verdict == "timed_out":
-            self.events_written += 1
-            log.info("run %s: approval %s timed out; denied", self.run_id, request_id)
-        return choice
+    def _count_written(self) -> None:
+        self.events_written += 1

@@ -37,10 +37,12 @@ from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store.base import StoreError
 from hermes_queue.store.protocol import SessionStore
+from hermes_queue.workers.appends import EventPublishFailed, LeaseLost
+from hermes_queue.workers.approval_wait import Wakeup
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.resume import Unresumable, start_attempt
-from hermes_queue.workers.sink import EventPublishFailed, LeaseLost, RunEventSink, Wakeup
+from hermes_queue.workers.sink import RunEventSink
 
 if TYPE_CHECKING:
     from hermes_queue.tracing.spans import Tracing

@@ -22,7 +22,9 @@ from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.streams.codec import decode_entry
-from hermes_queue.workers.sink import LeaseLost, RunEventSink, Wakeup
+from hermes_queue.workers.appends import LeaseLost
+from hermes_queue.workers.approval_wait import Wakeup
+from hermes_queue.workers.sink import RunEventSink
 from tests.support.polling import eventually
 
 REQUEST = ApprovalRequest(command="rm -rf /tmp/x", description="delete", pattern_key="rm")

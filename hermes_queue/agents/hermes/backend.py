@@ -1,9 +1,9 @@
 """The ``hermes`` backend: the real Hermes ``AIAgent`` (package ``hermes-agent``) runs each turn.
 
-- The agent is built from the turn's resolved route: provider endpoint and key (resolved here,
-  in the worker, for that provider only), model, api mode, the toolsets from settings, the
-  turn's instructions as its ephemeral system prompt, and no fallback model under a confirmed
-  lock. A warm agent of the same session and construction is reused (see ``warm``).
+- The agent is built from the turn's resolved route (``construction``): provider endpoint and
+  key (resolved in the worker, for that provider only), model, api mode, the toolsets from
+  settings, the turn's instructions as its ephemeral system prompt, and no fallback model under
+  a confirmed lock. A warm agent of the same session and construction is reused (see ``warm``).
 - It runs synchronously in a thread of the backend's own pool; its callbacks reach the sink
   through ``TurnBridge`` without blocking the event loop. A stop request calls its
   ``interrupt``; approvals go through Redis (``sink.approval``) from any API replica.
@@ -15,13 +15,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from hermes_queue.agents.base import (
@@ -35,47 +33,27 @@ from hermes_queue.agents.base import (
 )
 from hermes_queue.agents.hermes import process
 from hermes_queue.agents.hermes.bridge import StepInterrupted, TurnBridge
-from hermes_queue.agents.hermes.conversation import (
-    PLATFORM,
-    converse,
-    crashed,
-    failure,
-    model_options,
+from hermes_queue.agents.hermes.construction import (
+    AgentFactory,
+    Runtime,
+    detach,
+    estimated_cost,
+    platform_toolsets,
+    prepare_turn,
+    release_clients,
 )
+from hermes_queue.agents.hermes.conversation import converse, crashed, failure
 from hermes_queue.agents.hermes.durable import DurableTurn
 from hermes_queue.agents.hermes.installed import hermes_catalog
 from hermes_queue.agents.hermes.limits import turn_iterations, turn_toolsets
 from hermes_queue.agents.hermes.transcript import to_hermes_history, turn_messages
 from hermes_queue.agents.hermes.warm import WarmAgents, signature, warm_first_turn
-from hermes_queue.agents.provider_config import ProviderConfig, provider_configs, with_credentials
+from hermes_queue.agents.provider_config import ProviderConfig, provider_configs
 from hermes_queue.agents.steps import StepJournal, StepSink
 from hermes_queue.catalog import BackendCatalog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class _Runtime:
-    """Where one turn's agent talks to, with the key (never logged: see ProviderConfig)."""
-
-    provider: ProviderConfig
-    model: str
-    fallback: dict[str, Any] | None
-
-    def construction(self, toolsets: list[str] | None, instructions: str | None) -> dict[str, Any]:
-        """What the agent is built from, minus secrets (the warm-agent signature's input)."""
-        fallback = dict(self.fallback or {})
-        fallback.pop("api_key", None)
-        return {
-            "provider": self.provider.name,
-            "base_url": self.provider.base_url,
-            "api_mode": self.provider.api_mode,
-            "model": self.model,
-            "toolsets": toolsets,
-            "instructions": instructions or "",
-            "fallback": fallback,
-        }
 
 
 class HermesBackend:
@@ -97,12 +75,10 @@ class HermesBackend:
         if default_provider not in providers:
             raise ValueError(f"default provider {default_provider!r} is not configured")
         process.prepare(hermes_home)
-        self.providers = dict(providers)
-        self.default_provider = default_provider
-        self.default_model = default_model
-        self.credentials = credentials
-        self.toolsets = list(toolsets) or _platform_toolsets()
-        self.max_iterations = max_iterations
+        self.agents = AgentFactory(
+            dict(providers), default_provider, default_model, credentials, max_iterations
+        )
+        self.toolsets = list(toolsets) or platform_toolsets()
         self.warm = WarmAgents(agent_cache_size)
         # A thread per turn the worker may run at once, plus a few for builds, releases and
         # the catalog, so a turn never waits for a thread while the worker counts it as busy.
@@ -135,7 +111,7 @@ class HermesBackend:
     def _warm(self) -> None:
         request = AgentRequest(run_id="warm-up", session_id="warm-up", message="")
         try:
-            runtime = self._runtime(request)
+            runtime = self.agents.runtime(request)
         except AgentError as exc:  # no default model, or its key unavailable: warm what we can
             log.info("hermes: warming up without an agent (%s)", exc)
             import run_agent  # noqa: F401  (most of Hermes' import time)
@@ -143,14 +119,14 @@ class HermesBackend:
             return
         agent = self._build(runtime, request, self.toolsets)
         warm_first_turn(agent)
-        _release_clients(agent)
+        release_clients(agent)
 
     # -- one turn --------------------------------------------------------------------------------
 
     async def run_turn(
         self, request: AgentRequest, sink: EventSink, cancel: CancelToken
     ) -> AgentResult:
-        runtime = self._runtime(request)
+        runtime = self.agents.runtime(request)
         toolsets = turn_toolsets(self.toolsets, request.limits)
         construction = runtime.construction(toolsets, request.instructions)
         sig = signature(construction, runtime.provider.api_key)
@@ -159,12 +135,12 @@ class HermesBackend:
         bridge = TurnBridge(
             loop, sink, request.run_id, agent.interrupt, scrub=runtime.provider.scrub
         )
-        self._prepare_turn(agent, bridge, request.route.model_options)
-        agent.max_iterations = turn_iterations(self.max_iterations, request.limits)
+        prepare_turn(agent, bridge, request.route.model_options)
+        agent.max_iterations = turn_iterations(self.agents.max_iterations, request.limits)
         if isinstance(sink, StepSink):  # record each step; a resumed attempt replays them
             DurableTurn(agent, bridge, StepJournal.of(request.steps)).install()
         before = (agent.session_prompt_tokens, agent.session_completion_tokens)
-        cost_before = _estimated_cost(agent)
+        cost_before = estimated_cost(agent)
         history = to_hermes_history(request.history)
         pump = asyncio.ensure_future(bridge.pump())
         stopper = asyncio.ensure_future(_interrupt_when_cancelled(cancel, agent))
@@ -205,16 +181,19 @@ class HermesBackend:
             return self._outcome(result, agent, runtime, len(history), before, cost_before)
         finally:
             self._running.discard(agent)
-            self._detach(agent)
+            detach(agent)
             if reusable:
                 self._release(self.warm.put(request.session_id, sig, agent))
             else:
                 self._release([agent])
 
+    def _build(self, runtime: Runtime, request: AgentRequest, toolsets: list[str]) -> Any:
+        return self.agents.build(runtime, request, toolsets)
+
     async def _agent_for(
         self,
         request: AgentRequest,
-        runtime: _Runtime,
+        runtime: Runtime,
         sig: str,
         cancel: CancelToken,
         toolsets: list[str],
@@ -238,7 +217,7 @@ class HermesBackend:
         self,
         result: dict[str, Any],
         agent: Any,
-        runtime: _Runtime,
+        runtime: Runtime,
         history_length: int,
         tokens_before: tuple[int, int],
         cost_before: float,
@@ -254,105 +233,17 @@ class HermesBackend:
                 output_tokens=max(0, agent.session_completion_tokens - tokens_before[1]),
             ),
             messages=turn_messages(result.get("messages") or [], history_length),
-            runtime=self._actual_runtime(agent, runtime),
-            cost_usd=max(0.0, _estimated_cost(agent) - cost_before),
+            runtime=self.agents.actual_runtime(agent, runtime),
+            cost_usd=max(0.0, estimated_cost(agent) - cost_before),
             finish_reason="length" if cut else "stop",
         )
-
-    def _runtime(self, request: AgentRequest) -> _Runtime:
-        route = request.route
-        model = route.model or self.default_model
-        if not model:
-            raise AgentError("no model was resolved for this turn")
-        provider = self._provider(route.provider or self.default_provider)
-        fallback = route.fallback_model
-        return _Runtime(provider, model, self._fallback(fallback) if fallback else None)
-
-    def _provider(self, name: str) -> ProviderConfig:
-        provider = self.providers.get(name)
-        if provider is None:
-            raise AgentError(f"unknown provider {name!r}")
-        return with_credentials(provider, self.credentials)
-
-    def _fallback(self, spec: str) -> dict[str, Any] | None:
-        """``provider::model`` or a bare model on the default provider; None when the fallback
-        provider's key is unavailable (the turn then runs without a fallback)."""
-        name, _, model = spec.rpartition("::")
-        try:
-            provider = self._provider(name or self.default_provider)
-        except AgentError as exc:  # unknown provider, or its key unavailable
-            log.warning("hermes: fallback model %r unusable: %s", spec, exc)
-            return None
-        return {
-            "provider": "custom",
-            "model": model,
-            "base_url": provider.base_url,
-            "api_key": provider.api_key,
-        }
-
-    def _build(self, runtime: _Runtime, request: AgentRequest, toolsets: list[str]) -> Any:
-        from run_agent import AIAgent
-
-        provider = runtime.provider
-        agent = AIAgent(
-            model=runtime.model,
-            base_url=provider.base_url,
-            api_key=provider.api_key,
-            # Hermes' generic OpenAI-compatible provider: endpoint and key are given.
-            provider="custom",
-            api_mode=provider.api_mode,
-            max_iterations=self.max_iterations,
-            quiet_mode=True,
-            verbose_logging=False,
-            enabled_toolsets=toolsets,
-            ephemeral_system_prompt=request.instructions or None,
-            session_id=request.session_id,
-            platform=PLATFORM,
-            fallback_model=runtime.fallback,
-        )
-        process.route_console(agent)
-        return agent
-
-    def _prepare_turn(self, agent: Any, bridge: TurnBridge, options: Any) -> None:
-        """Per-turn settings on a new or warm agent (Hermes' gateway does the same)."""
-        agent.stream_delta_callback = bridge.on_delta
-        agent.reasoning_callback = bridge.on_reasoning
-        agent.tool_progress_callback = bridge.on_progress
-        agent.tool_start_callback = bridge.on_tool_start
-        agent.tool_complete_callback = bridge.on_tool_complete
-        agent.reasoning_config, agent.service_tier = model_options(options)
-        agent._api_call_count = 0
-
-    @staticmethod
-    def _detach(agent: Any) -> None:
-        """A kept agent must not hold the last turn's bridge (and through it, its sink), nor
-        its durable seams."""
-        DurableTurn.remove(agent)
-        for name in (
-            "stream_delta_callback",
-            "reasoning_callback",
-            "tool_progress_callback",
-            "tool_start_callback",
-            "tool_complete_callback",
-        ):
-            setattr(agent, name, None)
-
-    def _actual_runtime(self, agent: Any, runtime: _Runtime) -> dict[str, Any]:
-        """The provider and model the turn ended on (a fallback may have taken over)."""
-        base_url = str(getattr(agent, "base_url", "") or "").rstrip("/")
-        name = runtime.provider.name
-        if base_url != runtime.provider.base_url:
-            name = next(
-                (p.name for p in self.providers.values() if p.base_url == base_url), base_url
-            )
-        return {"provider": name, "model": str(getattr(agent, "model", "") or runtime.model)}
 
     def _release(self, agents: list[Any]) -> None:
         for agent in agents:
             try:
-                self._threads.submit(_release_clients, agent)
+                self._threads.submit(release_clients, agent)
             except RuntimeError:  # shutting down: no new threads, release here
-                _release_clients(agent)
+                release_clients(agent)
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         call = functools.partial(contextvars.copy_context().run, fn, *args)
@@ -380,24 +271,3 @@ class HermesBackend:
 async def _interrupt_when_cancelled(cancel: CancelToken, agent: Any) -> None:
     await cancel.wait()
     agent.interrupt(cancel.reason or "Stop requested via API")
-
-
-def _platform_toolsets() -> list[str]:
-    """What Hermes enables for its API server when settings name no toolsets."""
-    from hermes_cli.config import load_config
-    from hermes_cli.tools_config import _get_platform_tools
-
-    return sorted(_get_platform_tools(load_config(), PLATFORM, include_default_mcp_servers=False))
-
-
-def _release_clients(agent: Any) -> None:
-    with contextlib.suppress(Exception):
-        agent.release_clients()
-
-
-def _estimated_cost(agent: Any) -> float:
-    """Hermes' running estimate of the agent's spend (0 for a model it has no price for)."""
-    try:
-        return float(getattr(agent, "session_estimated_cost_usd", 0.0) or 0.0)
-    except (TypeError, ValueError):
-        return 0.0
