@@ -8,8 +8,9 @@ same trace, under the same request, with the event saying it resumed."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ class Traced:
     url: str
     session: aiohttp.ClientSession
     counter: Path
+    fake: FakeLLM
 
 
 @pytest.fixture
@@ -60,7 +62,20 @@ async def traced(
         url = await cluster.start_api(log_format="json")
         auth = {"Authorization": f"Bearer {settings.api.api_key}"}
         session = await stack.enter_async_context(aiohttp.ClientSession(headers=auth))
-        yield Traced(cluster, otlp, url, session, tmp_path / "counter")
+        yield Traced(cluster, otlp, url, session, tmp_path / "counter", fake)
+
+
+def carries_result(call_id: str) -> Callable[[Any], bool]:
+    """A model request whose conversation holds tool call ``call_id``'s result."""
+
+    def carries(body: Any) -> bool:
+        messages = body.get("messages", []) if isinstance(body, dict) else []
+        return any(
+            isinstance(m, dict) and m.get("role") == "tool" and m.get("tool_call_id") == call_id
+            for m in messages
+        )
+
+    return carries
 
 
 async def start(traced: Traced, text: str) -> str:
@@ -160,11 +175,16 @@ async def test_a_tool_calling_turn_is_one_trace_from_both_processes(traced: Trac
 
 async def test_the_attempt_after_a_sigkill_is_in_the_same_trace(traced: Traced) -> None:
     doomed = await traced.cluster.start_worker()
+    # Killed while the model call after tool 2's result is held unanswered: a state the worker
+    # cannot leave on its own (killed on "result 2 recorded", it was sometimes past tool 3).
+    traced.fake.hold = carries_result("call_fake_2")
     run_id = await start(traced, f"three tools [calls:3] [terminal:echo x >> {traced.counter}]")
+    await asyncio.wait_for(traced.fake.held.wait(), 60)
     await eventually(
         lambda: steps_of(traced.cluster, run_id), has_result("call_fake_2"), what="result 2"
     )
     doomed.kill()
+    traced.fake.release_held.set()
     await traced.cluster.start_worker()
     events = await read_to_end(traced, run_id)
     assert events[-1]["event"] == "run.completed"
