@@ -223,7 +223,9 @@ class WorkerProcess:
         runtime.keeper.start()
         self._background = [
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
-            asyncio.create_task(reap_forever(repository, settings.runs.reaper_interval_seconds)),
+            asyncio.create_task(
+                reap_forever(repository, settings.runs.reaper_interval_seconds, self.worker_id)
+            ),
             asyncio.create_task(publish_forever(redis, keys, backend)),
             *start_scheduler(
                 settings.schedules,
