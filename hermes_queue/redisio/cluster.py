@@ -6,6 +6,9 @@
   routes each command (and each script call, by its first key) to the primary of its slot and
   follows ``MOVED`` and failovers on its own. Every run script names keys of one slot
   (``keys.py``), so it runs there unchanged.
+* :func:`primaries_of` / :func:`connect_address`: which primary serves each of some slots, and
+  a plain client of one: what a worker's per-node wake-up listener is built from
+  (``workers/shard_listener.py``).
 * :func:`connect_node`: a plain client whose connections go to the primary serving a slot,
   looked up each time one connects: a shard's sharded pub/sub (``SSUBSCRIBE``; redis-py 5's
   asyncio ``RedisCluster`` has no pub/sub of its own), the stream hub's ``XREAD``\\ s of one
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -136,6 +139,8 @@ class SlotMap:
             if refresh and now - self._refreshed_at >= self.REFRESH_INTERVAL:
                 self._refreshed_at = now
                 await self._client.nodes_manager.initialize()
+            # Asked rarely: hold no connection in between.
+            await asyncio.gather(*(node.disconnect() for node in self._client.get_nodes()))
         node = self._client.nodes_manager.get_node_from_slot(slot)
         return node.host, int(node.port)
 
@@ -147,12 +152,40 @@ class SlotMap:
 _slot_maps: weakref.WeakKeyDictionary[AsyncRedisCluster, SlotMap] = weakref.WeakKeyDictionary()
 
 
-def node_resolver(cluster: AsyncRedisCluster, slot: int) -> Resolve:
-    """Where a node connection goes: the primary of ``slot``. The first lookup uses the slot
-    table as it is; every later one (a reconnect) refreshes it first."""
+def _slot_map(cluster: AsyncRedisCluster) -> SlotMap:
     slots = _slot_maps.get(cluster)
     if slots is None:
         slots = _slot_maps[cluster] = SlotMap(cluster)
+    return slots
+
+
+async def primaries_of(
+    cluster: AsyncRedisCluster, slots: Iterable[int], *, refresh: bool
+) -> dict[int, tuple[str, int]]:
+    """The address of the primary serving each of ``slots``; ``refresh``: ask the cluster
+    first (after a lost connection or a moved slot). What groups per-shard work by node."""
+    slot_map = _slot_map(cluster)
+    found: dict[int, tuple[str, int]] = {}
+    for slot in slots:
+        found[slot] = await slot_map.primary(slot, refresh=refresh and not found)
+    return found
+
+
+def connect_address(cluster: AsyncRedisCluster, address: tuple[str, int]) -> aioredis.Redis:
+    """A plain client of the node at ``address``, with the cluster client's credentials."""
+    kwargs = cluster.connection_kwargs
+    return aioredis.Redis(
+        host=address[0],
+        port=address[1],
+        username=kwargs.get("username"),
+        password=kwargs.get("password"),
+    )
+
+
+def node_resolver(cluster: AsyncRedisCluster, slot: int) -> Resolve:
+    """Where a node connection goes: the primary of ``slot``. The first lookup uses the slot
+    table as it is; every later one (a reconnect) refreshes it first."""
+    slots = _slot_map(cluster)
     connected = False
 
     async def resolve() -> tuple[str, int]:
@@ -181,8 +214,10 @@ __all__ = [
     "CLUSTER_SCHEME",
     "ClusterTarget",
     "NodeConnection",
+    "connect_address",
     "connect_cluster",
     "connect_cluster_sync",
     "connect_node",
     "parse_cluster_url",
+    "primaries_of",
 ]

@@ -165,6 +165,7 @@ class WorkerProcess:
         self.runtime: WorkerRuntime | None = None
         self._clients: list[aioredis.Redis] = []
         self._background: list[asyncio.Task[None]] = []
+        self._sender: WebhookSender | None = None
         self.warm_up_state = WarmUpState(settings.redis.namespace)
         self._metrics_served = False
         self.metrics_port: int | None = None
@@ -180,10 +181,16 @@ class WorkerProcess:
 
     async def start(self, worker: WakeableWorker) -> None:
         settings, metrics = self.settings, self.metrics
-        redis = connect(settings.redis)
-        # On a cluster the listener is per shard, on the node serving it (shard_listener.py).
-        listener = redis if settings.redis.cluster else connect(settings.redis, for_pubsub=True)
-        self._clients = [redis] if settings.redis.cluster else [redis, listener]
+        if settings.redis.cluster:
+            # The queue loop's cluster client (jobqueue/worker.py) serves the process too, so a
+            # worker holds one pool per node, not two; the loop closes it. The listener is per
+            # node, on connections of its own (shard_listener.py).
+            redis = listener = cast("aioredis.Redis", worker.pool)
+            self._clients = []
+        else:
+            redis = connect(settings.redis)
+            listener = connect(settings.redis, for_pubsub=True)
+            self._clients = [redis, listener]
         keys = settings.redis.keys
         repository = RunRepository(
             redis,
@@ -244,6 +251,7 @@ class WorkerProcess:
                 observer=metrics,
                 trace=self.tracing,
             )
+            self._sender = sender
             self._background.append(asyncio.create_task(sender.run_forever()))
         log.info(
             "worker %s ready (%d slots, backend %s)",
@@ -254,7 +262,11 @@ class WorkerProcess:
 
     async def run(self, run_id: str) -> str:
         assert self.runtime is not None, "a job before the worker started"
-        return await run_turn(self.runtime, run_id)
+        try:
+            return await run_turn(self.runtime, run_id)
+        finally:
+            if self._sender is not None:  # its terminal event may want deliveries
+                self._sender.wake(self.settings.redis.keys.shard_of(run_id))
 
     async def stop(self) -> None:
         """Stop the side tasks, the lease keeper, the backend, the store and the clients."""
