@@ -32,6 +32,7 @@ import redis
 from bench.lib import redis_nodes
 from bench.lib.redis_nodes import Node
 from hermes_queue.config import Settings
+from hermes_queue.runs.shard_leases import LEASE_PASSES
 from tests.support.processes import Cluster, Proc
 
 API_KEY = "bench-key-5c1e9a7f3d2b80649e17"
@@ -73,7 +74,12 @@ def url_of(nodes: list[Node]) -> str:
 
 
 async def start_workers(cluster: Cluster, count: int) -> list[Proc]:
-    return list(await asyncio.gather(*(cluster.start_worker() for _ in range(count))))
+    """``count`` workers, four at a time (a shared machine starts them without timing out)."""
+    started: list[Proc] = []
+    while len(started) < count:
+        batch = min(4, count - len(started))
+        started += await asyncio.gather(*(cluster.start_worker() for _ in range(batch)))
+    return started
 
 
 async def reaper_takeover(cluster: Cluster, nodes: list[Node], workers: list[Proc]) -> Any:
@@ -113,7 +119,7 @@ async def reaper_takeover(cluster: Cluster, nodes: list[Node], workers: list[Pro
             "shards_held": len(shards),
             "max_takeover_s": max(taken.values(), default=None),
             "all_taken": len(taken) == len(shards),
-            "lease_s": cluster.settings.runs.reaper_interval_seconds,
+            "lease_s": LEASE_PASSES * cluster.settings.runs.reaper_interval_seconds,
         }
     finally:
         rc.close()
