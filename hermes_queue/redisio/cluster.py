@@ -26,6 +26,7 @@ a cluster has only database 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
 
 Resolve = Callable[[], Awaitable[tuple[str, int]]]
+# How often a worker closes its cluster client's surplus idle connections (trim_forever).
+TRIM_SECONDS = 30.0
+# How long a node client's connection attempt may take (a node that does not answer).
+CONNECT_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,7 @@ def connect_address(cluster: AsyncRedisCluster, address: tuple[str, int]) -> aio
         port=address[1],
         username=kwargs.get("username"),
         password=kwargs.get("password"),
+        socket_connect_timeout=CONNECT_TIMEOUT,
     )
 
 
@@ -195,6 +201,35 @@ def node_resolver(cluster: AsyncRedisCluster, slot: int) -> Resolve:
         return address
 
     return resolve
+
+
+async def trim_idle(cluster: AsyncRedisCluster, keep: int = 1) -> int:
+    """Close each node's free connections beyond ``keep``; how many were closed. redis-py's
+    cluster client never closes a connection it opened, so a node's pool stays as large as
+    the most commands ever in flight on it at once: on an idle worker, the moment its poll,
+    reaper and webhook sender met. Reaches into redis-py's ``ClusterNode`` (``_free``,
+    ``_connections``; pinned by tests/redisio/test_cluster_trim.py). A free connection is in
+    no command's hands, and nothing awaits between taking it out and closing it."""
+    closed = 0
+    for node in cluster.get_nodes():
+        free, connections = node._free, node._connections
+        surplus = []
+        while len(free) > keep:
+            connection = free.pop()
+            connections.remove(connection)
+            surplus.append(connection)
+        closed += len(surplus)
+        for connection in surplus:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+    return closed
+
+
+async def trim_forever(cluster: AsyncRedisCluster, every: float = TRIM_SECONDS) -> None:
+    """:func:`trim_idle` every ``every`` seconds until cancelled (a worker's side task)."""
+    while True:
+        await asyncio.sleep(every)
+        await trim_idle(cluster)
 
 
 def connect_node(cluster: AsyncRedisCluster, slot: int, **options: Any) -> aioredis.Redis:
@@ -220,4 +255,6 @@ __all__ = [
     "connect_node",
     "parse_cluster_url",
     "primaries_of",
+    "trim_forever",
+    "trim_idle",
 ]

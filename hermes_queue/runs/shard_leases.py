@@ -24,17 +24,24 @@ moment a lapsed lease changes hands: harmless, the reap scripts are atomic.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.keys import Keys
 from hermes_queue.runs.scripts import ScriptKeys, load_script
 
+log = logging.getLogger(__name__)
+
 # A lease lasts this many reaper passes; its holder renews it every third of that.
 LEASE_PASSES = 5
+# What _call answers for a shard whose primary could not be reached.
+UNREACHED = -2
 # A worker whose last heartbeat is older than this many heartbeats is not counted live.
 LIVE_HEARTBEATS = 3
 
@@ -70,7 +77,7 @@ class ReaperShards:
         if now >= self._renew_at:
             self._renew_at = now + self.lease_seconds / 3
             for shard in sorted(self.held):
-                if await self._call(shard, self.lease_seconds) != -1:
+                if await self._call(shard, self.lease_seconds) not in (-1, UNREACHED):
                     self.held.discard(shard)  # lapsed (a long pause): another holds it now
         for shard in sorted(self.held)[self._share :]:
             await self._call(shard, 0)  # the surplus: another process takes it
@@ -82,7 +89,9 @@ class ReaperShards:
             if shard in self.held or self._retry_at.get(shard, 0.0) > now:
                 continue
             left = await self._call(shard, self.lease_seconds)
-            if left == -1:
+            if left == UNREACHED:
+                self._retry_at[shard] = now + self.lease_seconds / 3
+            elif left == -1:
                 self.held.add(shard)
                 self._retry_at.pop(shard, None)
             else:
@@ -96,13 +105,22 @@ class ReaperShards:
         self.held.clear()
 
     async def _call(self, shard: int, seconds: float) -> int:
+        """The lease script on ``shard``; a shard whose primary cannot be reached (failing
+        over) answers as if held by another, for a pass: the other shards go on."""
         keys = self._keys_of.of_shard("shard_lease", shard)
-        return int(await self._script(keys=keys, args=[self.owner, int(seconds * 1000)]))
+        try:
+            return int(await self._script(keys=keys, args=[self.owner, int(seconds * 1000)]))
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            log.debug("shard %d: reaper lease not reached (%s)", shard, exc)
+            return UNREACHED
 
     async def _fair_share(self) -> int:
         """``ceil(shards / live workers)``; every shard while no worker is live (API only)."""
         since_ms = int((time.time() - self._live_seconds) * 1000)
-        live = int(await self._redis.zcount(self.keys.workers, since_ms, "+inf"))
+        try:
+            live = int(await self._redis.zcount(self.keys.workers, since_ms, "+inf"))
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            return self._share  # its node failing over: the share as it was
         return math.ceil(len(self.keys.shard_ids) / max(live, 1))
 
 

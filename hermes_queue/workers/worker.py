@@ -28,6 +28,7 @@ from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
+from hermes_queue.redisio.cluster import trim_forever
 from hermes_queue.redisio.connect import connect
 from hermes_queue.redisio.health import OutageLog
 from hermes_queue.routing.configured import routing_config
@@ -242,6 +243,8 @@ class WorkerProcess:
                 metrics,
             ),
         ]
+        if settings.redis.cluster:  # an idle worker: one pool connection per node
+            self._background.append(asyncio.create_task(trim_forever(cast("RedisCluster", redis))))
         if settings.webhooks.poll_seconds > 0:  # 0: this worker sends no webhooks
             sender = WebhookSender(
                 redis,
