@@ -158,6 +158,12 @@ class Keys:
         the failures they count."""
         return f"{self._base(shard)}:failures"
 
+    def reaper_lease_at(self, shard: int) -> str:
+        """String (cluster only): the id of the process that reaps the shard now, with a short
+        TTL its holder renews (``runs/shard_leases.py``), so each shard is scanned by one
+        process at a time and another takes it over within one lease of the holder's death."""
+        return f"{self._base(shard)}:reaper"
+
     # The shard's keys of one run's own shard: what its scripts name beside the run's keys.
     def queue_of(self, run_id: str) -> str:
         return self.queue_at(self.shard_of(run_id))

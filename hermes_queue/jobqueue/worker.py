@@ -15,8 +15,10 @@ arq polls every ``poll_delay`` (0.5 s by default), so a job could wait that long
 latency is a product feature here, so ``wake()`` (called when the enqueue script's pub/sub
 message arrives, or when a slot frees) makes the loop poll at once; the timed poll stays as a
 fallback, one ``ZRANGE`` per ``poll_delay`` on an idle worker. On a Redis Cluster the queue is
-one sorted set per shard: a wake-up names its shard and the next poll reads that shard's head;
-the timed poll reads every shard's (one pipelined call, a round trip per node).
+one sorted set per shard: a wake-up names its shard and the next poll reads that shard's head
+(the shards woken together in one pipelined call, a round trip per node); the timed poll reads
+the shards in turn, a sixteenth of them each time (``_timed_poll``), so an idle worker's poll
+costs about what it costs on one Redis whatever the number of shards.
 
 ``WakeableWorker`` replaces arq's ``main``, ``_poll_iteration`` and ``close`` and reaches into
 arq's ``Worker`` state (``tasks``, ``job_counter``, ``allow_pick_jobs``, ``_pool``...):
@@ -47,6 +49,9 @@ from hermes_queue.redisio.health import OutageLog
 
 log = logging.getLogger(__name__)
 
+# On a Redis Cluster the timed poll reads 1/SWEEP_POLLS of the shards in turn (``_timed_poll``).
+SWEEP_POLLS = 16
+
 
 class WakeableWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -66,6 +71,7 @@ class WakeableWorker(Worker):
         # The shards the next poll reads: those woken since the last one; None: every shard
         # (the timed poll, a freed slot, a listener that reconnected, or a wake naming none).
         self._poll_due: set[int] | None = None
+        self._sweep_next = 0  # the shard the next timed poll reads first (_timed_poll)
         # Awaited before the first connection: returns once Redis answers (set by
         # queue_worker), so a worker started before Redis waits for it instead of exiting.
         self.wait_for_redis: Callable[[], Awaitable[None]] | None = None
@@ -150,7 +156,25 @@ class WakeableWorker(Worker):
                 async with asyncio.timeout(self.poll_delay_s):
                     await self.wake_event.wait()
             if not self.wake_event.is_set():
-                self._poll_due = None  # the timed poll reads every shard
+                self._timed_poll()
+
+    def _timed_poll(self) -> None:
+        """What a poll nobody woke reads: the queue, without a cluster; on a cluster the next
+        :data:`SWEEP_POLLS`-th of the shards in turn, so each shard is read every
+        ``SWEEP_POLLS × poll_delay`` (8 s by default) rather than every ``poll_delay``. The
+        shards' wake-ups are what a cluster worker runs on: a wake-up is lost only while a
+        node's listener is not subscribed, and every shard it subscribes again is read at once
+        (``workers/shard_listener.py``); the sweep is the backstop behind that."""
+        shards = len(self.queue_names)
+        if shards == 1:
+            self._poll_due = None
+            return
+        if self._poll_due is None:
+            return
+        per_poll = -(-shards // SWEEP_POLLS)
+        for _ in range(per_poll):
+            self._poll_due.add(self._sweep_next)
+            self._sweep_next = (self._sweep_next + 1) % shards
 
     async def _poll_iteration(self) -> None:
         """Start a delivery for each queued run id at the head of the queue, up to the free

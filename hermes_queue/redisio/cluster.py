@@ -6,6 +6,9 @@
   routes each command (and each script call, by its first key) to the primary of its slot and
   follows ``MOVED`` and failovers on its own. Every run script names keys of one slot
   (``keys.py``), so it runs there unchanged.
+* :func:`primaries_of` / :func:`connect_address`: which primary serves each of some slots, and
+  a plain client of one: what a worker's per-node wake-up listener is built from
+  (``workers/shard_listener.py``).
 * :func:`connect_node`: a plain client whose connections go to the primary serving a slot,
   looked up each time one connects: a shard's sharded pub/sub (``SSUBSCRIBE``; redis-py 5's
   asyncio ``RedisCluster`` has no pub/sub of its own), the stream hub's ``XREAD``\\ s of one
@@ -23,7 +26,9 @@ a cluster has only database 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -42,6 +47,10 @@ CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
 
 Address = tuple[str, int]
+# How often a worker closes its cluster client's surplus idle connections (trim_forever).
+TRIM_SECONDS = 30.0
+# How long a node client's connection attempt may take (a node that does not answer).
+CONNECT_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,8 @@ class SlotMap:
             if refresh and now - self._refreshed_at >= self.REFRESH_INTERVAL:
                 self._refreshed_at = now
                 await self._client.nodes_manager.initialize()
+            # Asked rarely: hold no connection in between.
+            await asyncio.gather(*(node.disconnect() for node in self._client.get_nodes()))
         node = self._client.nodes_manager.get_node_from_slot(slot)
         return node.host, int(node.port)
 
@@ -182,12 +193,69 @@ class SlotResolver:
 _slot_maps: weakref.WeakKeyDictionary[AsyncRedisCluster, SlotMap] = weakref.WeakKeyDictionary()
 
 
-def node_resolver(cluster: AsyncRedisCluster, slot: int) -> SlotResolver:
-    """The resolver of a node client of ``slot``, on the process's shared slot map."""
+def _slot_map(cluster: AsyncRedisCluster) -> SlotMap:
     slots = _slot_maps.get(cluster)
     if slots is None:
         slots = _slot_maps[cluster] = SlotMap(cluster)
-    return SlotResolver(slots, slot)
+    return slots
+
+
+async def primaries_of(
+    cluster: AsyncRedisCluster, slots: Iterable[int], *, refresh: bool
+) -> dict[int, tuple[str, int]]:
+    """The address of the primary serving each of ``slots``; ``refresh``: ask the cluster
+    first (after a lost connection or a moved slot). What groups per-shard work by node."""
+    slot_map = _slot_map(cluster)
+    found: dict[int, tuple[str, int]] = {}
+    for slot in slots:
+        found[slot] = await slot_map.primary(slot, refresh=refresh and not found)
+    return found
+
+
+def connect_address(cluster: AsyncRedisCluster, address: tuple[str, int]) -> aioredis.Redis:
+    """A plain client of the node at ``address``, with the cluster client's credentials."""
+    kwargs = cluster.connection_kwargs
+    return aioredis.Redis(
+        host=address[0],
+        port=address[1],
+        username=kwargs.get("username"),
+        password=kwargs.get("password"),
+        socket_connect_timeout=CONNECT_TIMEOUT,
+    )
+
+
+def node_resolver(cluster: AsyncRedisCluster, slot: int) -> SlotResolver:
+    """The resolver of a node client of ``slot``, on the process's shared slot map."""
+    return SlotResolver(_slot_map(cluster), slot)
+
+
+async def trim_idle(cluster: AsyncRedisCluster, keep: int = 1) -> int:
+    """Close each node's free connections beyond ``keep``; how many were closed. redis-py's
+    cluster client never closes a connection it opened, so a node's pool stays as large as
+    the most commands ever in flight on it at once: on an idle worker, the moment its poll,
+    reaper and webhook sender met. Reaches into redis-py's ``ClusterNode`` (``_free``,
+    ``_connections``; pinned by tests/redisio/test_cluster_trim.py). A free connection is in
+    no command's hands, and nothing awaits between taking it out and closing it."""
+    closed = 0
+    for node in cluster.get_nodes():
+        free, connections = node._free, node._connections
+        surplus = []
+        while len(free) > keep:
+            connection = free.pop()
+            connections.remove(connection)
+            surplus.append(connection)
+        closed += len(surplus)
+        for connection in surplus:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
+    return closed
+
+
+async def trim_forever(cluster: AsyncRedisCluster, every: float = TRIM_SECONDS) -> None:
+    """:func:`trim_idle` every ``every`` seconds until cancelled (a worker's side task)."""
+    while True:
+        await asyncio.sleep(every)
+        await trim_idle(cluster)
 
 
 def connect_node(cluster: AsyncRedisCluster, slot: int, **options: Any) -> aioredis.Redis:
@@ -207,8 +275,12 @@ __all__ = [
     "CLUSTER_SCHEME",
     "ClusterTarget",
     "NodeConnection",
+    "connect_address",
     "connect_cluster",
     "connect_cluster_sync",
     "connect_node",
     "parse_cluster_url",
+    "primaries_of",
+    "trim_forever",
+    "trim_idle",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -63,10 +64,11 @@ class Leases:
     def renew_script(self) -> str:
         return load_script("renew", sharded=self.keys.cluster)
 
-    async def expired(self, limit: int = 100) -> list[str]:
-        """Runs whose lease deadline passed, oldest first in each shard (every shard's)."""
+    async def expired(self, limit: int = 100, shards: Iterable[int] | None = None) -> list[str]:
+        """Runs whose lease deadline passed, oldest first in each shard (of ``shards``; None:
+        every shard's)."""
         found: list[str] = []
-        for shard in self.keys.shard_ids:
+        for shard in self.keys.shard_ids if shards is None else shards:
             try:
                 ids = await self._scripts["expired"](
                     keys=self._keys_of.of_shard("expired", shard), args=[limit]
@@ -102,5 +104,6 @@ class Leases:
             self._on_finished(verdict)
         return verdict
 
-    async def reap_expired(self) -> dict[str, str]:
-        return {run_id: await self.reap(run_id) for run_id in await self.expired()}
+    async def reap_expired(self, shards: Iterable[int] | None = None) -> dict[str, str]:
+        """Settle the lapsed runs of ``shards`` (None: every shard); their verdicts."""
+        return {run_id: await self.reap(run_id) for run_id in await self.expired(shards=shards)}

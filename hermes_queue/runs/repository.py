@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -173,11 +173,14 @@ class RunRepository:
         abandoned = len(result) > 2 and _decode(result[2]) == "abandoned"
         return SessionAdmission(verdict=verdict, blocking_run_id=blocking, abandoned=abandoned)
 
-    async def supersede_abandoned(self, limit: int = 100) -> list[str]:
+    async def supersede_abandoned(
+        self, limit: int = 100, shards: Iterable[int] | None = None
+    ) -> list[str]:
         """Stop the active session runs nobody reads any more that keep a parked run waiting
-        (``lua/abandoned.lua``); their ids. Every reaper pass calls it."""
+        (``lua/abandoned.lua``) in ``shards`` (None: every shard); their ids. Every reaper
+        pass calls it."""
         stopped: list[str] = []
-        for shard in self.keys.shard_ids:
+        for shard in self.keys.shard_ids if shards is None else shards:
             found = await self._scripts["abandoned"](
                 keys=self._keys_of.of_shard("abandoned", shard), args=[limit]
             )

@@ -103,6 +103,7 @@ class ScriptKeys:
             "webhook_recent": keys.webhook_recent_at,
             "webhook_pending": keys.webhook_pending_at,
             "webhook_dead": keys.webhook_dead_at,
+            "reaper_lease": keys.reaper_lease_at,
         }
         return named[role](shard)
 

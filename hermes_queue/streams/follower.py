@@ -40,10 +40,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
+from redis.crc import key_slot
 
 from hermes_queue.events import RunEvent
 from hermes_queue.redisio.health import OutageLog
@@ -136,6 +138,10 @@ class Follower:
         self.closed = False
 
     @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    @property
     def following(self) -> int:
         """How many streams are followed."""
         return len(self._streams)
@@ -211,10 +217,12 @@ class Follower:
             try:
                 if added:
                     self._subscribed |= added
-                    await listener.send_command(self._subscribe, *added)
+                    for channels in self._by_slot(added):
+                        await listener.send_command(self._subscribe, *channels)
                 if dropped:
                     self._subscribed -= dropped
-                    await listener.send_command(self._unsubscribe, *dropped)
+                    for channels in self._by_slot(dropped):
+                        await listener.send_command(self._unsubscribe, *channels)
             except REDIS_DOWN as exc:  # the reader sees the same connection fail
                 log.warning("stream hub SUBSCRIBE failed: %r", exc)
                 return
@@ -333,16 +341,37 @@ class Follower:
         if self._conn is None or not self._conn.is_connected:
             self._conn = dedicated_connection(self.redis, self.client_name, decode_responses=False)
             await self._conn.connect()  # type: ignore[no-untyped-call]
-        self.xreads += 1
+        # One XREAD per slot (a cluster node's streams span its shards' slots), pipelined.
+        groups = [{key: reading[key] for key in keys} for keys in self._by_slot(reading)]
+        self.xreads += len(groups)
         try:
-            await self._conn.send_packed_command(self._pack_xread(reading), check_health=False)
-            reply = await self._conn.read_response(timeout=self.poll_seconds + 10)
+            packed = b"".join(self._pack_xread(group) for group in groups)
+            await self._conn.send_packed_command(packed, check_health=False)
+            replies = [
+                await self._conn.read_response(timeout=self.poll_seconds + 10) for _ in groups
+            ]
         except BaseException:
             self._dirty.update(reading)  # read them again once reconnected
             raise
-        for key, count in self._dispatch(reading, reply).items():
-            if count >= self.count:
-                self._dirty.add(key)
+        for group, reply in zip(groups, replies, strict=True):
+            for key, count in self._dispatch(group, reply).items():
+                if count >= self.count:
+                    self._dirty.add(key)
+
+    def _by_slot(self, keys: Iterable[str]) -> list[list[str]]:
+        """``keys`` in groups one command may name: one group without a cluster; on a cluster
+        one per hash slot (a follower of a node follows the streams of several shards)."""
+        if not self.sharded:
+            return [list(keys)]
+        groups: dict[int, list[str]] = {}
+        for key in keys:
+            groups.setdefault(key_slot(key.encode()), []).append(key)
+        return list(groups.values())
+
+    def export(self) -> list[tuple[str, str, str, int | None, Sink]]:
+        """Every followed stream as ``follow`` takes it (key, run id, cursor, seq, sink): what
+        moves to another follower when a cluster's shards are grouped anew (``sharded.py``)."""
+        return [(key, s.run_id, s.cursor, s.seq, s.sink) for key, s in list(self._streams.items())]
 
     def _pack_xread(self, reading: dict[str, _Followed]) -> bytes:
         """``XREAD COUNT n STREAMS <keys…> <cursors…>`` in RESP."""

@@ -145,7 +145,7 @@ class StreamHub:
         self.page_size = max(1, min(count, queue_size))
         poll_seconds = poll_ms / 1000
         self.follower: Follower | ShardedFollower
-        if keys.cluster:  # a follower per shard, each on the node serving it
+        if keys.cluster:  # a follower per node, for the shards it serves
             self.follower = ShardedFollower(
                 self.redis,
                 keys,

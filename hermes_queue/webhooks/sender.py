@@ -4,7 +4,11 @@ Each pass takes what is due in every shard's outbox (``outbox.Outbox.claim``, up
 sender's free slots): a run event is turned into its deliveries at once (reading its run
 record, ``messages.deliveries``); a delivery is attempted (``attempt.post``, through the
 connect-time guard of ``guard.py``, signed by ``signing.Signer``) and settled by its result.
-A pass that took nothing sleeps ``webhook_poll_seconds``.
+A pass that took nothing sleeps ``webhook_poll_seconds``, or until woken (``wake``: a run
+this worker drove ended in that shard). On a Redis Cluster a pass reads the shards woken or
+busy since the last one and, in turn, an eighth of the others (``_shards_due``), so an idle
+sender's cost does not grow with the shards: a delivery queued by a run that ended elsewhere
+(a reaper, a stop through the API) or due for a retry waits at most ``SWEEP_PASSES`` passes.
 
 At least once: a delivery leaves the outbox only when settled; a sender that dies, freezes or
 stops mid-attempt leaves it claimed, and ``claim_seconds`` later any sender takes it again
@@ -15,6 +19,7 @@ under the same ``webhook-id``. A settle from a sender whose claim was taken over
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -37,6 +42,9 @@ from hermes_queue.webhooks.outbox import Claimed, Outbox
 from hermes_queue.webhooks.signing import Signer
 
 log = logging.getLogger(__name__)
+
+# On a Redis Cluster an idle pass reads 1/SWEEP_PASSES of the shards in turn (_shards_due).
+SWEEP_PASSES = 8
 
 
 class DeliveryObserver(Protocol):
@@ -85,6 +93,10 @@ class WebhookSender:
         self._delays = settings.retry_delays
         self._tasks: set[asyncio.Task[None]] = set()
         self._session: aiohttp.ClientSession | None = None
+        # The shards the next pass reads besides its sweep (_shards_due); None: every one.
+        self._due: set[int] | None = None
+        self._sweep_next = 0
+        self._woken = asyncio.Event()
         for subscription in settings.subscriptions.values():
             register_secret(subscription.url)  # its path may be its secret: never logged
 
@@ -108,7 +120,10 @@ class WebhookSender:
                     log.exception("webhook sender pass failed")
                     busy = False
                 if not busy:
-                    await asyncio.sleep(self.settings.poll_seconds)
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.settings.poll_seconds):
+                            await self._woken.wait()
+                self._woken.clear()
         finally:
             await cancel_and_wait(*self._tasks)
             await self._session.close()
@@ -117,11 +132,15 @@ class WebhookSender:
         """Take and start what is due; True when more may be due at once (an event was
         expanded, or the sender was full), so the loop goes on without sleeping."""
         again = False
-        for shard in self.keys.shard_ids:
+        shards = self._shards_due()
+        for index, shard in enumerate(shards):
             free = self.settings.concurrency - len(self._tasks)
             if free <= 0:
+                self._due_next(shards[index:])  # not read: read first when a slot frees
                 break
             taken = await self.outbox.claim(shard, free, self.settings.claim_seconds)
+            if taken:
+                self._due_next([shard])  # busy: read it again next pass
             for item in taken:
                 if item.claim == 0:
                     await self._expand(shard, item.member)
@@ -132,6 +151,30 @@ class WebhookSender:
             await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
             again = True
         return again
+
+    def wake(self, shard: int) -> None:
+        """Read ``shard``'s outbox at once (a run of this process ended there: its terminal
+        event may want deliveries)."""
+        self._due_next([shard])
+        self._woken.set()
+
+    def _due_next(self, shards: list[int]) -> None:
+        if self._due is not None:
+            self._due.update(shards)
+
+    def _shards_due(self) -> list[int]:
+        """What a pass reads: the one shard without a cluster; on a cluster every shard on the
+        first pass, then the shards woken or busy since the last one and the next
+        :data:`SWEEP_PASSES`-th of the shards in turn (each shard every ``SWEEP_PASSES``
+        passes at least)."""
+        count = len(self.keys.shard_ids)
+        due, self._due = self._due, set()
+        if count == 1 or due is None:
+            return list(self.keys.shard_ids)
+        for _ in range(-(-count // SWEEP_PASSES)):
+            due.add(self._sweep_next)
+            self._sweep_next = (self._sweep_next + 1) % count
+        return sorted(due)
 
     def _start(self, shard: int, item: Claimed) -> None:
         task = asyncio.create_task(self._deliver(shard, item), name=f"webhook {item.member}")

@@ -28,6 +28,7 @@ from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
 from hermes_queue.metrics import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
+from hermes_queue.redisio.cluster import trim_forever
 from hermes_queue.redisio.connect import connect
 from hermes_queue.redisio.health import OutageLog
 from hermes_queue.routing.configured import routing_config
@@ -165,6 +166,7 @@ class WorkerProcess:
         self.runtime: WorkerRuntime | None = None
         self._clients: list[aioredis.Redis] = []
         self._background: list[asyncio.Task[None]] = []
+        self._sender: WebhookSender | None = None
         self.warm_up_state = WarmUpState(settings.redis.namespace)
         self._metrics_served = False
         self.metrics_port: int | None = None
@@ -180,10 +182,16 @@ class WorkerProcess:
 
     async def start(self, worker: WakeableWorker) -> None:
         settings, metrics = self.settings, self.metrics
-        redis = connect(settings.redis)
-        # On a cluster the listener is per shard, on the node serving it (shard_listener.py).
-        listener = redis if settings.redis.cluster else connect(settings.redis, for_pubsub=True)
-        self._clients = [redis] if settings.redis.cluster else [redis, listener]
+        if settings.redis.cluster:
+            # The queue loop's cluster client (jobqueue/worker.py) serves the process too, so a
+            # worker holds one pool per node, not two; the loop closes it. The listener is per
+            # node, on connections of its own (shard_listener.py).
+            redis = listener = cast("aioredis.Redis", worker.pool)
+            self._clients = []
+        else:
+            redis = connect(settings.redis)
+            listener = connect(settings.redis, for_pubsub=True)
+            self._clients = [redis, listener]
         keys = settings.redis.keys
         repository = RunRepository(
             redis,
@@ -223,7 +231,9 @@ class WorkerProcess:
         runtime.keeper.start()
         self._background = [
             asyncio.create_task(_listen(listener, keys, worker, runtime)),
-            asyncio.create_task(reap_forever(repository, settings.runs.reaper_interval_seconds)),
+            asyncio.create_task(
+                reap_forever(repository, settings.runs.reaper_interval_seconds, self.worker_id)
+            ),
             asyncio.create_task(publish_forever(redis, keys, backend)),
             *start_scheduler(
                 settings.schedules,
@@ -233,6 +243,8 @@ class WorkerProcess:
                 metrics,
             ),
         ]
+        if settings.redis.cluster:  # an idle worker: one pool connection per node
+            self._background.append(asyncio.create_task(trim_forever(cast("RedisCluster", redis))))
         if settings.webhooks.poll_seconds > 0:  # 0: this worker sends no webhooks
             sender = WebhookSender(
                 redis,
@@ -242,6 +254,7 @@ class WorkerProcess:
                 observer=metrics,
                 trace=self.tracing,
             )
+            self._sender = sender
             self._background.append(asyncio.create_task(sender.run_forever()))
         log.info(
             "worker %s ready (%d slots, backend %s)",
@@ -252,7 +265,11 @@ class WorkerProcess:
 
     async def run(self, run_id: str) -> str:
         assert self.runtime is not None, "a job before the worker started"
-        return await run_turn(self.runtime, run_id)
+        try:
+            return await run_turn(self.runtime, run_id)
+        finally:
+            if self._sender is not None:  # its terminal event may want deliveries
+                self._sender.wake(self.settings.redis.keys.shard_of(run_id))
 
     async def stop(self) -> None:
         """Stop the side tasks, the lease keeper, the backend, the store and the clients."""

@@ -21,7 +21,7 @@ RUN_SCRIPTS = sorted(
     and not path.name.endswith("prelude.lua")
     and path.name != "idempotency_settle.lua"
 )
-SHARD_SCRIPTS = ("expired", "abandoned", "webhook_claim", "webhook_expand")
+SHARD_SCRIPTS = ("expired", "abandoned", "webhook_claim", "webhook_expand", "shard_lease")
 # Scripts about one webhook delivery: its hash beside its shard's webhook keys.
 DELIVERY_SCRIPTS = ("webhook_settle", "webhook_redeliver")
 

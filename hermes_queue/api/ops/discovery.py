@@ -304,7 +304,10 @@ async def health_detailed(request: web.Request) -> web.Response:
         return {"status": status, "count": len(workers), "slots": slots, "busy": busy}
 
     async def check_queue() -> dict[str, Any]:
-        ready = [await redis.zcard(keys.queue_at(shard)) for shard in keys.shard_ids]
+        async with redis.pipeline(transaction=False) as pipe:  # a round trip per node
+            for shard in keys.shard_ids:
+                pipe.zcard(keys.queue_at(shard))
+            ready = await pipe.execute()
         return {"status": "ok", "ready": sum(ready)}
 
     redis_check, store_check, workers_check, queue_check = await asyncio.gather(
