@@ -137,8 +137,8 @@ async def test_stop_mid_stream(stack: Stack) -> None:
 
 async def test_cancel_then_next_turn_starts_at_once(stack: Stack) -> None:
     """The consumer leaves a long turn after its first delta (no cancel_on_disconnect: the
-    server may keep it running) and at once asks the next turn on the same session, whose
-    first delta must come within a second."""
+    server may keep it running) and at once asks the next turn on the same session, which
+    must not wait for the abandoned one: that one is stopped for it."""
     session_id, key = new_session()
     driver = await stack.drive(
         Turn(stack.slow("abandon me"), session_id, key, close_after_deltas=1),
@@ -152,11 +152,16 @@ async def test_cancel_then_next_turn_starts_at_once(stack: Stack) -> None:
     # echo: "(turn 2)" follows when the abandoned turn was kept in the session.
     expected = stack.reply("next question")
     driver.expect(second.text.startswith(expected), f"turn 2 said {second.text!r}")
-    latency = second.first_delta_at()
-    driver.expect(
-        latency is not None and latency < 1.0,
-        f"turn 2's first delta came {latency} s after its request (limit 1 s)",
+    # Turn 2 did not wait behind the abandoned turn (~10 s of tokens): that turn was stopped
+    # for it, not run to its end. A state, where a time limit flaked on a loaded machine.
+    first = abandoned.run_id
+    driver.expect(first is not None, "turn 1 has no run id")
+    status = await eventually(
+        lambda: stack.run_status(str(first)),
+        lambda s: s.get("status") in ("completed", "failed", "cancelled"),
+        what="turn 1's run ended",
     )
+    driver.expect(status["status"] == "cancelled", f"turn 1 ran to its end: {status}")
 
 
 async def test_cancel_on_disconnect_then_next_turn_keeps_the_transcript_alternating(
