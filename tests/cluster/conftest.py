@@ -18,5 +18,12 @@ def redis_cluster() -> Iterator[RedisCluster]:
 
 
 @pytest.fixture
+def replicated() -> Iterator[RedisCluster]:
+    """Three primaries with a replica each (failover and switchover tests), one per test."""
+    with RedisCluster(primaries=3, replicas=1) as started:
+        yield started
+
+
+@pytest.fixture
 def cluster_settings(settings: Settings, redis_cluster: RedisCluster) -> Settings:
     return settings.replace(redis_url=redis_cluster.url, redis_cluster_shards=16)

@@ -10,7 +10,6 @@ Sentinel (tests/failover)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -20,12 +19,6 @@ from tests.support.load import Load, record_problems
 from tests.support.polling import eventually
 from tests.support.processes import Cluster
 from tests.support.redis_cluster import RedisCluster
-
-
-@pytest.fixture
-def replicated() -> Iterator[RedisCluster]:
-    with RedisCluster(primaries=3, replicas=1) as started:
-        yield started
 
 
 @pytest.mark.timeout(240)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -26,12 +25,6 @@ from hermes_queue.config import Settings
 from tests.support.load import Load, record_problems
 from tests.support.processes import Cluster
 from tests.support.redis_cluster import RedisCluster
-
-
-@pytest.fixture
-def replicated() -> Iterator[RedisCluster]:
-    with RedisCluster(primaries=3, replicas=1) as started:
-        yield started
 
 
 def _replica_of(cluster: RedisCluster, port: int) -> str:
