@@ -180,18 +180,37 @@ class WorkerProcess:
             self.metrics_port = self.metrics.serve(metrics.host, metrics.port, metrics.port_span)
         return self.metrics_port
 
-    async def start(self, worker: WakeableWorker) -> None:
-        settings, metrics = self.settings, self.metrics
-        if settings.redis.cluster:
+    def _connect(self, worker: WakeableWorker) -> tuple[aioredis.Redis, aioredis.Redis]:
+        """The process's client and its wake-up listener's."""
+        if self.settings.redis.cluster:
             # The queue loop's cluster client (jobqueue/worker.py) serves the process too, so a
             # worker holds one pool per node, not two; the loop closes it. The listener is per
             # node, on connections of its own (shard_listener.py).
-            redis = listener = cast("aioredis.Redis", worker.pool)
             self._clients = []
-        else:
-            redis = connect(settings.redis)
-            listener = connect(settings.redis, for_pubsub=True)
-            self._clients = [redis, listener]
+            shared = cast("aioredis.Redis", worker.pool)
+            return shared, shared
+        redis = connect(self.settings.redis)
+        listener = connect(self.settings.redis, for_pubsub=True)
+        self._clients = [redis, listener]
+        return redis, listener
+
+    def _start_sender(self, redis: aioredis.Redis) -> None:
+        """This worker's webhook sender, a background task beside the others."""
+        settings = self.settings
+        sender = WebhookSender(
+            redis,
+            settings.redis.keys,
+            settings.webhooks,
+            retention_seconds=settings.runs.retention_seconds,
+            observer=self.metrics,
+            trace=self.tracing,
+        )
+        self._sender = sender
+        self._background.append(asyncio.create_task(sender.run_forever()))
+
+    async def start(self, worker: WakeableWorker) -> None:
+        settings, metrics = self.settings, self.metrics
+        redis, listener = self._connect(worker)
         keys = settings.redis.keys
         repository = RunRepository(
             redis,
@@ -246,16 +265,7 @@ class WorkerProcess:
         if settings.redis.cluster:  # an idle worker: one pool connection per node
             self._background.append(asyncio.create_task(trim_forever(cast("RedisCluster", redis))))
         if settings.webhooks.poll_seconds > 0:  # 0: this worker sends no webhooks
-            sender = WebhookSender(
-                redis,
-                keys,
-                settings.webhooks,
-                retention_seconds=settings.runs.retention_seconds,
-                observer=metrics,
-                trace=self.tracing,
-            )
-            self._sender = sender
-            self._background.append(asyncio.create_task(sender.run_forever()))
+            self._start_sender(redis)
         log.info(
             "worker %s ready (%d slots, backend %s)",
             self.worker_id,
