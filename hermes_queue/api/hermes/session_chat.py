@@ -23,6 +23,7 @@ from hermes_queue.api.hermes.sessions import load_session
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream, resume_cursor
+from hermes_queue.api.http.tenancy import tenant
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.runtime_selection import select_for_session
 from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, turn_headers
@@ -83,7 +84,7 @@ async def start_turn(request: web.Request, state: ApiState) -> Started:
         if steered is not None:
             headers = turn_headers(steered.session_id, steered.run_id, session_key)
             return Started(Enqueued(steered.run_id, steered.session_id), headers, steered.event_id)
-    started = await state.turns.enqueue_turn(turn)
+    started = await state.turns.enqueue_turn(turn, tenant=tenant(request))
     return Started(started, turn_headers(started.session_id, started.run_id, session_key))
 
 

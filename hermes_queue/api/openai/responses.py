@@ -25,6 +25,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream
+from hermes_queue.api.http.tenancy import tenant
 from hermes_queue.api.openai.bodies import ResponseBody
 from hermes_queue.api.openai.response_records import StoredResponses
 from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
@@ -127,11 +128,15 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             turn, request=dataclasses.replace(turn.request, response=settings), openai_stream=True
         )
     replayed: dict[str, str] = {}
-    async with await state.idempotency.begin(request.headers, "responses", body) as idem:
+    async with await state.idempotency.begin(
+        request.headers, "responses", body, tenant=tenant(request)
+    ) as idem:
         if idem.replay_of is None:
             queued = responses.queued(turn.request)
             run_id = (
-                await state.turns.enqueue_turn(turn, beside=queued, created=idem.record)
+                await state.turns.enqueue_turn(
+                    turn, tenant=tenant(request), beside=queued, created=idem.record
+                )
             ).run_id
     if idem.replay_of is not None:
         run_id = idem.replay_of

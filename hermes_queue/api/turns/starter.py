@@ -135,10 +135,12 @@ class TurnStarter:
         self,
         turn: NewTurn,
         *,
+        tenant: str,
         beside: SideRecord | None = None,
         created: Callable[[str], None] | None = None,
     ) -> Enqueued:
-        """Admit, prepare and enqueue ``turn`` (see the module docstring). ``created`` is told
+        """Admit, prepare and enqueue ``turn`` for ``tenant``, which owns the run (and a stored
+        session the turn creates) (see the module docstring). ``created`` is told
         the run id as soon as the run exists (an ``Idempotency-Key`` record), even when the
         request then fails because too few replicas acknowledged it: the run stands on the
         primary, so a retry must find it rather than start a second one."""
@@ -147,15 +149,15 @@ class TurnStarter:
             # Under an enqueue span, the run carrying the request's trace context.
             return await traced.enqueue(
                 lambda carrier: self.enqueue_turn(
-                    with_trace(turn, carrier), beside=beside, created=created
+                    with_trace(turn, carrier), tenant=tenant, beside=beside, created=created
                 )
             )
         await self._backpressure.admit()
-        run_id, session_id = await self._place(turn)
+        run_id, session_id = await self._place(turn, tenant)
         if beside is not None:
             await beside.write(run_id, session_id)
         try:
-            await self._create(turn, run_id, session_id)
+            await self._create(turn, run_id, session_id, tenant)
         except NotReplicated:
             if created is not None:
                 created(run_id)
@@ -168,7 +170,7 @@ class TurnStarter:
             created(run_id)
         return Enqueued(run_id, session_id)
 
-    async def _place(self, turn: NewTurn) -> tuple[str, str]:
+    async def _place(self, turn: NewTurn, tenant: str) -> tuple[str, str]:
         """The new run's id and the session it runs on. A run beside any other names its
         session after itself unless the client named one; a stored session's run is placed
         with its session (``runs/placement.py``)."""
@@ -196,7 +198,7 @@ class TurnStarter:
             except SessionExists:
                 pass  # a concurrent first turn created it
 
-    async def _create(self, turn: NewTurn, run_id: str, session_id: str) -> None:
+    async def _create(self, turn: NewTurn, run_id: str, session_id: str, tenant: str) -> None:
         session = turn.session
         if isinstance(session, RunSession):
             persist = Persist.TURN if session.persisted else None
@@ -213,6 +215,7 @@ class TurnStarter:
             persist=persist,
             openai_stream=turn.openai_stream,
             webhook=turn.webhook,
+            tenant=tenant,
         )
         if isinstance(session, RunSession):
             await self._runs.start(run)
