@@ -130,6 +130,7 @@ class ApiState:
             max_age=api.max_ready_age_seconds,
         )
         drain = Drain(on_cut=metrics.drain_cut)
+        key_table = KeyTable(api.tenant_keys())
         feed = RunFeed(hub, redis, keys, api.keepalive_seconds, drain, tracing)
         # Run-now fires are read by nobody's request: started without this process's presence.
         firing = Firing(
@@ -155,6 +156,7 @@ class ApiState:
                 backpressure,
                 routing.model_name,
                 tracing,
+                tenanted=len(key_table.tenants) > 1,
             ),
             feed=feed,
             idempotency=IdempotencyRecords(
@@ -169,7 +171,7 @@ class ApiState:
             drain=drain,
             background=BackgroundTasks(),
             webhooks=Outbox(redis, keys),
-            key_table=KeyTable(api.tenant_keys()),
+            key_table=key_table,
         )
 
     async def aclose(self) -> None:
