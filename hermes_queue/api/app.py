@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from hermes_queue.aio import cancel_and_wait
-from hermes_queue.api.endpoint import SERVED
+from hermes_queue.api.endpoint import SERVED, under_profile
 from hermes_queue.api.middlewares import (
+    ACCESS,
     MIDDLEWARES,
     REDIS_OUTAGE,
+    Access,
     add_security_headers,
     close_while_draining,
     redis_outage,
@@ -59,5 +61,8 @@ def create_app(settings: Settings, tracing: Tracing | None = None) -> web.Applic
     app.on_response_prepare.append(add_security_headers)
     app.on_response_prepare.append(close_while_draining)
     app.add_routes(ROUTES)
+    # Upstream's /p/<profile>/… routes: the same operations, acting as that tenant.
+    app.add_routes([under_profile(row) for row in ROUTES])
     app[SERVED] = tuple(ROUTES)
+    app[ACCESS] = Access.of(ROUTES)
     return app

@@ -10,6 +10,7 @@ an endpoint is one row beside its handler, and the document cannot miss it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,8 @@ class Endpoint(web.AbstractRouteDef):
     headers: tuple[str, ...] = ()
     # Served without the API key (no 401).
     public: bool = False
+    # An operator surface: the operator's key only (a tenant key: 403 operator_only).
+    operator: bool = False
     # Starts an agent turn: 429 queue_full, and 503 while the process drains.
     starts_turn: bool = False
     # An error envelope of its own, answered beside the standard one (the jobs API's).
@@ -81,6 +84,16 @@ class Endpoint(web.AbstractRouteDef):
         """Add the route as ``web.get`` / ``web.post`` … would."""
         kwargs: dict[str, Any] = {"allow_head": self.head} if self.method == "GET" else {}
         return web.RouteDef(self.method, self.path, self.handler, kwargs).register(router)
+
+
+PROFILE_PREFIX = "/p/{profile}"
+"""Upstream's profile routes: every row is served under this prefix too, the profile naming
+the tenant the request acts as (``middlewares.auth_middleware``)."""
+
+
+def under_profile(row: Endpoint) -> Endpoint:
+    """``row`` served at ``/p/{profile}<path>`` (not in the document: the same operation)."""
+    return dataclasses.replace(row, path=PROFILE_PREFIX + row.path)
 
 
 SERVED: web.AppKey[tuple[Endpoint, ...]] = web.AppKey("served")

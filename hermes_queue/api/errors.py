@@ -85,6 +85,10 @@ def run_not_found(run_id: str) -> ApiError:
     return ApiError(404, "run_not_found", f"Run not found: {run_id}")
 
 
+def session_not_found(session_id: str) -> ApiError:
+    return ApiError(404, "session_not_found", f"Session not found: {session_id[:256]}")
+
+
 class ErrorBody(BaseModel):
     message: str
     type: str = Field(description="invalid_request_error, gateway_auth_error, server_error, …")

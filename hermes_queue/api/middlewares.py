@@ -3,23 +3,24 @@ error itself."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
 from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
+from hermes_queue.api.endpoint import PROFILE_PREFIX, Endpoint
 from hermes_queue.api.errors import ApiError, auth_error, redis_unavailable
 from hermes_queue.api.http.sse import STREAM_OPEN
-from hermes_queue.api.ops.dashboard import ASSETS as DASHBOARD_ASSETS
+from hermes_queue.api.http.tenancy import PRINCIPAL, operator_only
 from hermes_queue.api.state import STATE
-from hermes_queue.keyguard import normalize_key
 from hermes_queue.logs import request_id_var
 from hermes_queue.redisio.health import OutageLog, classify
 from hermes_queue.store.base import StoreUnavailable
+from hermes_queue.tenants import DEFAULT_TENANT, Principal
 
 log = logging.getLogger(__name__)
 # The app's log of Redis outages seen by requests (``redis_outage``), one per app.
@@ -35,11 +36,27 @@ def redis_outage() -> OutageLog:
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# The dashboard page and its assets hold no data (its script sends the key to the JSON/SSE API);
-# the OpenAPI document describes the API, not its data.
-PUBLIC_PATHS = frozenset(
-    {"/health", "/v1/health", "/health/ready", "/openapi.json", *DASHBOARD_ASSETS}
-)
+
+@dataclass(frozen=True)
+class Access:
+    """Which route paths (their canonical form, without a ``/p/{profile}`` prefix) need no key
+    and which are the operator's alone: read from the route rows (``Endpoint.public``,
+    ``Endpoint.operator``). The dashboard page and its assets hold no data (its script sends
+    the key to the JSON/SSE API); the OpenAPI document describes the API, not its data."""
+
+    public: frozenset[str]
+    operator: frozenset[str]
+
+    @classmethod
+    def of(cls, rows: Iterable[Endpoint]) -> Access:
+        rows = list(rows)
+        return cls(
+            frozenset(r.path for r in rows if r.public),
+            frozenset(r.path for r in rows if r.operator),
+        )
+
+
+ACCESS = web.AppKey("access", Access)
 REQUEST_ID = web.RequestKey("request_id", str)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
@@ -209,21 +226,37 @@ async def body_limit_middleware(request: web.Request, handler: Handler) -> web.S
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    settings = request.app[STATE].settings
-    key = settings.api.api_key
+    """Resolve the bearer key to its tenant (one hash, one dict lookup: ``tenants.KeyTable``)
+    and set the request's principal. ``/p/<tenant>/`` selects the tenant: a tenant's key only
+    its own (else 401, upstream's answer for a key the profile does not accept), the operator's
+    any configured one (else 404). A tenant's key on an operator surface: 403."""
+    if request.method == "OPTIONS":
+        return await handler(request)
+    state = request.app[STATE]
+    access = request.app[ACCESS]
+    resource = request.match_info.route.resource
+    path = request.path if resource is None else resource.canonical.removeprefix(PROFILE_PREFIX)
     # /metrics is public only when metrics_public says so (a scraper without the API key).
-    public = request.path in PUBLIC_PATHS or (
-        settings.metrics.public and request.path == "/metrics"
-    )
-    if key and not public and request.method != "OPTIONS":
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        # The token normalised as the key was (keyguard); header bytes that are not UTF-8
-        # arrive surrogate-escaped and are compared as the raw bytes.
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            normalize_key(token).encode("utf-8", "surrogateescape"), key.encode()
-        ):
+    if path in access.public or (state.settings.metrics.public and path == "/metrics"):
+        return await handler(request)
+    table = state.key_table
+    tenant, operator = DEFAULT_TENANT, True
+    if not table.open:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        found = table.tenant_of(token) if scheme.lower() == "bearer" else None
+        if found is None:
             raise auth_error()
+        tenant, operator = found, found == DEFAULT_TENANT
+    profile = request.match_info.get("profile")
+    if profile is not None and profile != tenant:
+        if not operator:
+            raise auth_error()
+        if profile not in table.tenants:
+            raise ApiError(404, "not_found", f"No such profile: {profile[:64]}")
+        tenant = profile
+    if path in access.operator and not operator:
+        raise operator_only()
+    request[PRINCIPAL] = Principal(tenant, operator)
     return await handler(request)
 
 

@@ -49,6 +49,7 @@ HEADERS: dict[str, tuple[str, dict[str, Any]]] = {
 ERRORS = {
     400: "Invalid request (the code says what)",
     401: "Missing or wrong API key",
+    403: "An operator surface, and the key is a tenant's (operator_only)",
     404: "Not found",
     408: "The body did not arrive in time",
     413: "Body over the limit",
@@ -122,6 +123,8 @@ def _responses(op: Endpoint) -> dict[str, Any]:
     codes = [404, 503]
     if not op.public:
         codes.append(401)
+    if op.operator:
+        codes.append(403)
     if op.method in ("POST", "PATCH"):
         codes += [400, 408, 413]
     if op.starts_turn:
@@ -166,6 +169,8 @@ def _operation(op: Endpoint, schemas: dict[str, Any]) -> dict[str, Any]:
     }
     if op.public:
         doc["security"] = []
+    if op.operator:
+        doc["x-operator-only"] = True
     if op.body is not None:
         doc["requestBody"] = {
             "required": method == "POST" and not op.body_optional,
@@ -187,7 +192,9 @@ def build(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
             "title": "hermes-queue",
             "version": __version__,
             "description": "A Hermes-compatible agent API on a queue. Errors: "
-            "{error: {message, type, param, code}} (jobs API: {error: string}).",
+            "{error: {message, type, param, code}} (jobs API: {error: string}). Every path is "
+            "also served under /p/{profile}, acting as that tenant (docs/tenants.md); another "
+            "tenant's id answers 404 exactly as an unknown one.",
         },
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "paths": paths,

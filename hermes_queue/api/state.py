@@ -33,6 +33,7 @@ from hermes_queue.schedules.firing import Firing, job_timezone
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
+from hermes_queue.tenants import KeyTable
 from hermes_queue.webhooks.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class ApiState:
     background: BackgroundTasks
     # Webhook deliveries as the operator's views read them (webhooks/outbox.py).
     webhooks: Outbox
+    # The deployment's keys as digests, by tenant (tenants.py): who a bearer is.
+    key_table: KeyTable = field(default_factory=KeyTable)
 
     @classmethod
     async def open(cls, settings: Settings, tracing: Tracing | None = None) -> ApiState:
@@ -127,6 +130,7 @@ class ApiState:
             max_age=api.max_ready_age_seconds,
         )
         drain = Drain(on_cut=metrics.drain_cut)
+        key_table = KeyTable(api.tenant_keys())
         feed = RunFeed(hub, redis, keys, api.keepalive_seconds, drain, tracing)
         # Run-now fires are read by nobody's request: started without this process's presence.
         firing = Firing(
@@ -152,6 +156,7 @@ class ApiState:
                 backpressure,
                 routing.model_name,
                 tracing,
+                tenanted=len(key_table.tenants) > 1,
             ),
             feed=feed,
             idempotency=IdempotencyRecords(
@@ -166,6 +171,7 @@ class ApiState:
             drain=drain,
             background=BackgroundTasks(),
             webhooks=Outbox(redis, keys),
+            key_table=key_table,
         )
 
     async def aclose(self) -> None:

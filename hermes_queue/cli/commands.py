@@ -46,7 +46,8 @@ def _serving(settings: Settings, role: str) -> Tracing | None:
     configure_logging(
         settings.process.log_level,
         settings.process.log_format,
-        secrets=(settings.api.api_key,),
+        # Tenant keys given in clear too (tenants.py keeps only their digests itself).
+        secrets=[k.clear or "" for k in settings.api.tenant_keys()] or [settings.api.api_key],
         urls=(settings.redis.url, settings.store.url),
     )
     return _trace(role)

@@ -48,6 +48,14 @@ def check_bind_safety(settings: ApiSettings) -> None:
             f"refusing to listen on {settings.host}: the API key (HERMES_QUEUE_API_KEY) "
             f"{weakness}; {GENERATE_HINT}"
         )
+    # Tenant keys given in clear are judged the same way (a sha256: digest cannot be).
+    for key in settings.tenant_keys()[1:]:
+        weakness = None if key.clear is None else key_weakness(key.clear)
+        if weakness is not None:
+            raise ConfigError(
+                f"refusing to listen on {settings.host}: a key of tenant {key.tenant!r} "
+                f"(HERMES_QUEUE_API_KEYS) {weakness}; {GENERATE_HINT}"
+            )
 
 
 async def listen(site: web.TCPSite, api: ApiSettings, runner: web.BaseRunner) -> None:

@@ -31,6 +31,7 @@ from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.logs import LOG_FORMATS, mask_url
 from hermes_queue.providers import ProviderSettings, RouteSettings
+from hermes_queue.tenants import TenantKey, TenantKeyError, configured_keys
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -119,7 +120,12 @@ class RunSettings(Group):
 class ApiSettings(Group):
     host: str = "127.0.0.1"
     port: int = 8642
+    # The operator's key (tenant "default"): it alone reaches the operator surfaces.
     api_key: str = field(default="", metadata={"secret": True})
+    # Tenant keys (tenants.py, docs/tenants.md): comma-separated tenant=key pairs, and the same
+    # one a line from api_keys_file (a secrets mount); a key may be given as sha256:<hex>.
+    api_keys: str = field(default="", metadata={"secret": True})
+    api_keys_file: str = ""
     body_limit_bytes: int = 10_000_000
     # A connection waiting for a request (new, or kept alive between requests, including one
     # whose headers are still trickling in) is closed after idle_timeout_seconds; keep it above
@@ -153,7 +159,15 @@ class ApiSettings(Group):
         # One normalisation of the key for the guard, auth and every "is a key set?" check.
         object.__setattr__(self, "api_key", normalize_key(self.api_key))
 
+    def tenant_keys(self) -> list[TenantKey]:
+        """Every configured key (the operator's first); raises ``ConfigError``."""
+        try:
+            return configured_keys(self.api_key, self.api_keys, self.api_keys_file)
+        except TenantKeyError as exc:
+            raise ConfigError(str(exc)) from None
+
     def validate(self) -> None:
+        self.tenant_keys()
         not_negative(self.max_ready_depth, "max_ready_depth")
         not_negative(self.max_ready_age_seconds, "max_ready_age_seconds")
         at_least(self.idempotency_ttl_seconds, 1, "idempotency_ttl_seconds")

@@ -14,6 +14,7 @@ from hermes_queue.routing import Selection
 from hermes_queue.runs.steers import PendingSteer, decode_steers
 from hermes_queue.runs.trace_context import trace_id_of
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.tenants import DEFAULT_TENANT
 
 
 class RunStatus(StrEnum):
@@ -107,6 +108,9 @@ class NewRun:
     # The run's own webhook (an absolute http(s) URL, checked at admission): its terminal
     # status is delivered there (hermes_queue/webhooks/).
     webhook: str = ""
+    # The tenant that started it (tenants.py): the only one that sees, follows, stops, steers
+    # or answers it.
+    tenant: str = DEFAULT_TENANT
 
     def fields(self) -> dict[str, str]:
         """The record's fields at creation, as the create scripts write them (``RunRecord``
@@ -123,6 +127,7 @@ class NewRun:
             "model": self.model,
             "request": json.dumps(self.request.to_json(), ensure_ascii=False),
             "route": json.dumps(self.route.as_dict()),
+            "tenant": self.tenant,
         }
         if self.persist is not None:
             fields["persist"] = self.persist.value
@@ -176,6 +181,8 @@ class RunRecord:
     pending_steers: tuple[PendingSteer, ...] = ()
     # A completed run's steers that were never applied (upstream's ``pending_steer``).
     pending_steer: str | None = None
+    # Its owner (a record written before tenants: the default tenant).
+    tenant: str = DEFAULT_TENANT
 
     @property
     def terminal(self) -> bool:
@@ -215,6 +222,7 @@ class RunRecord:
             first_started_at=float(_text(raw, "first_started_at") or _text(raw, "started_at") or 0),
             pending_steers=decode_steers(_text(raw, "steers_pending")),
             pending_steer=_text(raw, "pending_steer") or None,
+            tenant=_text(raw, "tenant") or DEFAULT_TENANT,
         )
 
     def to_status(self) -> dict[str, Any]:

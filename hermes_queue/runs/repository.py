@@ -40,6 +40,7 @@ from hermes_queue.runs.scripts import load_script as _load_script
 from hermes_queue.runs.steers import Steers
 from hermes_queue.streams.presence import TTL_MS as PRESENCE_TTL_MS
 from hermes_queue.streams.reader import id_key, read_range
+from hermes_queue.tenants import DEFAULT_TENANT
 
 # Stream entries read per call where a worker reads its run's own stream.
 _PAGE = 500
@@ -233,6 +234,16 @@ class RunRepository:
     async def get(self, run_id: str) -> RunRecord | None:
         raw = await cast("Awaitable[dict[bytes, bytes]]", self.redis.hgetall(self.keys.run(run_id)))
         return RunRecord.from_hash(raw) if raw else None
+
+    async def owner(self, run_id: str) -> str | None:
+        """The tenant that owns the run (one field of its record), None when there is none."""
+        run_field, tenant = await cast(
+            "Awaitable[list[bytes | None]]",
+            self.redis.hmget(self.keys.run(run_id), ["run_id", "tenant"]),
+        )
+        if run_field is None:
+            return None
+        return tenant.decode() if tenant else DEFAULT_TENANT
 
     async def request_stop(self, run_id: str) -> StopOutcome:
         result = await self._acked["stop"](

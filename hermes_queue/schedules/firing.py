@@ -113,6 +113,7 @@ class Firing:
             route=fire.selection,
             model=fire.selection.model or self.routing.model_name,
             persist=Persist.SESSION,
+            tenant=job.tenant,  # the job's tenant owns its runs
         )
         admission = await self.runs.start_in_session(run, "enqueue")
         return admission.verdict != "exists"

@@ -140,6 +140,7 @@ def session_from_row(row: Mapping[str, Any]) -> SessionRow:
         archived=bool(row["archived"]),
         last_active=row.get("last_active"),
         preview=preview,
+        tenant=row.get("tenant") or "default",
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from hermes_queue.store.backend import Conn, UniqueViolation
 from hermes_queue.store.base import SessionExists, sanitize_title
 from hermes_queue.store.sessions import SessionRowsMixin
+from hermes_queue.tenants import DEFAULT_TENANT
 
 KEPT_RUNS = 50
 JOB_SOURCE = "cron"
@@ -81,6 +82,8 @@ class JobRow:
     origin: dict[str, Any] | None = None
     # Filled by get_job / list_jobs: the row of last_run_id.
     last_run: JobRunRow | None = None
+    # Its owner (tenants.py): its session and the runs it fires are that tenant's too.
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ _JOB_COLUMNS = (
     "last_error",
     "session_id",
     "origin",
+    "tenant",
 )
 _INSERT_JOB = (
     f"INSERT INTO jobs ({', '.join(_JOB_COLUMNS)}) VALUES ({', '.join('?' * len(_JOB_COLUMNS))})"
@@ -154,6 +158,7 @@ def _job(raw: Mapping[str, Any], last_run: JobRunRow | None = None) -> JobRow:
         session_id=raw["session_id"],
         origin=json.loads(raw["origin"]) if raw["origin"] else None,
         last_run=last_run,
+        tenant=raw.get("tenant") or DEFAULT_TENANT,
     )
 
 
@@ -184,12 +189,16 @@ class JobsMixin(SessionRowsMixin):
 
     async def _job_session(self, conn: Conn, job: JobRow) -> None:
         """The job's own session, where its fires' transcript accumulates (kept if it exists).
-        Titled after the job when that title is free (titles are unique)."""
+        Titled after the job when that title is free (titles are unique per tenant); the job's
+        tenant's."""
         title = sanitize_title(f"Job {job.id}: {job.name}"[:100])
-        if await conn.fetchrow("SELECT id FROM sessions WHERE title = ?", title):
+        taken = "SELECT id FROM sessions WHERE tenant = ? AND title = ?"
+        if await conn.fetchrow(taken, job.tenant, title):
             title = None
         try:
-            await self._insert_session(conn, job.session_id, source=JOB_SOURCE, title=title)
+            await self._insert_session(
+                conn, job.session_id, source=JOB_SOURCE, title=title, tenant=job.tenant
+            )
         except SessionExists:
             pass
 
@@ -222,10 +231,17 @@ class JobsMixin(SessionRowsMixin):
             raw = await conn.fetchrow("SELECT * FROM jobs WHERE id = ?", id)
             return (await self._last_runs(conn, [raw]))[0] if raw else None
 
-    async def list_jobs(self, *, include_disabled: bool = False) -> list[JobRow]:
-        where = "" if include_disabled else " WHERE enabled = 1"
+    async def list_jobs(
+        self, *, include_disabled: bool = False, tenant: str | None = None
+    ) -> list[JobRow]:
+        """``tenant``: that tenant's jobs only (None: every tenant's, as the CLI lists them)."""
+        clauses, args = [] if include_disabled else ["enabled = 1"], []
+        if tenant is not None:
+            clauses.append("tenant = ?")
+            args.append(tenant)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         async with self._read() as conn:
-            rows = await conn.fetch(f"SELECT * FROM jobs{where} ORDER BY created_at, id")
+            rows = await conn.fetch(f"SELECT * FROM jobs{where} ORDER BY created_at, id", *args)
             return await self._last_runs(conn, rows)
 
     async def update_job(self, id: str, changes: Mapping[str, Any]) -> JobRow | None:

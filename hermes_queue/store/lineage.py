@@ -27,6 +27,7 @@ from hermes_queue.store.codec import (
     session_from_row,
 )
 from hermes_queue.store.sessions import SessionRowsMixin
+from hermes_queue.tenants import DEFAULT_TENANT
 
 # Compression chains are short; the bound only stops a corrupted parent cycle from spinning.
 _MAX_TIP_HOPS = 100
@@ -35,11 +36,13 @@ _MAX_TIP_HOPS = 100
 class LineageMixin(SessionRowsMixin):
     """``fork_session``, ``next_title_in_lineage`` and ``resolve_tip``."""
 
-    async def _next_title(self, conn: Conn, title: str) -> str:
+    async def _next_title(self, conn: Conn, title: str, tenant: str) -> str:
         base = lineage_base(title)
         escaped = base.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         rows = await conn.fetch(
-            "SELECT title FROM sessions WHERE title = ? OR title LIKE ? ESCAPE '\\'",
+            "SELECT title FROM sessions WHERE tenant = ? AND (title = ? OR title LIKE ? ESCAPE"
+            " '\\')",
+            tenant,
             base,
             escaped + " #%",
         )
@@ -49,10 +52,11 @@ class LineageMixin(SessionRowsMixin):
         ]
         return next_lineage_title(base, existing)
 
-    async def next_title_in_lineage(self, base: str) -> str:
-        """``"T1"`` → ``"T1 #2"`` (or the next free number); a fresh base is returned as is."""
+    async def next_title_in_lineage(self, base: str, tenant: str = DEFAULT_TENANT) -> str:
+        """``"T1"`` → ``"T1 #2"`` (or the next free number among the tenant's titles); a fresh
+        base is returned as is."""
         async with self._read() as conn:
-            return await self._next_title(conn, base)
+            return await self._next_title(conn, base, tenant)
 
     async def fork_session(
         self, source_id: str, new_id: str, *, title: str | None = None
@@ -70,7 +74,7 @@ class LineageMixin(SessionRowsMixin):
             if await conn.fetchrow("SELECT id FROM sessions WHERE id = ?", new_id) is not None:
                 raise SessionExists(new_id)
             if clean is None and src["title"]:
-                clean = await self._next_title(conn, src["title"])
+                clean = await self._next_title(conn, src["title"], src["tenant"])
             await self._insert_session(
                 conn,
                 new_id,
@@ -83,6 +87,7 @@ class LineageMixin(SessionRowsMixin):
                 user_id=src["user_id"],
                 message_count=src["message_count"],
                 tool_call_count=src["tool_call_count"],
+                tenant=src["tenant"],  # a fork is its source's tenant's
             )
             await conn.execute(
                 f"INSERT INTO messages ({MESSAGE_COLUMNS})"

@@ -13,7 +13,13 @@ import time
 from typing import Any
 
 from hermes_queue.store.backend import Conn
-from hermes_queue.store.base import MessageOrder, MessageRow, SessionExists, TurnUsage
+from hermes_queue.store.base import (
+    MessageOrder,
+    MessageRow,
+    SessionExists,
+    SessionNotFound,
+    TurnUsage,
+)
 from hermes_queue.store.codec import (
     MESSAGE_COLUMNS,
     encode_message,
@@ -21,6 +27,7 @@ from hermes_queue.store.codec import (
     tool_call_count,
 )
 from hermes_queue.store.sessions import SessionRowsMixin
+from hermes_queue.tenants import DEFAULT_TENANT
 
 # Portable "no LIMIT": SQLite wants -1 and PostgreSQL ALL; a huge bound works on both.
 _UNBOUNDED = 2**62
@@ -37,6 +44,7 @@ class MessagesMixin(SessionRowsMixin):
         turn_key: str | None = None,
         create_source: str | None = None,
         usage: TurnUsage | None = None,
+        tenant: str | None = None,
     ) -> int:
         """Insert ``messages`` in one transaction and bump the session's counters.
 
@@ -47,10 +55,14 @@ class MessagesMixin(SessionRowsMixin):
         In the same transaction (a turn's writes are on every turn's path, and each transaction
         is a commit and, on SQLite, a turn of the database's one write lock): with
         ``create_source``, the session is created first when missing (with that source), and
-        ``usage`` is added to its totals when the messages are inserted.
+        ``usage`` is added to its totals when the messages are inserted. With ``tenant``, the
+        session is created as that tenant's, and one of another tenant's is not found
+        (``SessionNotFound``): a turn never writes into another tenant's transcript.
         """
         async with self._write() as conn:
-            return await self._append(conn, session_id, messages, turn_key, create_source, usage)
+            return await self._append(
+                conn, session_id, messages, turn_key, create_source, usage, tenant
+            )
 
     async def start_turn(
         self,
@@ -60,6 +72,7 @@ class MessagesMixin(SessionRowsMixin):
         turn_key: str,
         create_source: str | None = None,
         history_excluding: str | None = None,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]] | None:
         """A turn's start in one transaction: the history it runs on (with
         ``history_excluding``: ``get_conversation``'s ``exclude_turn_prefix``; else None), and
@@ -74,7 +87,7 @@ class MessagesMixin(SessionRowsMixin):
             history = None
             if history_excluding is not None:
                 history = await self._conversation(conn, session_id, history_excluding)
-            await self._append(conn, session_id, [message], turn_key, create_source, None)
+            await self._append(conn, session_id, [message], turn_key, create_source, None, tenant)
         return history
 
     async def _append(
@@ -85,16 +98,25 @@ class MessagesMixin(SessionRowsMixin):
         turn_key: str | None,
         create_source: str | None,
         usage: TurnUsage | None,
+        tenant: str | None = None,
     ) -> int:
         rows = [encode_message(session_id, m, turn_key) for m in messages]
         tool_calls = sum(tool_call_count(m.get("tool_calls")) for m in messages)
         created = False
         if create_source is not None:
             with contextlib.suppress(SessionExists):
-                await self._insert_session(conn, session_id, source=create_source, title=None)
+                await self._insert_session(
+                    conn,
+                    session_id,
+                    source=create_source,
+                    title=None,
+                    tenant=tenant or DEFAULT_TENANT,
+                )
                 created = True
         if not created:
-            await self._fetch_session(conn, session_id, lock=True)
+            found = await self._fetch_session(conn, session_id, lock=True)
+            if tenant is not None and found["tenant"] != tenant:
+                raise SessionNotFound(session_id)
         if turn_key is not None:
             claimed = await conn.fetchrow(
                 "INSERT INTO message_turns (session_id, turn_key, created_at) VALUES (?, ?, ?)"

@@ -189,8 +189,44 @@ def _v4(dialect: Dialect) -> list[str]:
     ]
 
 
+def _v5(dialect: Dialect) -> list[str]:
+    """Tenants (docs/tenants.md): sessions, stored responses and jobs carry the tenant that
+    created them (rows from before: ``default``), listings filter on it (indexed); titles are
+    unique per tenant, and conversation names are per tenant (the table rebuilt with the tenant
+    in its key, the same statements on both backends). Messages, message turns and job runs
+    belong to their session or job and need no column of their own."""
+    real = "REAL" if dialect == "sqlite" else "DOUBLE PRECISION"
+    tenant = "tenant TEXT NOT NULL DEFAULT 'default'"
+    return [
+        f"ALTER TABLE sessions ADD COLUMN {tenant}",
+        "DROP INDEX sessions_title_key",
+        "CREATE UNIQUE INDEX sessions_title_key ON sessions (tenant, title)",
+        "CREATE INDEX sessions_tenant_idx ON sessions (tenant, started_at)",
+        f"ALTER TABLE responses ADD COLUMN {tenant}",
+        f"ALTER TABLE jobs ADD COLUMN {tenant}",
+        "CREATE INDEX jobs_tenant_idx ON jobs (tenant, created_at)",
+        f"""CREATE TABLE conversations_v5 (
+    {tenant},
+    name TEXT NOT NULL,
+    response_id TEXT NOT NULL,
+    updated_at {real} NOT NULL,
+    PRIMARY KEY (tenant, name)
+)""",
+        "INSERT INTO conversations_v5 (tenant, name, response_id, updated_at)"
+        " SELECT 'default', name, response_id, updated_at FROM conversations",
+        "DROP TABLE conversations",
+        "ALTER TABLE conversations_v5 RENAME TO conversations",
+    ]
+
+
 MIGRATIONS: dict[Dialect, list[Migration]] = {
-    dialect: [(1, _v1(dialect)), (2, _v2(dialect)), (3, _v3(dialect)), (4, _v4(dialect))]
+    dialect: [
+        (1, _v1(dialect)),
+        (2, _v2(dialect)),
+        (3, _v3(dialect)),
+        (4, _v4(dialect)),
+        (5, _v5(dialect)),
+    ]
     for dialect in ("sqlite", "postgres")
 }
 LATEST_VERSION = MIGRATIONS["sqlite"][-1][0]

@@ -20,6 +20,7 @@ from hermes_queue.store.base import (
     _Unset,
 )
 from hermes_queue.store.responses import ResponseRow
+from hermes_queue.tenants import DEFAULT_TENANT
 
 if TYPE_CHECKING:  # store.jobs builds on the SQL seam, which imports base.py
     from hermes_queue.store.jobs import FireRecord, JobRow, JobRunRow
@@ -59,12 +60,13 @@ class SessionStore(Protocol):
         parent_session_id: str | None = None,
         user_id: str | None = None,
         session_key: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> SessionRow: ...
 
     async def get_session(self, id: str) -> SessionRow | None: ...
 
-    async def title_holder(self, title: str) -> str | None:
-        """The id of the session with this (sanitised) title, if any."""
+    async def title_holder(self, title: str, tenant: str = DEFAULT_TENANT) -> str | None:
+        """The id of the tenant's session with this (sanitised) title, if any."""
         ...
 
     async def list_sessions(
@@ -74,6 +76,7 @@ class SessionStore(Protocol):
         *,
         source: str | None = None,
         include_children: bool = False,
+        tenant: str | None = None,
     ) -> list[SessionRow]: ...
 
     async def update_session(
@@ -96,6 +99,7 @@ class SessionStore(Protocol):
         turn_key: str | None = None,
         create_source: str | None = None,
         usage: TurnUsage | None = None,
+        tenant: str | None = None,
     ) -> int:
         """Insert a turn's messages, keyed by ``turn_key`` (a retry is a no-op returning 0);
         in the same transaction, create the session when missing (``create_source``) and add
@@ -122,6 +126,7 @@ class SessionStore(Protocol):
         turn_key: str,
         create_source: str | None = None,
         history_excluding: str | None = None,
+        tenant: str | None = None,
     ) -> list[dict[str, Any]] | None:
         """In one transaction: the turn's history (``get_conversation`` with
         ``exclude_turn_prefix=history_excluding``; None when not asked for) and its user
@@ -137,7 +142,7 @@ class SessionStore(Protocol):
         self, source_id: str, new_id: str, *, title: str | None = None
     ) -> SessionRow: ...
 
-    async def next_title_in_lineage(self, base: str) -> str: ...
+    async def next_title_in_lineage(self, base: str, tenant: str = DEFAULT_TENANT) -> str: ...
 
     async def resolve_tip(self, session_id: str) -> str: ...
 
@@ -158,9 +163,11 @@ class SessionStore(Protocol):
 
     async def delete_response(self, id: str) -> bool: ...
 
-    async def conversation_head(self, name: str) -> str | None: ...
+    async def conversation_head(self, name: str, tenant: str = DEFAULT_TENANT) -> str | None: ...
 
-    async def set_conversation_head(self, name: str, response_id: str) -> None: ...
+    async def set_conversation_head(
+        self, name: str, response_id: str, tenant: str = DEFAULT_TENANT
+    ) -> None: ...
 
     # -- scheduled jobs (/api/jobs; store/jobs.py) -----------------------------------------
 
@@ -170,7 +177,9 @@ class SessionStore(Protocol):
 
     async def get_job(self, id: str) -> JobRow | None: ...
 
-    async def list_jobs(self, *, include_disabled: bool = False) -> list[JobRow]: ...
+    async def list_jobs(
+        self, *, include_disabled: bool = False, tenant: str | None = None
+    ) -> list[JobRow]: ...
 
     async def update_job(self, id: str, changes: Mapping[str, Any]) -> JobRow | None: ...
 

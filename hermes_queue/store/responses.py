@@ -15,6 +15,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hermes_queue.tenants import DEFAULT_TENANT
+
 if TYPE_CHECKING:
     from hermes_queue.store.backend import Conn
 
@@ -35,12 +37,14 @@ class ResponseRow:
     model: str | None = None
     instructions: str | None = None
     created_at: float = 0.0
+    # Its owner (tenants.py): another tenant's id is not found, and chains stay in one tenant.
+    tenant: str = DEFAULT_TENANT
 
 
 _UPSERT = (
     "INSERT INTO responses (id, run_id, session_id, previous_response_id, conversation, model,"
-    " instructions, status, response, transcript, created_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " instructions, status, response, transcript, created_at, tenant)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
     " response = excluded.response, transcript = excluded.transcript"
 )
@@ -59,6 +63,7 @@ def _row(raw: dict[str, Any]) -> ResponseRow:
         model=raw["model"],
         instructions=raw["instructions"],
         created_at=float(raw["created_at"]),
+        tenant=raw.get("tenant") or DEFAULT_TENANT,
     )
 
 
@@ -88,6 +93,7 @@ class ResponseStoreMixin:
                 json.dumps(row.response, ensure_ascii=False),
                 json.dumps(row.transcript, ensure_ascii=False),
                 row.created_at or time.time(),
+                row.tenant,
             )
 
     async def get_response(self, id: str) -> ResponseRow | None:
@@ -102,18 +108,24 @@ class ResponseStoreMixin:
             await conn.execute("DELETE FROM conversations WHERE response_id = ?", id)
             return await conn.execute("DELETE FROM responses WHERE id = ?", id) > 0
 
-    async def conversation_head(self, name: str) -> str | None:
-        """The latest response id of the named conversation, or None."""
+    async def conversation_head(self, name: str, tenant: str = DEFAULT_TENANT) -> str | None:
+        """The latest response id of the tenant's named conversation, or None."""
         async with self._read() as conn:
-            raw = await conn.fetchrow("SELECT response_id FROM conversations WHERE name = ?", name)
+            raw = await conn.fetchrow(
+                "SELECT response_id FROM conversations WHERE tenant = ? AND name = ?", tenant, name
+            )
         return str(raw["response_id"]) if raw else None
 
-    async def set_conversation_head(self, name: str, response_id: str) -> None:
+    async def set_conversation_head(
+        self, name: str, response_id: str, tenant: str = DEFAULT_TENANT
+    ) -> None:
         async with self._write() as conn:
             await conn.execute(
-                "INSERT INTO conversations (name, response_id, updated_at) VALUES (?, ?, ?)"
-                " ON CONFLICT (name) DO UPDATE SET response_id = excluded.response_id,"
+                "INSERT INTO conversations (tenant, name, response_id, updated_at)"
+                " VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (tenant, name) DO UPDATE SET response_id = excluded.response_id,"
                 " updated_at = excluded.updated_at",
+                tenant,
                 name,
                 response_id,
                 time.time(),

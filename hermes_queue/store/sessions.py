@@ -23,6 +23,7 @@ from hermes_queue.store.base import (
     sanitize_title,
 )
 from hermes_queue.store.codec import json_or_none, session_from_row
+from hermes_queue.tenants import DEFAULT_TENANT
 
 _FIRST_USER = (
     "(SELECT m.{col} FROM messages m WHERE m.session_id = s.id AND m.role = 'user' "
@@ -41,8 +42,8 @@ _LIST_SQL = (
 )
 _INSERT_SESSION = (
     "INSERT INTO sessions (id, source, user_id, session_key, model, model_config, system_prompt,"
-    " parent_session_id, started_at, title, message_count, tool_call_count)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING *"
+    " parent_session_id, started_at, title, message_count, tool_call_count, tenant)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING *"
 )
 
 
@@ -64,6 +65,7 @@ class SessionRowsMixin(SqlBackend):
         session_key: str | None = None,
         message_count: int = 0,
         tool_call_count: int = 0,
+        tenant: str = DEFAULT_TENANT,
     ) -> dict[str, Any]:
         """INSERT the row unless the id exists; returns it, or raises SessionExists /
         TitleConflict. Callers already hold a write transaction."""
@@ -82,6 +84,7 @@ class SessionRowsMixin(SqlBackend):
                 title,
                 message_count,
                 tool_call_count,
+                tenant,
             )
         except UniqueViolation as exc:
             if "title" in str(exc):
@@ -111,6 +114,7 @@ class SessionRowsMixin(SqlBackend):
         parent_session_id: str | None = None,
         user_id: str | None = None,
         session_key: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> SessionRow:
         clean = sanitize_title(title)
         async with self._write() as conn:
@@ -128,6 +132,7 @@ class SessionRowsMixin(SqlBackend):
                 parent_session_id=parent_session_id,
                 user_id=user_id,
                 session_key=session_key,
+                tenant=tenant,
             )
         return session_from_row(row)
 
@@ -136,9 +141,11 @@ class SessionRowsMixin(SqlBackend):
             row = await conn.fetchrow("SELECT * FROM sessions WHERE id = ?", id)
         return session_from_row(row) if row else None
 
-    async def title_holder(self, title: str) -> str | None:
+    async def title_holder(self, title: str, tenant: str = DEFAULT_TENANT) -> str | None:
         async with self._read() as conn:
-            row = await conn.fetchrow("SELECT id FROM sessions WHERE title = ?", title)
+            row = await conn.fetchrow(
+                "SELECT id FROM sessions WHERE tenant = ? AND title = ?", tenant, title
+            )
         return str(row["id"]) if row else None
 
     async def list_sessions(
@@ -148,10 +155,15 @@ class SessionRowsMixin(SqlBackend):
         *,
         source: str | None = None,
         include_children: bool = False,
+        tenant: str | None = None,
     ) -> list[SessionRow]:
+        """Newest activity first; ``tenant``: that tenant's only (None: every tenant's)."""
         if limit < 0 or offset < 0:
             raise ValueError("limit and offset must not be negative")
         clauses, args = [], []
+        if tenant is not None:
+            clauses.append("s.tenant = ?")
+            args.append(tenant)
         if not include_children:
             clauses.append("s.parent_session_id IS NULL")
         if source is not None:

@@ -15,15 +15,22 @@ from typing import Any
 from hermes_queue.agents.base import AgentResult
 from hermes_queue.store.base import DEFAULT_SESSION_SOURCE, TurnUsage
 from hermes_queue.store.protocol import SessionStore
+from hermes_queue.tenants import DEFAULT_TENANT
 
 IMAGE_PARTS = frozenset({"image", "image_url", "input_image"})
 
 
 class SessionTurnLog:
-    def __init__(self, store: SessionStore, run_id: str, session_id: str) -> None:
+    """The turn's writes to its session, as the run's tenant: a session that turns out to be
+    another tenant's is not found (``SessionNotFound``), never written into."""
+
+    def __init__(
+        self, store: SessionStore, run_id: str, session_id: str, tenant: str = DEFAULT_TENANT
+    ) -> None:
         self.store = store
         self.run_id = run_id
         self.session_id = session_id
+        self.tenant = tenant
 
     async def start(
         self, message: Any, *, with_history: bool, create_session: bool = False
@@ -38,6 +45,7 @@ class SessionTurnLog:
             turn_key=f"{self.run_id}:user",
             create_source=DEFAULT_SESSION_SOURCE if create_session else None,
             history_excluding=f"{self.run_id}:" if with_history else None,
+            tenant=self.tenant,
         )
 
     async def record_reply(self, result: AgentResult) -> None:
@@ -47,6 +55,7 @@ class SessionTurnLog:
             self.session_id,
             result.messages,
             turn_key=f"{self.run_id}:reply",
+            tenant=self.tenant,
             usage=TurnUsage(
                 input_tokens=result.usage.input_tokens,
                 output_tokens=result.usage.output_tokens,
@@ -66,6 +75,7 @@ class SessionTurnLog:
             interrupted_reply(done, streamed, time.time()),
             turn_key=f"{self.run_id}:reply",
             usage=TurnUsage(),
+            tenant=self.tenant,
         )
 
 

@@ -177,7 +177,8 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
     )
     turn_log = None
     if attempt.record.persist and runtime.store is not None:
-        turn_log = SessionTurnLog(runtime.store, attempt.run_id, attempt.record.session_id)
+        record = attempt.record
+        turn_log = SessionTurnLog(runtime.store, attempt.run_id, record.session_id, record.tenant)
     try:
         request = await start_attempt(attempt, runtime.repository, sink, turn_log)
         result = await runtime.backend.run_turn(request, sink, active.token)

@@ -8,6 +8,7 @@ and dropped (CASCADE) after, so tests never see each other's rows and nothing is
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,6 +20,24 @@ from hermes_queue.store import SessionStore, create_store
 from tests.conftest import postgres_url
 
 StoreFactory = Callable[[], SessionStore]
+
+
+async def old_session(store: SessionStore, id: str, title: str | None = None) -> None:
+    """A session row as a database at an old schema version holds it (the columns of
+    version 1), written by hand: today's code writes today's columns."""
+
+    async def insert() -> None:
+        async with store._write() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                "INSERT INTO sessions (id, source, started_at, title)"
+                " VALUES (?, 'api_server', ?, ?)",
+                id,
+                time.time(),
+                title,
+            )
+
+    thread = getattr(store, "_thread", None)  # SQLite's operations run on its own thread
+    await (thread.run(insert()) if thread is not None else insert())
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -28,7 +28,7 @@ from hermes_queue.store import (
 )
 from hermes_queue.store.migrations import LATEST_VERSION
 from hermes_queue.store.responses import ResponseRow
-from tests.store.conftest import StoreFactory, postgres_url
+from tests.store.conftest import StoreFactory, old_session, postgres_url
 
 
 def user(text: object, **extra: object) -> dict[str, object]:
@@ -55,7 +55,7 @@ async def test_database_at_version_1_upgrades_to_latest(store_factory: StoreFact
     old = store_factory()
     assert await old.migrate(target=1) == [1]
     assert await old.schema_version() == 1
-    await old.create_session("kept", title="Before upgrade")
+    await old_session(old, "kept", title="Before upgrade")
 
     new = store_factory()
     assert await new.migrate() == list(range(2, LATEST_VERSION + 1))

@@ -15,7 +15,7 @@ import pytest
 from hermes_queue.store import SessionStore
 from hermes_queue.store.jobs import KEPT_RUNS, FireRecord, JobRow
 from hermes_queue.store.migrations import LATEST_VERSION
-from tests.store.conftest import StoreFactory
+from tests.store.conftest import StoreFactory, old_session
 
 T0 = 1_800_000_000.0
 
@@ -201,7 +201,7 @@ async def test_deleting_a_job_drops_its_fires_and_refuses_new_ones(store: Sessio
 async def test_jobs_migration_upgrades_a_version_3_database(store_factory: StoreFactory) -> None:
     old = store_factory()
     assert await old.migrate(target=3) == [1, 2, 3]
-    await old.create_session("kept")
+    await old_session(old, "kept")
     new = store_factory()
     assert await new.migrate() == list(range(4, LATEST_VERSION + 1))
     await new.create_job(job())

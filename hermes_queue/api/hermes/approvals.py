@@ -14,6 +14,7 @@ from aiohttp import web
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.hermes.run_bodies import ApprovalBody
 from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.tenancy import owns
 from hermes_queue.api.state import STATE
 
 MAX_ID_LENGTH = 128
@@ -27,6 +28,10 @@ async def answer_approval(request: web.Request) -> web.Response:
     fields = ApprovalBody.parse(await json_object(request, state.settings.api.body_timeout_seconds))
     choice, request_id = fields.choice, fields.request_id
     resolve_all = fields.all or fields.resolve_all
+    # Where a run that does not exist is found missing: another tenant's is too.
+    owner = await state.runs.owner(run_id)
+    if owner is not None and not owns(request, owner):
+        raise run_not_found(run_id)
     outcome = await state.runs.approvals.answer(
         run_id, choice, resolve_all=resolve_all, request_id=request_id
     )

@@ -9,6 +9,7 @@ passes. ``POST …/run`` creates the run here and now (and answers its ``run_id`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import re
@@ -22,6 +23,7 @@ from redis.exceptions import RedisError
 from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.bodies import read_body
 from hermes_queue.api.http.json_body import BodyError, decode
+from hermes_queue.api.http.tenancy import owns, tenant
 from hermes_queue.api.state import STATE
 from hermes_queue.schedules.definitions import (
     JobInputError,
@@ -90,8 +92,9 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 
 async def _load(request: web.Request) -> JobRow:
+    """The request's tenant's job; another tenant's is not found, as one that does not exist."""
     job = await request.app[STATE].store.get_job(_job_id(request))
-    if job is None:
+    if job is None or not owns(request, job.tenant):
         raise JobInputError("Job not found", 404)
     return job
 
@@ -108,7 +111,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     include_disabled = request.query.get("include_disabled", "").lower() in TRUE_QUERY
     firing = request.app[STATE].firing
     await firing.settle_open()
-    jobs = await request.app[STATE].store.list_jobs(include_disabled=include_disabled)
+    jobs = await request.app[STATE].store.list_jobs(
+        include_disabled=include_disabled, tenant=tenant(request)
+    )
     return web.json_response({"jobs": [job_json(job, firing.tz) for job in jobs]})
 
 
@@ -118,13 +123,14 @@ async def create_job(request: web.Request) -> web.Response:
     origin = {"platform": "api_server", "chat_id": "api", "source_ip": request.remote}
     tz = request.app[STATE].firing.tz
     job = parse_create(body, now=time.time(), tz=tz, origin=origin)
+    job = dataclasses.replace(job, tenant=tenant(request))  # its session and runs: the same
     return _answer(request, await request.app[STATE].store.create_job(job))
 
 
 @jobs_endpoint
 async def get_job(request: web.Request) -> web.Response:
     store, firing = request.app[STATE].store, request.app[STATE].firing
-    job_id = _job_id(request)
+    job_id = (await _load(request)).id
     await firing.settle(await store.job_runs(job_id, RECENT_RUNS))
     job = await store.get_job(job_id)
     if job is None:
@@ -143,7 +149,8 @@ async def update_job(request: web.Request) -> web.Response:
 
 @jobs_endpoint
 async def delete_job(request: web.Request) -> web.Response:
-    if not await request.app[STATE].store.delete_job(_job_id(request)):
+    job = await _load(request)
+    if not await request.app[STATE].store.delete_job(job.id):
         raise JobInputError("Job not found", 404)
     return web.json_response({"ok": True})
 

@@ -12,6 +12,7 @@ from hermes_queue.api.hermes.run_bodies import RunBody
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import STREAM_CLOSED, open_stream, resume_cursor
+from hermes_queue.api.http.tenancy import owns, tenant
 from hermes_queue.api.state import STATE
 from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body
@@ -65,10 +66,13 @@ async def start_run(request: web.Request) -> web.Response:
     body = await json_object(request, state.settings.api.body_timeout_seconds, "Invalid JSON")
     turn = parse_run_body(body, state.routing)
     key_header = {"X-Hermes-Session-Key": session_key} if session_key else {}
-    async with await state.idempotency.begin(request.headers, "runs", body) as idem:
+    async with await state.idempotency.begin(
+        request.headers, "runs", body, tenant=tenant(request)
+    ) as idem:
+        # Records are the tenant's own (turns/idempotency.py): a replay names its run.
         if idem.replay_of is not None:  # nothing is admitted or created again
             return await _replay_start(state.runs, idem.replay_of, key_header)
-        started = await state.turns.enqueue_turn(turn, created=idem.record)
+        started = await state.turns.enqueue_turn(turn, tenant=tenant(request), created=idem.record)
     answer: dict[str, Any] = {"run_id": started.run_id, "status": "started"}
     if idem.used:
         answer["replayed"] = False
@@ -92,7 +96,8 @@ async def _load(request: web.Request, runs: RunRepository) -> RunRecord:
     record = None
     if len(run_id) <= MAX_RUN_ID_LENGTH:
         record = await runs.get(run_id)
-    if record is None:
+    # Another tenant's run is not found, as a run that does not exist.
+    if record is None or not owns(request, record.tenant):
         raise run_not_found(run_id[:MAX_RUN_ID_LENGTH])
     return record
 
@@ -134,7 +139,7 @@ async def run_events(request: web.Request) -> web.StreamResponse:
     # Run record, cursor check and first replay page: one round trip.
     found = await feed.prefetch(run_id, cursor)
     record = found.record
-    if record is None:
+    if record is None or not owns(request, record.tenant):
         raise run_not_found(run_id)
     at_end = found.at_end()
     response = await open_stream(request)

@@ -23,6 +23,7 @@ from hermes_queue.api.hermes.sessions import load_session
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream, resume_cursor
+from hermes_queue.api.http.tenancy import owns, tenant
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.runtime_selection import select_for_session
 from hermes_queue.api.turns.starter import Enqueued, NewTurn, StoredSession, turn_headers
@@ -71,7 +72,7 @@ class Started:
 async def start_turn(request: web.Request, state: ApiState) -> Started:
     """Validate, admit and enqueue one turn, or steer the running one (``session_steer.py``)."""
     session_key = session_key_header(request, state.settings.api.api_key)
-    row = await load_session(state.store, request.match_info["session_id"])
+    row = await load_session(request, request.match_info["session_id"])
     body = await json_object(request, state.settings.api.body_timeout_seconds)
     turn, fields = parse_chat_body(body, row, state.routing)
     if fields.take_pending_steer is not None:
@@ -83,7 +84,7 @@ async def start_turn(request: web.Request, state: ApiState) -> Started:
         if steered is not None:
             headers = turn_headers(steered.session_id, steered.run_id, session_key)
             return Started(Enqueued(steered.run_id, steered.session_id), headers, steered.event_id)
-    started = await state.turns.enqueue_turn(turn)
+    started = await state.turns.enqueue_turn(turn, tenant=tenant(request))
     return Started(started, turn_headers(started.session_id, started.run_id, session_key))
 
 
@@ -139,7 +140,7 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     run_id = request.query.get("run_id")
     if not run_id:
-        row = await load_session(state.store, session_id)
+        row = await load_session(request, session_id)
         run_id, _waiting = await state.runs.session_runs(await state.store.resolve_tip(row.id))
         if run_id is None:
             raise ApiError(404, "no_active_run", "This session has no turn in progress")
@@ -150,7 +151,11 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
     # which frames are sent (the closing ``done`` too, for a client that saw the terminal one).
     found = await state.feed.prefetch(run_id, cursor, from_start=True)
     record = found.record
-    if record is None or session_id not in (record.session_id, record.request.path_id):
+    if (
+        record is None
+        or not owns(request, record.tenant)
+        or session_id not in (record.session_id, record.request.path_id)
+    ):
         raise run_not_found(run_id)
     found.at_end()  # a cursor past the run's newest event is refused (400)
     response = await open_stream(request, turn_headers(record.session_id, record.run_id, None))

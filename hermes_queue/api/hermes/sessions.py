@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes_queue.api.errors import ApiError
+from hermes_queue.api.errors import ApiError, session_not_found
 from hermes_queue.api.hermes.session_bodies import (
     ForkBody,
     MessageListQuery,
@@ -20,6 +20,7 @@ from hermes_queue.api.hermes.session_bodies import (
     SessionPatchBody,
 )
 from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.tenancy import owns, tenant
 from hermes_queue.api.state import STATE
 from hermes_queue.api.turns.runtime_selection import creation_lock, lock_selection, persist_lock
 from hermes_queue.routing import runtime_metadata
@@ -38,10 +39,6 @@ MAX_MESSAGES_LIMIT = 500
 PATCHABLE_FIELDS = frozenset(SessionPatchBody.model_fields)
 
 
-def session_not_found(session_id: str) -> ApiError:
-    return ApiError(404, "session_not_found", f"Session not found: {session_id[:256]}")
-
-
 def new_session_id() -> str:
     return f"api_{int(time.time())}_{secrets.token_hex(4)}"
 
@@ -50,12 +47,14 @@ def session_body(row: SessionRow) -> dict[str, Any]:
     return {"object": "hermes.session", "session": project_session(row)}
 
 
-async def title_error(store: SessionStore, exc: InvalidTitle, *, created: bool) -> ApiError:
+async def title_error(
+    store: SessionStore, exc: InvalidTitle, tenant: str, *, created: bool
+) -> ApiError:
     """400 ``invalid_title`` in upstream's words: a taken title names the session holding it
     ("Title already in use by session …" on create, hermes_state's sentence on a rename)."""
     message = str(exc)
     if isinstance(exc, TitleConflict) and exc.title:
-        holder = await store.title_holder(exc.title)
+        holder = await store.title_holder(exc.title, tenant)
         if created:
             message = f"Title already in use by session {holder}"
         else:
@@ -63,9 +62,11 @@ async def title_error(store: SessionStore, exc: InvalidTitle, *, created: bool) 
     return ApiError(400, "invalid_title", message, param="title")
 
 
-async def load_session(store: SessionStore, session_id: str) -> SessionRow:
-    row = await store.get_session(session_id)
-    if row is None:
+async def load_session(request: web.Request, session_id: str) -> SessionRow:
+    """The request's tenant's session; another tenant's is not found, as one that does not
+    exist (the same answer)."""
+    row = await request.app[STATE].store.get_session(session_id)
+    if row is None or not owns(request, row.tenant):
         raise session_not_found(session_id)
     return row
 
@@ -74,7 +75,11 @@ async def list_sessions(request: web.Request) -> web.Response:
     query = SessionListQuery.parse(request.query)
     limit, offset = query.limit or 50, query.offset or 0
     rows = await request.app[STATE].store.list_sessions(
-        limit, offset, source=query.source or None, include_children=query.include_children
+        limit,
+        offset,
+        source=query.source or None,
+        include_children=query.include_children,
+        tenant=tenant(request),
     )
     return web.json_response(
         {
@@ -104,23 +109,24 @@ async def create_session(request: web.Request) -> web.Response:
             model_config=model_config,
             system_prompt=system_prompt,
             title=title,
+            tenant=tenant(request),
         )
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {session_id}") from None
     except InvalidTitle as exc:
-        raise await title_error(state.store, exc, created=True) from None
+        raise await title_error(state.store, exc, tenant(request), created=True) from None
     return web.json_response(session_body(row), status=201)
 
 
 async def get_session(request: web.Request) -> web.Response:
-    row = await load_session(request.app[STATE].store, request.match_info["session_id"])
+    row = await load_session(request, request.match_info["session_id"])
     return web.json_response(session_body(row))
 
 
 async def update_session(request: web.Request) -> web.Response:
     state = request.app[STATE]
     store = state.store
-    row = await load_session(store, request.match_info["session_id"])
+    row = await load_session(request, request.match_info["session_id"])
     body = await json_object(request, state.settings.api.body_timeout_seconds)
     unknown = sorted(set(body) - PATCHABLE_FIELDS)
     if unknown:
@@ -139,13 +145,13 @@ async def update_session(request: web.Request) -> web.Response:
     try:
         updated = await store.update_session(row.id, **changes)
     except InvalidTitle as exc:
-        raise await title_error(store, exc, created=False) from None
+        raise await title_error(store, exc, tenant(request), created=False) from None
     return web.json_response(session_body(updated))
 
 
 async def delete_session(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    row = await load_session(state.store, request.match_info["session_id"])
+    row = await load_session(request, request.match_info["session_id"])
     active, waiting = await state.runs.session_runs(row.id)
     if active or waiting:
         raise ApiError(
@@ -161,7 +167,7 @@ async def delete_session(request: web.Request) -> web.Response:
 
 async def list_messages(request: web.Request) -> web.Response:
     store = request.app[STATE].store
-    row = await load_session(store, request.match_info["session_id"])
+    row = await load_session(request, request.match_info["session_id"])
     resolved = await store.resolve_tip(row.id)
     query = MessageListQuery.parse(request.query)
     limit = MAX_MESSAGES_LIMIT if query.limit is None else (query.limit or 1)
@@ -190,7 +196,7 @@ async def list_session_runs(request: web.Request) -> web.Response:
     stop. Read from Redis on the session's live tip, where its turns run; a run that ends
     between the two reads is listed with the status it ended in."""
     state = request.app[STATE]
-    row = await load_session(state.store, request.match_info["session_id"])
+    row = await load_session(request, request.match_info["session_id"])
     resolved = await state.store.resolve_tip(row.id)
     active, waiting = await state.runs.session_runs(resolved)
     run_ids = [active, *waiting] if active else waiting
@@ -207,7 +213,7 @@ async def list_session_runs(request: web.Request) -> web.Response:
 async def fork_session(request: web.Request) -> web.Response:
     state = request.app[STATE]
     store = state.store
-    source = await load_session(store, request.match_info["session_id"])
+    source = await load_session(request, request.match_info["session_id"])
     timeout = state.settings.api.body_timeout_seconds
     body = await json_object(request, timeout) if request.can_read_body else {}
     fields = ForkBody.parse(body)
@@ -217,14 +223,14 @@ async def fork_session(request: web.Request) -> web.Response:
     except SessionExists:
         raise ApiError(409, "session_exists", f"Session already exists: {new_id}") from None
     except InvalidTitle as exc:
-        raise await title_error(store, exc, created=False) from None
+        raise await title_error(store, exc, tenant(request), created=False) from None
     return web.json_response(session_body(child), status=201)
 
 
 async def set_model_lock(request: web.Request) -> web.Response:
     """Persist a confirmed model lock (upstream-api.md §2, §6.3 rule 2)."""
     state = request.app[STATE]
-    row = await load_session(state.store, request.match_info["session_id"])
+    row = await load_session(request, request.match_info["session_id"])
     body = await json_object(request, state.settings.api.body_timeout_seconds)
     ModelLockBody.parse(body)  # the runtime fields themselves are routing's to check
     selection = lock_selection(state.routing, body)

@@ -18,6 +18,7 @@ from aiohttp import web
 from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.hermes.run_bodies import SteerBody
 from hermes_queue.api.http.bodies import json_object
+from hermes_queue.api.http.tenancy import owns
 from hermes_queue.api.state import STATE
 from hermes_queue.runs.model import RunStatus
 from hermes_queue.runs.steers import MAX_PENDING_STEERS, SteerOutcome
@@ -57,7 +58,7 @@ async def steer_run(request: web.Request) -> web.Response:
         raise run_not_found(run_id[:MAX_ID_LENGTH])
     state = request.app[STATE]
     record = await state.runs.get(run_id)
-    if record is None:
+    if record is None or not owns(request, record.tenant):
         raise run_not_found(run_id)
     if record.status != RunStatus.RUNNING:
         raise not_accepting(run_id)

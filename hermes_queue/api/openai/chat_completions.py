@@ -22,6 +22,7 @@ from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.content import flatten_text, has_visible_payload, normalize_content
 from hermes_queue.api.http.fields import session_id_value, session_key_header
 from hermes_queue.api.http.sse import Renderer, open_stream
+from hermes_queue.api.http.tenancy import tenant
 from hermes_queue.api.openai.bodies import ChatCompletionBody
 from hermes_queue.api.openai.chat_render import (
     CANCELLED,
@@ -155,10 +156,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     replayed: dict[str, str] = {}
     idempotency = state.idempotency
     async with await idempotency.begin(
-        request.headers, "chat", body, headers=(SESSION_HEADER,)
+        request.headers, "chat", body, tenant=tenant(request), headers=(SESSION_HEADER,)
     ) as idem:
         if idem.replay_of is None:
-            run_id = (await state.turns.enqueue_turn(turn, created=idem.record)).run_id
+            run_id = (
+                await state.turns.enqueue_turn(turn, tenant=tenant(request), created=idem.record)
+            ).run_id
     if idem.replay_of is not None:
         # A retry: the same run, rendered the same way (a stream replays from its start).
         run_id = idem.replay_of

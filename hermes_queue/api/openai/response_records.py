@@ -38,6 +38,7 @@ class QueuedResponse:
 
     store: SessionStore
     turn: TurnRequest
+    tenant: str
 
     async def write(self, run_id: str, session_id: str) -> None:
         info = ResponseMeta.from_request(run_id, self.turn)
@@ -55,6 +56,7 @@ class QueuedResponse:
                 model=info.model,
                 instructions=info.instructions,
                 created_at=float(info.created_at),
+                tenant=self.tenant,
             )
         )
 
@@ -82,11 +84,12 @@ class StoredResponses:
     def of(cls, state: ApiState) -> StoredResponses:
         return cls(state.runs, state.feed, state.store, state.background)
 
-    def queued(self, turn: TurnRequest) -> QueuedResponse | None:
-        """The row to write before the turn's run, or None when it is not stored."""
+    def queued(self, turn: TurnRequest, tenant: str) -> QueuedResponse | None:
+        """The row to write before the turn's run (``tenant``'s), or None when it is not
+        stored."""
         if turn.response is None or not turn.response.store:
             return None
-        return QueuedResponse(self._store, turn)
+        return QueuedResponse(self._store, turn, tenant)
 
     async def settle(self, run_id: str) -> dict[str, Any]:
         """Replay the run to its terminal event; store the final object (with ``store``)."""
@@ -118,19 +121,23 @@ class StoredResponses:
                     model=meta.model,
                     instructions=meta.instructions,
                     created_at=float(meta.created_at),
+                    tenant=record.tenant,  # the run's, which is its response's
                 )
             )
             if meta.conversation and final["status"] == "completed":
-                await self._store.set_conversation_head(meta.conversation, meta.id)
+                await self._store.set_conversation_head(meta.conversation, meta.id, record.tenant)
         return final
 
     def watch(self, run_id: str) -> asyncio.Task[dict[str, Any]]:
         """Settle the run in the background, whether or not its client stays."""
         return self._background.start(self.settle(run_id))
 
-    async def load(self, response_id: str) -> ResponseRow | None:
-        """The stored response, settled first if its run has ended (from any replica)."""
+    async def load(self, response_id: str, tenant: str) -> ResponseRow | None:
+        """The tenant's stored response, settled first if its run has ended (from any
+        replica); another tenant's is None, as one that does not exist."""
         row = await self._store.get_response(response_id)
+        if row is not None and row.tenant != tenant:
+            return None
         if row is None or row.status in FINAL_RESPONSE_STATUSES or not row.run_id:
             return row
         record = await self._runs.get(row.run_id)

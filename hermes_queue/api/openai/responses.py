@@ -25,6 +25,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.bodies import json_object
 from hermes_queue.api.http.fields import session_key_header
 from hermes_queue.api.http.sse import open_stream
+from hermes_queue.api.http.tenancy import owns, tenant
 from hermes_queue.api.openai.bodies import ResponseBody
 from hermes_queue.api.openai.response_records import StoredResponses
 from hermes_queue.api.openai.responses_render import ResponseMeta, stream_renderer
@@ -54,7 +55,9 @@ def not_found(response_id: str, code: str | None = None) -> ApiError:
     return ApiError(404, code, f"Response not found: {response_id}")
 
 
-async def _plan(state: ApiState, fields: ResponseBody) -> Plan:
+async def _plan(state: ApiState, fields: ResponseBody, tenant: str) -> Plan:
+    """``tenant``'s: a ``previous_response_id`` or conversation of another tenant's is not
+    found (a chain never crosses tenants)."""
     responses, store = StoredResponses.of(state), state.store
     messages, system = fields.input
     instructions = fields.instructions
@@ -68,12 +71,12 @@ async def _plan(state: ApiState, fields: ResponseBody) -> Plan:
         )
     previous: ResponseRow | None = None
     if previous_id:
-        previous = await responses.load(previous_id)
+        previous = await responses.load(previous_id, tenant)
         if previous is None:
             raise ApiError(404, "response_not_found", f"Previous response not found: {previous_id}")
     elif conversation:
-        head = await store.conversation_head(conversation)
-        previous = await responses.load(head) if head else None
+        head = await store.conversation_head(conversation, tenant)
+        previous = await responses.load(head, tenant) if head else None
     history: list[dict[str, Any]] = []
     if fields.conversation_history is not None:
         history = fields.conversation_history
@@ -89,10 +92,11 @@ async def _plan(state: ApiState, fields: ResponseBody) -> Plan:
     return Plan(messages[-1]["content"], history, instructions, previous, conversation)
 
 
-async def parse_response_body(state: ApiState, body: dict[str, Any]) -> NewTurn:
-    """The turn a ``POST /v1/responses`` body starts, with its history resolved."""
+async def parse_response_body(state: ApiState, body: dict[str, Any], tenant: str) -> NewTurn:
+    """The turn a ``POST /v1/responses`` body starts for ``tenant``, with its history
+    resolved."""
     fields = ResponseBody.parse(body)
-    plan = await _plan(state, fields)
+    plan = await _plan(state, fields, tenant)
     background, stored = fields.background, fields.store
     if background and not stored:
         raise ApiError(400, "invalid_request", "background requires store=true", param="store")
@@ -119,7 +123,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     responses = StoredResponses.of(state)
     session_key = session_key_header(request, state.settings.api.api_key)
     body = await json_object(request, state.settings.api.body_timeout_seconds)
-    turn = await parse_response_body(state, body)
+    turn = await parse_response_body(state, body, tenant(request))
     stream = coerce_bool(body.get("stream"), False)
     if stream and turn.request.response is not None:  # its stored object is the stream's
         settings = dataclasses.replace(turn.request.response, stream=True)
@@ -127,11 +131,15 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             turn, request=dataclasses.replace(turn.request, response=settings), openai_stream=True
         )
     replayed: dict[str, str] = {}
-    async with await state.idempotency.begin(request.headers, "responses", body) as idem:
+    async with await state.idempotency.begin(
+        request.headers, "responses", body, tenant=tenant(request)
+    ) as idem:
         if idem.replay_of is None:
-            queued = responses.queued(turn.request)
+            queued = responses.queued(turn.request, tenant(request))
             run_id = (
-                await state.turns.enqueue_turn(turn, beside=queued, created=idem.record)
+                await state.turns.enqueue_turn(
+                    turn, tenant=tenant(request), beside=queued, created=idem.record
+                )
             ).run_id
     if idem.replay_of is not None:
         run_id = idem.replay_of
@@ -188,7 +196,7 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     streaming = coerce_bool(request.query.get("stream"), False)
     after = _starting_after(request) if streaming else -1
     state = request.app[STATE]
-    row = await StoredResponses.of(state).load(response_id)
+    row = await StoredResponses.of(state).load(response_id, tenant(request))
     if row is None:
         raise not_found(response_id)
     if not streaming:
@@ -206,6 +214,11 @@ async def get_response(request: web.Request) -> web.StreamResponse:
 
 async def delete_response(request: web.Request) -> web.Response:
     response_id = request.match_info["response_id"]
-    if not await request.app[STATE].store.delete_response(response_id):
+    store = request.app[STATE].store
+    row = await store.get_response(response_id)
+    # Another tenant's is not found, as one that does not exist.
+    if row is None or not owns(request, row.tenant):
+        raise not_found(response_id)
+    if not await store.delete_response(response_id):
         raise not_found(response_id)
     return web.json_response({"id": response_id, "object": "response", "deleted": True})

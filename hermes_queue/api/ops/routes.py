@@ -43,6 +43,7 @@ DISCOVERY = [
         "Readiness",
         "discovery",
         ok(out.HealthDetailed),
+        operator=True,
     ),
     Endpoint("GET", "/v1/skills", skills.skills, "Skills", "discovery", ok(out.ObjectList)),
     Endpoint("GET", "/v1/toolsets", skills.toolsets, "Toolsets", "discovery", ok(out.ObjectList)),
@@ -57,6 +58,7 @@ OPERATIONS = [
         "Prometheus metrics",
         "operations",
         {200: Answer("Prometheus text", None, "text/plain")},
+        operator=True,
     ),
     Endpoint(
         "GET",
@@ -66,6 +68,7 @@ OPERATIONS = [
         "operations",
         ok(out.Queue),
         query=QUEUE_PAGE,
+        operator=True,
     ),
     Endpoint(
         "GET",
@@ -75,6 +78,7 @@ OPERATIONS = [
         "operations",
         {200: stream(out.QueueSnapshot, "event: queue frames")},
         query=QUEUE_PAGE,
+        operator=True,
     ),
     *[
         Endpoint(
@@ -100,6 +104,7 @@ WEBHOOKS = [
         "operations",
         ok(out.WebhookDeliveryList),
         query=webhooks.DeliveryListQuery,
+        operator=True,
     ),
     Endpoint(
         "GET",
@@ -108,6 +113,7 @@ WEBHOOKS = [
         "A webhook delivery",
         "operations",
         {**ok(out.WebhookDelivery), 404: Answer("No such delivery")},
+        operator=True,
     ),
     Endpoint(
         "POST",
@@ -119,6 +125,7 @@ WEBHOOKS = [
             202: Answer("Due now, on a fresh schedule", out.WebhookDelivery),
             404: Answer("No such delivery"),
         },
+        operator=True,
     ),
 ]
 

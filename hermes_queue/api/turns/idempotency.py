@@ -34,6 +34,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.runs.scripts import load_script
+from hermes_queue.tenants import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 
@@ -76,18 +77,19 @@ def fingerprint(body: dict[str, Any], header_values: list[str | None]) -> str:
 
 
 KEY_ID = "key"
-"""The id of the deployment's API key in record names. It says which key a caller proved, and
-is not computed from the key, so reading Redis gives nothing to guess the key against offline
-(a hash of it would). One key per deployment: every caller that passed auth is the same
-principal, so a rotated key keeps its records; a second accepted key would get its own id."""
+"""The id of the default tenant's (the operator's) keys in record names. It says which tenant
+a caller proved, and is not computed from a key, so reading Redis gives nothing to guess a key
+against offline (a hash of it would). Every caller whose key is the tenant's is the same
+principal, so a rotated key keeps its records."""
 
 
-def _scope(headers: Mapping[str, str], api_key: str) -> str:
-    """Whose records these are: the key's id, or, on an API without a key (development, any
-    bearer accepted), a hash of the bearer the caller chose, which then is no credential, so
-    separate clients keep separate records."""
+def _scope(headers: Mapping[str, str], api_key: str, tenant: str) -> str:
+    """Whose records these are: the tenant's (``key`` for the default tenant, as before
+    tenants; ``t.<tenant>`` for the others: two tenants sending the same Idempotency-Key never
+    meet), or, on an API without a key (development, any bearer accepted), a hash of the bearer
+    the caller chose, which then is no credential, so separate clients keep separate records."""
     if api_key:
-        return KEY_ID
+        return KEY_ID if tenant == DEFAULT_TENANT else f"t.{tenant}"
     token = normalize_key(headers.get("Authorization", "").partition(" ")[2])
     return "open-" + hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
@@ -171,12 +173,14 @@ class IdempotencyRecords:
         route: str,
         body: dict[str, Any],
         *,
+        tenant: str,
         headers: tuple[str, ...] = (),
     ) -> Idempotency:
         """Claim the request's Idempotency-Key for ``route``, or find the run to replay.
 
-        ``headers``: request headers besides ``X-Hermes-Session-Key`` that change the request's
-        meaning and so belong to its fingerprint. Raises 409 ``idempotency_key_conflict`` when
+        ``tenant``: the caller's (its records are its own). ``headers``: request headers
+        besides ``X-Hermes-Session-Key`` that change the request's meaning and so belong to its
+        fingerprint. Raises 409 ``idempotency_key_conflict`` when
         the key was used with a different request, and 409 ``idempotency_key_in_progress`` when
         the first request did not record its run within :data:`WAIT_SECONDS`.
         """
@@ -186,7 +190,9 @@ class IdempotencyRecords:
         names = (SESSION_KEY_HEADER, *headers)
         fp = fingerprint(body, [request_headers.get(name) for name in names])
         record_key = self._keys.idempotency(
-            _scope(request_headers, self._api_key), route, hashlib.sha256(key.encode()).hexdigest()
+            _scope(request_headers, self._api_key, tenant),
+            route,
+            hashlib.sha256(key.encode()).hexdigest(),
         )
         pending = json.dumps({"fp": fp, "run_id": None, "claim": uuid.uuid4().hex})
         deadline = time.monotonic() + WAIT_SECONDS

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from hermes_queue.api.errors import ApiError
+from hermes_queue.api.errors import ApiError, session_not_found
 from hermes_queue.api.turns.backpressure import Backpressure
 from hermes_queue.api.turns.runtime_selection import persist_lock
 from hermes_queue.redisio.replication import NotReplicated
@@ -121,6 +121,8 @@ class TurnStarter:
         backpressure: Backpressure,
         default_model: str,
         tracing: Tracing | None = None,
+        *,
+        tenanted: bool = False,
     ) -> None:
         # Started with this process's readers of runs (streams/presence.py): the request
         # that starts a stored-session turn reads it (a completion, a session chat).
@@ -130,15 +132,20 @@ class TurnStarter:
         self._default_model = default_model
         # An enqueue span carrying the request's trace into the run, when tracing is on.
         self._tracing = tracing
+        # The deployment has tenant keys: a session a client names by its id may be another
+        # tenant's, which a turn must find missing (with one tenant, every session is its own).
+        self._tenanted = tenanted
 
     async def enqueue_turn(
         self,
         turn: NewTurn,
         *,
+        tenant: str,
         beside: SideRecord | None = None,
         created: Callable[[str], None] | None = None,
     ) -> Enqueued:
-        """Admit, prepare and enqueue ``turn`` (see the module docstring). ``created`` is told
+        """Admit, prepare and enqueue ``turn`` for ``tenant``, which owns the run (and a stored
+        session the turn creates) (see the module docstring). ``created`` is told
         the run id as soon as the run exists (an ``Idempotency-Key`` record), even when the
         request then fails because too few replicas acknowledged it: the run stands on the
         primary, so a retry must find it rather than start a second one."""
@@ -147,15 +154,15 @@ class TurnStarter:
             # Under an enqueue span, the run carrying the request's trace context.
             return await traced.enqueue(
                 lambda carrier: self.enqueue_turn(
-                    with_trace(turn, carrier), beside=beside, created=created
+                    with_trace(turn, carrier), tenant=tenant, beside=beside, created=created
                 )
             )
         await self._backpressure.admit()
-        run_id, session_id = await self._place(turn)
+        run_id, session_id = await self._place(turn, tenant)
         if beside is not None:
             await beside.write(run_id, session_id)
         try:
-            await self._create(turn, run_id, session_id)
+            await self._create(turn, run_id, session_id, tenant)
         except NotReplicated:
             if created is not None:
                 created(run_id)
@@ -168,35 +175,50 @@ class TurnStarter:
             created(run_id)
         return Enqueued(run_id, session_id)
 
-    async def _place(self, turn: NewTurn) -> tuple[str, str]:
+    async def _place(self, turn: NewTurn, tenant: str) -> tuple[str, str]:
         """The new run's id and the session it runs on. A run beside any other names its
         session after itself unless the client named one; a stored session's run is placed
         with its session (``runs/placement.py``)."""
         session = turn.session
         if isinstance(session, RunSession):
             # A persisted one is created on first use by the worker, with the turn's first
-            # write (as upstream's agent creates it when the run starts): no SQL write here.
+            # write (as upstream's agent creates it when the run starts): no SQL write here,
+            # and one read only where another tenant may hold the id the client named (the
+            # worker refuses to write into it anyway: workers/persistence.py).
+            if session.persisted and session.session_id and self._tenanted:
+                await self._not_anothers(session.session_id, tenant)
             run_id = self._runs.new_run_id()
             return run_id, session.session_id or run_id
-        session_id = await self._stored_session(session, turn.selection)
+        session_id = await self._stored_session(session, turn.selection, tenant)
         return self._runs.new_run_id(session_id), session_id
 
-    async def _stored_session(self, session: StoredSession, selection: Selection) -> str:
+    async def _stored_session(
+        self, session: StoredSession, selection: Selection, tenant: str
+    ) -> str:
         """Prepare a stored session for its turn; its live tip, which the turn runs on."""
         if session.lock_row is not None and selection.persist_lock:
             await persist_lock(self._store, session.lock_row, selection)
         if session.create_missing:
-            await self._create_missing(session.session_id)
+            await self._create_missing(session.session_id, tenant)
         return await self._store.resolve_tip(session.session_id)
 
-    async def _create_missing(self, session_id: str) -> None:
-        if await self._store.get_session(session_id) is None:
-            try:
-                await self._store.create_session(session_id)
-            except SessionExists:
-                pass  # a concurrent first turn created it
+    async def _not_anothers(self, session_id: str, tenant: str) -> None:
+        row = await self._store.get_session(session_id)
+        if row is not None and row.tenant != tenant:
+            raise session_not_found(session_id)
 
-    async def _create(self, turn: NewTurn, run_id: str, session_id: str) -> None:
+    async def _create_missing(self, session_id: str, tenant: str) -> None:
+        row = await self._store.get_session(session_id)
+        if row is None:
+            try:
+                await self._store.create_session(session_id, tenant=tenant)
+                return
+            except SessionExists:  # a concurrent first turn created it
+                row = await self._store.get_session(session_id)
+        if row is not None and row.tenant != tenant:
+            raise session_not_found(session_id)
+
+    async def _create(self, turn: NewTurn, run_id: str, session_id: str, tenant: str) -> None:
         session = turn.session
         if isinstance(session, RunSession):
             persist = Persist.TURN if session.persisted else None
@@ -213,6 +235,7 @@ class TurnStarter:
             persist=persist,
             openai_stream=turn.openai_stream,
             webhook=turn.webhook,
+            tenant=tenant,
         )
         if isinstance(session, RunSession):
             await self._runs.start(run)
