@@ -181,7 +181,9 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
     if cluster is not None:
         # Pub/sub on a cluster is per shard, on the node serving it (redis_cluster.connect_node).
         assert not for_pubsub, "no cluster-wide pub/sub client: subscribe per shard"
-        client = connect_cluster(cluster, **options)
+        client = connect_cluster(
+            cluster, switchover_wait=settings.switchover_wait_seconds, **options
+        )
         return cast("aioredis.Redis", client)
     # A switchover is waited out, retrying only what was not applied (redisio/switchover.py).
     waits = settings.switchover_wait_seconds > 0
