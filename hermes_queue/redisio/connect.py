@@ -217,13 +217,19 @@ def connect_url(url: str) -> aioredis.Redis:
 
 
 def connect_sync(
-    settings: RedisSettings, *, socket_timeout: float = COMMAND_TIMEOUT
+    settings: RedisSettings,
+    *,
+    socket_timeout: float = COMMAND_TIMEOUT,
+    client_name: str | None = None,
 ) -> redis.Redis:
-    """A synchronous client, for code that runs in a thread of its own (the lease keeper)."""
+    """A synchronous client, for code that runs in a thread of its own (the lease keeper);
+    ``client_name``: what its connections are named (``CLIENT LIST``)."""
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT,
     }
+    if client_name:
+        options["client_name"] = client_name
     cluster = parse_cluster_url(settings.url)
     if cluster is not None:
         return cast("redis.Redis", connect_cluster_sync(cluster, **options))
