@@ -15,6 +15,7 @@ import click
 from hermes_queue.cli.failures import DEBUG, ConfigFailure, FailingCleanly, Failure
 from hermes_queue.config import Settings, load_settings, setting_sources
 from hermes_queue.logs import configure_logging
+from hermes_queue.tenants import tenant_problem
 
 if TYPE_CHECKING:
     from hermes_queue.cli.deployment import Deployment
@@ -178,12 +179,21 @@ def migrate() -> None:
 @click.argument("run_id")
 @click.option("--url", default=None, help="API base URL (default http://HOST:PORT from settings).")
 @click.option("--after", default=None, help="Resume after this event id.")
-def tail(run_id: str, url: str | None, after: str | None) -> None:
+@click.option(
+    "--tenant",
+    default=None,
+    help="The tenant whose run it is (the operator's key acts as it, through /p/TENANT/).",
+)
+def tail(run_id: str, url: str | None, after: str | None, tenant: str | None) -> None:
     """Follow a run's events to its end, resuming across dropped connections."""
     from hermes_queue.client import ClientError, HermesQueueClient, Unreachable
 
     settings = _deployment().settings
     base = url or f"http://{settings.api.host}:{settings.api.port}"
+    if tenant:
+        if (problem := tenant_problem(tenant)) is not None:
+            raise Failure(f"--tenant: {problem}")
+        base = f"{base.rstrip('/')}/p/{tenant}"
     # Resuming is for streams that dropped; one that never connected fails within seconds.
     client = HermesQueueClient(
         base, settings.api.api_key, give_up_unreached=UNREACHED_SECONDS, connect_timeout=3.0

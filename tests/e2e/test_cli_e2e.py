@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_queue.client import HermesQueueClient
+from hermes_queue.config import Settings
 from hermes_queue.redisio.embedded import free_port
 from tests.support.processes import REPO_ROOT, Cluster, child_env
 
@@ -157,3 +158,24 @@ async def test_tail_follows_a_run_to_its_end(cluster: Cluster, client_for: Any) 
     lines = out.decode().strip().splitlines()
     assert '"event": "run.completed"' in lines[-1]
     assert all(re.match(r"^\d+-\d+ \{", line) for line in lines)
+
+
+async def test_tail_follows_a_tenants_run_with_the_operators_key(settings: Settings) -> None:
+    """A tenant's run is not the operator's own (404 without --tenant); --tenant acts as it."""
+    tenant_key = "tail-acme-key-5b0e8f1d9c3a7264"
+    cluster = Cluster(settings.replace(api_keys=f"acme={tenant_key}"))
+    try:
+        url = await cluster.start_api()
+        await cluster.start_worker()
+        async with HermesQueueClient(url, tenant_key) as acme:
+            run_id = await acme.create_run("tail me for acme")
+        env = child_env(cluster.settings)
+        code, out, err = await _hq("tail", run_id, "--url", url, env=env)
+        assert code == 1 and "404" in err, err
+        code, out, err = await _hq("tail", run_id, "--url", url, "--tenant", "acme", env=env)
+        assert code == 0, err
+        assert '"event": "run.completed"' in out.strip().splitlines()[-1]
+        code, out, err = await _hq("tail", run_id, "--url", url, "--tenant", "Acme!", env=env)
+        assert code == 1 and "--tenant: tenant name" in err
+    finally:
+        cluster.stop_all()
