@@ -22,7 +22,11 @@ from hermes_queue.providers import ProviderSettings
 from tests.conftest import require_hermes
 from tests.support.fake_llm import FakeLLM
 from tests.support.polling import eventually
-from tests.support.processes import Cluster, Proc
+from tests.support.processes import Cluster, Proc, starts_processes
+
+# A kill test starts a worker (a hermes one's warm-up included) after another died: two
+# starts, one after the other.
+pytestmark = starts_processes(2)
 
 KEY = "sk-durable-0123456789abcdef"
 ECHO_TURN = "count [tool:alpha] [tool:beta] [tool:gamma] [slowtool:0.5]"

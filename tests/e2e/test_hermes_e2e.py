@@ -23,7 +23,10 @@ from tests.conftest import require_hermes
 from tests.e2e.test_model_lock_e2e import keys_holding
 from tests.support.fake_llm import FakeLLM
 from tests.support.polling import eventually
-from tests.support.processes import Cluster
+from tests.support.processes import Cluster, starts_processes
+
+# The stack's processes start together: one start's guard (a hermes worker's warm-up).
+pytestmark = starts_processes(1)
 
 ALPHA_KEY = "sk-hermes-alpha-0123456789abcdef"
 BETA_KEY = "sk-hermes-beta-0123456789abcdef"
@@ -67,8 +70,11 @@ async def stack(
             ).validate()
         )
         stack.callback(cluster.stop_all)
-        first, second = await cluster.start_api(), await cluster.start_api()
-        await cluster.start_worker()
+        # Started together: under a loaded machine three starts one after another took longer
+        # than the suite's per-test guard, while starting at once they share the machine.
+        first, second, _worker = await asyncio.gather(
+            cluster.start_api(), cluster.start_api(), cluster.start_worker()
+        )
         headers = {"Authorization": f"Bearer {settings.api.api_key}"}
         session = await stack.enter_async_context(aiohttp.ClientSession(headers=headers))
         yield Stack(cluster, alpha, beta, first, second, session)

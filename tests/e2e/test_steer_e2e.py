@@ -23,7 +23,11 @@ from tests.e2e.test_durable_steps_e2e import KEY, hermes_settings, recorded_step
 from tests.support.fake_llm import FakeLLM
 from tests.support.llm_replies import tool_names
 from tests.support.polling import eventually
-from tests.support.processes import Cluster
+from tests.support.processes import Cluster, starts_processes
+
+# A kill test starts a worker (a hermes one's warm-up included) after another died: two
+# starts, one after the other.
+pytestmark = starts_processes(2)
 
 STEER = "answer in one short sentence"
 
@@ -67,8 +71,9 @@ async def test_a_steer_through_another_replica_survives_the_sigkill_of_its_worke
     turn = f"work twice [calls:2] [terminal:until test -e {gate}; do sleep 0.05; done]"
     cluster = Cluster(hermes_settings(settings, fake, tmp_path / "hermes"))
     try:
-        first, second = await cluster.start_api(), await cluster.start_api()
-        doomed = await cluster.start_worker()
+        first, second, doomed = await asyncio.gather(
+            cluster.start_api(), cluster.start_api(), cluster.start_worker()
+        )
         async with client_for(first) as starter, client_for(second) as other:
             run_id = await starter.create_run(turn)
             await started(cluster, run_id, "call_fake_1")

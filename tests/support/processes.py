@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import pytest
 import redis
 
 from hermes_queue.config import Settings, settings_env
@@ -71,6 +72,13 @@ def reap(process: subprocess.Popen[bytes], timeout: float = 15) -> int:
 # waits fail at once when the process exits, so this bound is only a hang guard, never a
 # speed expectation.
 START_WITHIN = 60.0
+
+
+def starts_processes(count: int) -> pytest.MarkDecorator:
+    """The hang guard of a test that starts ``count`` processes one after another (a kill test
+    starts a worker after another is dead): each start may take up to :data:`START_WITHIN` on a
+    loaded machine, so the suite's 60 s per test would fail it while nothing hangs."""
+    return pytest.mark.timeout(int(count * START_WITHIN + 60))
 
 
 async def wait_http(
