@@ -293,7 +293,12 @@ class Keys:
         return f"{self.namespace}:workers"
 
     def worker(self, worker_id: str) -> str:
-        """Hash: one worker's facts (host, pid, slots, started_at)."""
+        """Hash: one worker's facts (slots, busy, seen_ms, metrics_port). On a cluster it carries
+        the hash tag of :attr:`workers` (the whole name of that key), so a worker's heartbeat
+        (``ZADD`` there, ``HSET`` + ``EXPIRE`` here) is one node's round trip, and the registry
+        is read from one node."""
+        if self.cluster:
+            return f"{self.namespace}:worker:{{{self.workers}}}:{worker_id}"
         return f"{self.namespace}:worker:{worker_id}"
 
     @property

@@ -31,6 +31,7 @@ def test_without_a_cluster_the_names_are_todays() -> None:
     assert keys.session_active("s") == "hq:session:{s}:active"
     assert keys.session_pending("s") == "hq:session:{s}:pending"
     assert (keys.wake_channel, keys.control_channel) == ("hq:wake", "hq:control")
+    assert (keys.workers, keys.worker("w")) == ("hq:workers", "hq:worker:w")
     assert keys.wake_channel_of("r") == "hq:wake" and keys.control_channel_of("r") == "hq:control"
     assert Settings.of(redis_url="redis://127.0.0.1:6379/0").redis.keys == keys
     assert "'PUBLISH'" in load_script("append") and "SPUBLISH" not in load_script("append")
@@ -74,6 +75,16 @@ def test_every_key_a_run_script_names_is_in_the_runs_slot() -> None:
         assert all(name.startswith("hq:") for name in names)
         seen.add(keys.shard_of(run_id))
     assert seen == set(range(SHARDS))
+
+
+def test_a_workers_heartbeat_keys_share_the_registrys_slot() -> None:
+    """One node, one round trip for a heartbeat (``ZADD`` workers, ``HSET`` + ``EXPIRE`` its
+    hash), and the registry read from one node."""
+    keys = Keys("hq", shards=SHARDS, cluster=True)
+    assert keys.workers == "hq:workers"  # unchanged: the reapers' live count reads it
+    ids = [f"host:{pid}:abc{pid}" for pid in range(50)] + ["h:{odd}:1"]
+    assert {slot(keys.worker(w)) for w in ids} == {slot(keys.workers)}
+    assert len({keys.worker(w) for w in ids}) == len(ids)
 
 
 def test_per_shard_scripts_name_one_slot() -> None:

@@ -41,7 +41,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import ResponseError
 
 from hermes_queue.redisio.addresses import host_and_port
-from hermes_queue.redisio.switchover import SafeRetryCluster
+from hermes_queue.redisio.cluster_retry import SafeRetryCluster
 
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
@@ -83,15 +83,19 @@ def parse_cluster_url(url: str) -> ClusterTarget | None:
     )
 
 
-def connect_cluster(target: ClusterTarget, **options: Any) -> AsyncRedisCluster:
-    """An asyncio cluster client; ``max_connections`` bounds each node's pool."""
+def connect_cluster(
+    target: ClusterTarget, *, switchover_wait: float = 0.0, **options: Any
+) -> AsyncRedisCluster:
+    """An asyncio cluster client; ``max_connections`` bounds each node's pool. A call that
+    failed is sent again for up to ``switchover_wait`` seconds when that is safe
+    (redisio/cluster_retry.py); MOVED and ASK are followed."""
     options.pop("timeout", None)  # a pool's wait for a free connection: not a cluster option
     options.pop("health_check_interval", None)
-    # Retries only what was not applied (redisio/switchover.py); MOVED and ASK are followed.
     client: AsyncRedisCluster = SafeRetryCluster(  # type: ignore[abstract]
         startup_nodes=[ClusterNode(host, port) for host, port in target.seeds],
         username=target.username,
         password=target.password,
+        switchover_wait=switchover_wait,
         **options,
     )
     return client

@@ -181,7 +181,9 @@ def connect(settings: RedisSettings, *, for_pubsub: bool = False) -> aioredis.Re
     if cluster is not None:
         # Pub/sub on a cluster is per shard, on the node serving it (redis_cluster.connect_node).
         assert not for_pubsub, "no cluster-wide pub/sub client: subscribe per shard"
-        client = connect_cluster(cluster, **options)
+        client = connect_cluster(
+            cluster, switchover_wait=settings.switchover_wait_seconds, **options
+        )
         return cast("aioredis.Redis", client)
     # A switchover is waited out, retrying only what was not applied (redisio/switchover.py).
     waits = settings.switchover_wait_seconds > 0
@@ -215,13 +217,19 @@ def connect_url(url: str) -> aioredis.Redis:
 
 
 def connect_sync(
-    settings: RedisSettings, *, socket_timeout: float = COMMAND_TIMEOUT
+    settings: RedisSettings,
+    *,
+    socket_timeout: float = COMMAND_TIMEOUT,
+    client_name: str | None = None,
 ) -> redis.Redis:
-    """A synchronous client, for code that runs in a thread of its own (the lease keeper)."""
+    """A synchronous client, for code that runs in a thread of its own (the lease keeper);
+    ``client_name``: what its connections are named (``CLIENT LIST``)."""
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": CONNECT_TIMEOUT,
     }
+    if client_name:
+        options["client_name"] = client_name
     cluster = parse_cluster_url(settings.url)
     if cluster is not None:
         return cast("redis.Redis", connect_cluster_sync(cluster, **options))

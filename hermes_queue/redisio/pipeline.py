@@ -94,12 +94,16 @@ class PipelinedConnection:
             raise RedisTimeoutError(f"no reply within {self.timeout}s") from None
 
     async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
-        """Run a registered script; one that Redis no longer has (a restart, ``SCRIPT
-        FLUSH``) runs through redis-py, which loads it (nothing ran on ``NOSCRIPT``)."""
+        """Run a registered script; one that the node no longer has (a restart, ``SCRIPT
+        FLUSH``, a replica just promoted: scripts are not replicated) is loaded on this
+        connection, so on the very node that answered ``NOSCRIPT``, and sent again (nothing
+        ran on ``NOSCRIPT``). Through the process's pooled client it could be loaded on
+        another node than the one the call reaches while a slot table is being refreshed."""
         try:
             return await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
         except NoScriptError:
-            return await script(keys=keys, args=args)
+            await self.call("SCRIPT", "LOAD", script.script)
+            return await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
 
     async def aclose(self) -> None:
         self.closed = True

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -27,16 +28,26 @@ from typing import Any
 
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import AskError, MovedError, NoScriptError
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.redisio.switchover import NotApplied, refused_for_now
+from hermes_queue.redisio.switchover import (
+    Deadline,
+    NotApplied,
+    refused_for_now,
+    switchover_wait,
+)
 
 log = logging.getLogger(__name__)
 
-# Pauses before sending a call again that a node refused for now (or could not be reached).
+# Pauses before sending a call again that was not applied (a moved slot, a script to load, a
+# node that refused it for now or could not be reached), before the switchover wait applies.
 _PAUSES = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8)
+
+# Loads of a script a call may need: one per node it meets that lacks it (a slot that moved
+# during a switchover can meet two).
+_LOADS = 3
 
 # How long a write waits for its replicas: a healthy replica acknowledges within a round trip,
 # so this only bounds how long a client waits while the replicas are away.
@@ -61,35 +72,51 @@ async def call_replicated(
     replicas: int,
     strict: bool = True,
     timeout_ms: int | None = None,
+    resend: bool = False,
 ) -> Any:
     """``script(keys, args)``; with ``replicas`` > 0, followed by ``WAIT replicas timeout_ms`` on
     the same connection. Too few acknowledgements raise :class:`NotReplicated` (``strict``)
     or are logged (a write nobody waits on, e.g. a worker's terminal transition: there is
-    nothing to retry, and its lease makes a lost one run again)."""
-    if replicas <= 0:
-        return await script(keys=keys, args=args)
+    nothing to retry, and its lease makes a lost one run again).
+
+    A call not applied is sent again: after the slot moved (a switchover), after the node
+    answered ``NOSCRIPT`` (a promoted replica lacks the scripts: it is loaded there first),
+    while a node refuses it for now or cannot be reached, for a few short pauses and then up
+    to the client's ``redis_switchover_wait_seconds``. ``resend``: the script recognises its
+    own earlier send with the same arguments (``runs/lua/create.lua``), so a call whose
+    connection was cut after it was sent, which Redis may have applied, is sent again too,
+    within the same wait; any other such call fails at once."""
     timeout_ms = WAIT_TIMEOUT_MS if timeout_ms is None else timeout_ms
     client = script.registered_client
-    # A call not applied is sent again: once for each of the slot moving (a switchover) and
-    # the new node lacking the script; on a cluster also while a node refuses it for now.
-    for pause in _PAUSES:
-        if isinstance(client, RedisCluster):
-            result, acknowledged = await _on_node(client, script, keys, args, replicas, timeout_ms)
-        else:
-            pipe = client.pipeline(transaction=False)
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-            pipe.execute_command("WAIT", replicas, timeout_ms)
-            result, acknowledged = await pipe.execute(raise_on_error=False)
-        if isinstance(result, NoScriptError):  # not run: load it (a restart, a new primary)
-            await client.script_load(script.script)
+    waited = Deadline(switchover_wait(client))
+    loads = 0
+    for tries in itertools.count(1):
+        try:
+            result, acknowledged = await _send(client, script, keys, args, replicas, timeout_ms)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if isinstance(exc, NotApplied) and await _again(tries, waited):
+                continue
+            if resend and not isinstance(exc, NotApplied) and await waited.pause():
+                log.info("sending %s again after an ambiguous failure: %r", script.sha, exc)
+                continue
+            raise
+        if isinstance(result, NoScriptError):  # not run: load it where it was refused
+            loads += 1
+            if loads > _LOADS:
+                raise NotApplied("script still missing after SCRIPT LOAD") from result
+            try:
+                await _load(client, script, keys[0])
+            except (RedisConnectionError, RedisTimeoutError):
+                if not await _again(tries, waited):
+                    raise
             continue
-        if isinstance(result, MovedError | AskError):  # the slot moved (table refreshed): again
-            continue
-        if isinstance(result, NotApplied) or refused_for_now(result):
-            await asyncio.sleep(pause)
-            continue
+        if isinstance(result, MovedError | AskError | NotApplied) or refused_for_now(result):
+            if await _again(tries, waited):  # the slot moved, or refused for now: again
+                continue
         if isinstance(result, Exception):
             raise result
+        if replicas <= 0:
+            return result
         if isinstance(acknowledged, Exception):
             # The script was applied; WAIT was refused (the node became a replica under it:
             # a switchover): whether a replica has the write is not known.
@@ -102,9 +129,47 @@ async def call_replicated(
                 raise NotReplicated(result, int(acknowledged), replicas)
             log.warning("write acknowledged by %s of %d replica(s)", acknowledged, replicas)
         return result
-    if isinstance(result, Exception):  # moved again, or still missing after SCRIPT LOAD
-        raise result
-    raise NoScriptError("script missing right after SCRIPT LOAD")
+    raise AssertionError("unreachable")
+
+
+async def _again(tries: int, waited: Deadline) -> bool:
+    """Whether a call that was not applied is sent again (after a pause): its first few sends
+    whatever the switchover wait (a moved slot, a script to load), then within that wait."""
+    if tries < len(_PAUSES):
+        await asyncio.sleep(_PAUSES[tries])
+        return True
+    return await waited.pause()
+
+
+async def _send(
+    client: Any, script: AsyncScript, keys: list[Any], args: list[Any], replicas: int, wait_ms: int
+) -> tuple[Any, Any]:
+    """One send of the script (and ``WAIT``): its reply or error reply, and ``WAIT``'s."""
+    if replicas <= 0:
+        try:
+            return await client.evalsha(script.sha, len(keys), *keys, *args), None
+        except ResponseError as exc:  # NOSCRIPT, a refusal, or the script's own error
+            return exc, None
+    if isinstance(client, RedisCluster):
+        return await _on_node(client, script, keys, args, replicas, wait_ms)
+    pipe = client.pipeline(transaction=False)
+    pipe.evalsha(script.sha, len(keys), *keys, *args)
+    pipe.execute_command("WAIT", replicas, wait_ms)
+    result, acknowledged = await pipe.execute(raise_on_error=False)
+    return result, acknowledged
+
+
+async def _load(client: Any, script: AsyncScript, key: Any) -> None:
+    """Load ``script`` where a call naming ``key`` goes: on a cluster, the primary serving its
+    slot (redis-py's ``SCRIPT LOAD`` goes to the primaries of a slot table that, during a
+    switchover, may not name the promoted one yet). ``SCRIPT LOAD`` is idempotent: the cluster
+    client sends it again after any failure."""
+    if isinstance(client, RedisCluster):
+        await client.initialize()
+        node = client.get_node_from_key(key)
+        await client.execute_command("SCRIPT LOAD", script.script, target_nodes=node)
+    else:
+        await client.script_load(script.script)
 
 
 async def _on_node(
@@ -122,7 +187,7 @@ async def _on_node(
     await cluster.initialize()
     node = cluster.get_node_from_key(keys[0])
     if node is None:
-        raise RedisConnectionError(f"no primary serves the slot of {keys[0]!r}")
+        raise NotApplied(f"no primary serves the slot of {keys[0]!r}")
     commands = [
         PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
         PipelineCommand(1, "WAIT", replicas, timeout_ms),
@@ -140,6 +205,10 @@ async def _on_node(
     first = commands[0].result
     if isinstance(first, MovedError | AskError | NotApplied) or refused_for_now(first):
         await _refresh(cluster)
+    elif isinstance(first, RedisConnectionError | RedisTimeoutError):  # cut after it was sent
+        await node.disconnect()
+        await _refresh(cluster)
+        raise first
     return first, commands[1].result
 
 
@@ -166,15 +235,22 @@ def acknowledged(
     *,
     strict: Iterable[str] = (),
     lenient: Iterable[str] = (),
+    resend: Iterable[str] = (),
 ) -> dict[str, ScriptCall]:
     """The named scripts as ``await call(keys=…, args=…)`` (a registered script's signature)
     followed by ``WAIT``: :class:`NotReplicated` for ``strict`` ones, a warning for
-    ``lenient`` ones."""
+    ``lenient`` ones. Those also named in ``resend`` recognise their own earlier send, so are
+    sent again after an ambiguous failure (:func:`call_replicated`)."""
+    again = frozenset(resend)
     calls: dict[str, ScriptCall] = {}
     for names, is_strict in ((strict, True), (lenient, False)):
         for name in names:
             calls[name] = functools.partial(
-                call_replicated, scripts[name], replicas=replicas, strict=is_strict
+                call_replicated,
+                scripts[name],
+                replicas=replicas,
+                strict=is_strict,
+                resend=name in again,
             )
     return calls
 

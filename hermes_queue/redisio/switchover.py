@@ -12,13 +12,17 @@ service's failover) a call can fail in ways that say whether Redis applied it:
 * **ambiguous**: the connection dropped or timed out after the command was sent: Redis may
   have applied it and the reply was lost.
 
-Only the first kind is retried here, after a short pause, for up to ``redis_switchover_wait_
-seconds`` from the first failure; redis-py then reconnects, and through Sentinel a new
-connection asks which node is the primary, so the retry reaches the new one. An ambiguous
-failure propagates at once (the API answers 503 ``redis_unavailable`` with ``Retry-After``, as
-in an unplanned failover): retrying a run script that may already have run could, for
-instance, create a run twice. A Redis Cluster's own retries are narrowed to the same rule
-(:class:`SafeRetryCluster`); its redirections (``MOVED``, ``ASK``, ``TRYAGAIN``,
+The first kind is retried, after a short pause, for up to ``redis_switchover_wait_seconds``
+from the first failure; redis-py then reconnects, and through Sentinel a new connection asks
+which node is the primary, so the retry reaches the new one. The second kind is sent again only
+when that is safe: a script that recognises its own earlier send (the run creations:
+``redisio/replication.py``, ``runs/lua/create.lua``) and, on a Redis Cluster, whose
+``CLUSTER FAILOVER`` cuts the clients it paused, a command that changes nothing
+(:data:`RESENDABLE`: reads, ``SCRIPT LOAD``; ``redisio/cluster_retry.py``). Any other
+ambiguous failure propagates at once (the API answers 503 ``redis_unavailable`` with
+``Retry-After``, as in an unplanned failover): a claim or a stop sent again could be applied
+twice. A Redis Cluster's own retries are narrowed to the same rule
+(``cluster_retry.SafeRetryCluster``); its redirections (``MOVED``, ``ASK``, ``TRYAGAIN``,
 ``CLUSTERDOWN``) are answers of a node that did not apply the command, which redis-py follows.
 
 ``READONLY`` arrives in two forms: Redis 7 answers a write (a script included) with it; Redis
@@ -31,22 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio.cluster import NodesManager, RedisCluster
 from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import SentinelManagedConnection
 from redis.backoff import NoBackoff
-from redis.exceptions import (
-    ClusterDownError,
-    ReadOnlyError,
-    RedisError,
-    ResponseError,
-    SlotNotCoveredError,
-)
+from redis.commands.cluster import READ_COMMANDS
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 T = TypeVar("T")
@@ -63,36 +61,100 @@ class NotApplied(RedisConnectionError):
     is over) it is answered as Redis being unavailable."""
 
 
+class Deadline:
+    """The pauses between the sends of one call that failed without effect (or that is safe to
+    send again): short at first (a switch takes about a second), then at most
+    :data:`MAX_PAUSE`, until ``wait_seconds`` have passed since the first failure."""
+
+    def __init__(self, wait_seconds: float) -> None:
+        self.wait_seconds = wait_seconds
+        self._until: float | None = None
+        self._pause = FIRST_PAUSE
+
+    async def pause(self) -> bool:
+        """Sleep before the next send; False (no sleep) once the wait is over."""
+        now = time.monotonic()
+        if self._until is None:
+            self._until = now + self.wait_seconds
+        if now >= self._until:
+            return False
+        await asyncio.sleep(min(self._pause, self._until - now))  # a last try at the deadline
+        self._pause = min(self._pause * 2, MAX_PAUSE)
+        return True
+
+
 class WaitingRetry(Retry):
     """redis-py's retry policy, bounded by time instead of a count: a failure of a type it
     supports (:class:`NotApplied`) is retried with a growing pause until ``wait_seconds``
     have passed since the first one."""
 
-    __slots__ = ("_wait",)
+    __slots__ = ("wait_seconds",)
 
     def __init__(self, wait_seconds: float) -> None:
         super().__init__(NoBackoff(), -1, supported_errors=(NotApplied,))
-        self._wait = wait_seconds
+        self.wait_seconds = wait_seconds
 
     def __deepcopy__(self, memo: dict[int, Any]) -> WaitingRetry:  # redis-py copies it per pool
-        return WaitingRetry(self._wait)
+        return WaitingRetry(self.wait_seconds)
 
     async def call_with_retry(
         self, do: Callable[[], Awaitable[T]], fail: Callable[[RedisError], Any]
     ) -> T:
-        deadline: float | None = None
-        pause = FIRST_PAUSE
+        waited = Deadline(self.wait_seconds)
         while True:
             try:
                 return await do()
             except self._supported_errors as error:
                 await fail(error)
-                now = time.monotonic()
-                deadline = now + self._wait if deadline is None else deadline
-                if now >= deadline:
+                if not await waited.pause():
                     raise
-                await asyncio.sleep(min(pause, deadline - now))  # a last try at the deadline
-                pause = min(pause * 2, MAX_PAUSE)
+
+
+# Commands that change nothing, so are sent again after any failure, even one after which
+# the node may have run them (a connection cut while the reply was on its way): reads of
+# records, streams and queues, and loading a script (idempotent).
+RESENDABLE = READ_COMMANDS | frozenset(
+    {
+        "ECHO",
+        "HRANDFIELD",
+        "INFO",
+        "LPOS",
+        "PING",
+        "SCRIPT EXISTS",
+        "SCRIPT LOAD",
+        "SMISMEMBER",
+        "TYPE",
+        "XINFO STREAM",
+        "XLEN",
+        "XRANGE",
+        "XREAD",
+        "XREVRANGE",
+        "ZMSCORE",
+        "ZRANGEBYSCORE",
+        "ZRANK",
+        "ZREVRANGE",
+        "ZREVRANGEBYSCORE",
+        "ZREVRANK",
+    }
+)
+
+
+def resendable(args: Sequence[Any]) -> bool:
+    """Whether the command ``args`` (as redis-py packs it: the name first, a two-word one as
+    one string) changes nothing and may be sent again whatever became of the first send."""
+    name = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+    return name.upper() in RESENDABLE
+
+
+def switchover_wait(client: object) -> float:
+    """How long ``client`` (one of ``redisio.connect``'s) waits out a switchover: its
+    ``redis_switchover_wait_seconds``, 0 when it does not wait."""
+    wait = getattr(client, "switchover_wait", None)  # a cluster client (redisio/cluster_retry.py)
+    if isinstance(wait, int | float):
+        return float(wait)
+    pool = getattr(client, "connection_pool", None)
+    retry = pool.connection_kwargs.get("retry") if pool is not None else None
+    return retry.wait_seconds if isinstance(retry, WaitingRetry) else 0.0
 
 
 # Error replies of a node that did not apply the command and may accept it soon: a replica
@@ -188,47 +250,6 @@ class SwitchoverSentinelConnection(_Classifying, SentinelManagedConnection):
         return await Connection.read_response(self, *args, **kwargs)
 
 
-class SafeRetryCluster(RedisCluster):
-    """redis-py's cluster client retries a command after any connection error or timeout,
-    including one that may have been applied (a run script would then run twice); here only
-    after failures known not applied: a connection not made, ``CLUSTERDOWN``, a slot not
-    covered yet. Redirections are followed as before."""
-
-    ERRORS_ALLOW_RETRY = (NotApplied, ClusterDownError, SlotNotCoveredError)  # type: ignore[assignment]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # redis-py takes no connection class for a cluster: set it where its nodes are built
-        # (the nodes manager shares this dict) and on the seeds already built.
-        self.connection_kwargs["connection_class"] = SwitchoverConnection
-        for node in self.nodes_manager.startup_nodes.values():
-            node.connection_class = SwitchoverConnection
-        self.nodes_manager.__class__ = _RetriedRebuilds
-
-
-_REBUILD_TRIES = 3
-
-
-class _RetriedRebuilds(NodesManager):
-    """redis-py's nodes manager, rebuilding its slot table during a failover, iterates its
-    startup nodes across awaits while another rebuild, or a failed command dropping its node
-    from them, changes that dict: ``RuntimeError: dictionary changed size during iteration``
-    reached callers as a 500. A rebuild cut short that way is tried again; the last such
-    failure is a connection error (nothing was sent). Set as the class of the client's own
-    manager (redis-py takes no manager class; its slots leave no room for a wrapper)."""
-
-    __slots__ = ()
-
-    async def initialize(self) -> None:
-        for attempt in range(_REBUILD_TRIES):
-            try:
-                await super().initialize()
-                return
-            except RuntimeError as exc:
-                if attempt == _REBUILD_TRIES - 1:
-                    raise NotApplied(f"slot table not rebuilt: {exc}") from exc
-
-
 def switchover_options(wait_seconds: float) -> dict[str, Any]:
     """Connection options of a pooled client: its retry policy (none when ``wait_seconds``
     is 0)."""
@@ -238,11 +259,14 @@ def switchover_options(wait_seconds: float) -> dict[str, Any]:
 
 
 __all__ = [
+    "RESENDABLE",
+    "Deadline",
     "NotApplied",
-    "SafeRetryCluster",
     "SwitchoverConnection",
     "SwitchoverSentinelConnection",
     "WaitingRetry",
     "refused_for_now",
+    "resendable",
     "switchover_options",
+    "switchover_wait",
 ]

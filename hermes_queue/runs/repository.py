@@ -94,11 +94,13 @@ class RunRepository:
             for name in ("create", "create_session_run", "claim", "stop", "abandoned")
         }
         # Writes a client is told about wait for redis_min_replicas replicas
-        # (redisio/replication.py).
+        # (redisio/replication.py). The creations recognise their own earlier send, so are
+        # sent again after a failure that may have been applied (a switchover).
         self._acked = acknowledged(
             self._scripts,
             settings.min_replicas,
             strict=("create", "create_session_run", "stop"),
+            resend=("create", "create_session_run"),
         )
         # The leases of running runs: renewed by lease keepers, settled by reapers.
         self.leases = Leases(redis, settings, self.keys, self._on_finished)
@@ -137,7 +139,9 @@ class RunRepository:
     # -- API side --------------------------------------------------------------------------
     # Creation is ``runs/start.py``'s to call: the one way a run is started.
     async def create(self, run: NewRun) -> bool:
-        """Store the run and queue it atomically; False if the id already exists."""
+        """Store the run and queue it atomically; False if the id is another run's. True
+        also when an earlier send of this call created it and its reply was lost
+        (``lua/create.lua``): the call is sent again after such a failure."""
         created = await self._acked["create"](
             keys=self._keys_of.of_run("create", run.run_id),
             args=[

@@ -1,14 +1,27 @@
-"""Renews the leases of this worker's runs from a thread of its own.
+"""Renews the leases of this worker's runs from a thread of its own, and keeps its entry in the
+worker registry (``keys.workers``, ``keys.worker``).
 
 Agent code runs on the worker's event loop (and the Hermes backend in executor threads). A
 synchronous call or a CPU-bound stretch there would starve an asyncio heartbeat, and the run
-would be reaped as lost while it is in fact alive. A plain thread with its own synchronous Redis
-connection keeps beating as long as the process lives; when the process dies or freezes, the
-lease lapses within ``lease_seconds`` and the reaper takes over.
+would be reaped as lost while it is in fact alive. So while the worker holds runs, a plain
+thread with its own synchronous Redis connection beats every ``heartbeat_seconds`` as long as
+the process lives; when the process dies or freezes, the lease lapses within
+``lease_seconds`` and the reaper takes over. Each beat is one pipelined round trip (one per
+node on a cluster): a renewal per run (which also reports a pending stop request, so a missed
+pub/sub message only delays a stop by one beat) plus the registry entry.
 
-Each beat is one pipelined round trip: a renewal per run (which also reports a pending stop
-request, so a missed pub/sub message only delays a stop by one beat) plus this worker's own
-presence entry.
+While the worker holds no run there is nothing a blocked loop could starve: the registry entry
+(presence only: no run is judged by it) is written from the event loop on the process's own
+pooled client, and the thread holds no connection, so an idle worker costs Redis its pool and
+its listener, nothing more. The hand-over, both ways, is decided under one lock:
+
+* ``track`` (the event loop, right after a claim) marks the thread as renewing and wakes it:
+  it connects (again) and renews at once, then every heartbeat, from its own connection. The
+  claim set the lease a full ``lease_seconds`` ahead, so nothing is due before that first beat.
+* The thread keeps renewing (the registry alone once the last run ended) until it has had
+  nothing to renew for ``linger_seconds``; then it drops its connections (the client, and its
+  cluster slot table, are kept for the next run) and the event loop writes the entry again.
+  A run tracked meanwhile finds the thread renewing, or wakes it.
 """
 
 from __future__ import annotations
@@ -22,10 +35,12 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
+import redis.cluster
 
 from hermes_queue.config import RedisSettings
 from hermes_queue.redisio.connect import connect_sync
-from hermes_queue.redisio.health import OutageLog
+from hermes_queue.redisio.health import UNREACHABLE, OutageLog
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
 
@@ -33,6 +48,10 @@ log = logging.getLogger(__name__)
 
 LEASE_LOST = -1
 STOP_REQUESTED = 1
+# How long the thread keeps its connection once it has nothing left to renew: a worker taking
+# runs now and then does not reconnect for each, and an idle one holds none (as its pool's
+# surplus is trimmed, redisio.cluster.TRIM_SECONDS).
+LINGER_SECONDS = 30.0
 
 
 class LeaseKeeper:
@@ -45,46 +64,78 @@ class LeaseKeeper:
         on_signal: Callable[[str, int], None],
         slots: int,
         *,
+        presence: aioredis.Redis,
         metrics_port: int | None = None,
+        linger_seconds: float | None = None,
     ) -> None:
         # Its timings are the leases' (lease_seconds, heartbeat_seconds), as are the keys.
         self.settings = leases.settings
         self.leases = leases
         self.worker_id = worker_id
         self.keys = leases.keys
+        self._redis_settings = redis_settings
         self._loop = loop
         self._on_signal = on_signal
+        self._presence_redis = presence  # the event loop's client: the idle registry entry
+        self._linger = LINGER_SECONDS if linger_seconds is None else linger_seconds
         # Which port of the metrics range this worker got: the registry tells operators.
         self._record: dict[str, int] = {"slots": slots}
         if metrics_port:
             self._record["metrics_port"] = metrics_port
         self._runs: dict[str, int] = {}
         self._lock = threading.Lock()
+        # Under _lock: whether the thread renews (and writes the registry entry), and when it
+        # last had a run to renew.
+        self._renewing = False
+        self._busy_at = 0.0
+        self._wake = threading.Event()
         self._stop = threading.Event()
-        self._client = connect_sync(redis_settings)
-        self._renew = self._client.register_script(leases.renew_script)
+        # The thread's client: made at its first run, its connections dropped when idle.
+        self._client: Any = None
+        self._renew: Any = None
         # On a cluster: the nodes whose renewals failed on the last beat (_renew_per_node).
         self._failed_nodes: set[str] = set()
         self._thread = threading.Thread(target=self._loop_forever, name="lease-keeper", daemon=True)
+        self._presence: asyncio.Task[None] | None = None
+
+    @property
+    def renewing(self) -> bool:
+        """Whether the thread renews now (holding its own connection)."""
+        with self._lock:
+            return self._renewing
 
     def start(self) -> None:
+        """Start the thread and, on the event loop, the idle registry entry."""
         self._thread.start()
+        self._presence = self._loop.create_task(self._presence_forever(), name="presence")
 
-    def stop(self) -> None:
+    async def aclose(self) -> None:
+        """Stop both, then remove this worker from the registry."""
+        if self._presence is not None:
+            self._presence.cancel()
+            await asyncio.gather(self._presence, return_exceptions=True)
         self._stop.set()
-        self._thread.join(timeout=self.settings.heartbeat_seconds * 4)
+        self._wake.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, self.settings.heartbeat_seconds * 4)
         try:
-            with self._client.pipeline(transaction=False) as pipe:
+            async with self._presence_redis.pipeline(transaction=False) as pipe:
                 pipe.zrem(self.keys.workers, self.worker_id)
                 pipe.delete(self.keys.worker(self.worker_id))
-                pipe.execute()
-        except redis.RedisError:
+                await pipe.execute()
+        except (redis.RedisError, *UNREACHABLE):
             log.warning("could not remove worker %s from the registry", self.worker_id)
-        self._client.close()
+        if self._client is not None:
+            await asyncio.to_thread(self._client.close)
 
     def track(self, attempt: Attempt) -> None:
+        """Renew ``attempt``'s lease from now on (from the thread: it is woken if idle)."""
         with self._lock:
             self._runs[attempt.run_id] = attempt.number
+            self._busy_at = time.monotonic()
+            if not self._renewing:
+                self._renewing = True
+                self._wake.set()
 
     def untrack(self, attempt: Attempt) -> None:
         """Stop renewing, unless a later attempt at the run took over the entry."""
@@ -92,28 +143,81 @@ class LeaseKeeper:
             if self._runs.get(attempt.run_id) == attempt.number:
                 del self._runs[attempt.run_id]
 
+    # -- the event loop's side: the registry entry while idle ----------------------------------
+    async def _presence_forever(self) -> None:
+        outage = OutageLog(log, "worker presence")
+        while True:
+            if not self.renewing:
+                try:
+                    async with self._presence_redis.pipeline(transaction=False) as pipe:
+                        self._register(pipe, 0)
+                        await pipe.execute()
+                    outage.ok()
+                except (redis.RedisError, *UNREACHABLE) as exc:
+                    outage.failed(exc)
+            await asyncio.sleep(self.settings.heartbeat_seconds)
+
+    # -- the thread's side ---------------------------------------------------------------------
     def _loop_forever(self) -> None:
         outage = OutageLog(log, "lease heartbeat")  # once per outage, not once per beat
+        holding = False  # whether the client may hold connections
         while not self._stop.is_set():
+            self._wake.clear()
             started = time.monotonic()
-            try:
-                self.beat()
-                outage.ok()
-            except redis.RedisError as exc:
-                outage.failed(exc)
+            runs = self._due(started)
+            if runs is None:
+                if holding:
+                    self._drop_connections()
+                    holding = False
+            else:
+                holding = True
+                try:
+                    self.beat(runs)
+                    outage.ok()
+                except Exception as exc:  # the thread must outlive any failure
+                    outage.failed(exc)
             elapsed = time.monotonic() - started
-            self._stop.wait(max(0.0, self.settings.heartbeat_seconds - elapsed))
+            self._wake.wait(max(0.0, self.settings.heartbeat_seconds - elapsed))
 
-    def beat(self) -> None:
+    def _due(self, now: float) -> list[tuple[str, int]] | None:
+        """The runs to renew on this beat; None: nothing to do (the loop writes the entry)."""
         with self._lock:
             runs = list(self._runs.items())
-        if self.keys.cluster:
-            verdicts = self._renew_per_node(runs)
-            with self._client.pipeline(transaction=False) as pipe:
-                self._register(pipe, len(runs))
-                pipe.execute()
+            if runs:
+                self._busy_at = now
+            elif self._renewing and now - self._busy_at >= self._linger:
+                self._renewing = False
+            return runs if self._renewing else None
+
+    def _connected(self) -> Any:
+        if self._client is None:
+            self._client = connect_sync(
+                self._redis_settings, client_name=f"hermes-queue:lease-keeper:{self.worker_id}"
+            )
+            self._renew = self._client.register_script(self.leases.renew_script)
+        return self._client
+
+    def _drop_connections(self) -> None:
+        """Close the client's connections (it reconnects on its next use)."""
+        client = self._client
+        if client is None:
+            return
+        if isinstance(client, redis.cluster.RedisCluster):
+            manager = client.nodes_manager
+            nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
+            pools = [n.redis_connection.connection_pool for n in nodes if n.redis_connection]
         else:
-            with self._client.pipeline(transaction=False) as pipe:
+            pools = [client.connection_pool]
+        for pool in pools:
+            with contextlib.suppress(Exception):
+                pool.disconnect()
+
+    def beat(self, runs: list[tuple[str, int]]) -> None:
+        client = self._connected()
+        if self.keys.cluster:
+            verdicts = self._renew_per_node(client, runs)
+        else:
+            with client.pipeline(transaction=False) as pipe:
                 for run_id, attempt in runs:
                     keys, args = self.leases.renew_args(run_id, attempt)
                     self._renew(keys=keys, args=args, client=pipe)
@@ -135,8 +239,9 @@ class LeaseKeeper:
         )
         pipe.expire(self.keys.worker(self.worker_id), int(self.settings.lease_seconds * 3))
 
-    def _renew_per_node(self, runs: list[tuple[str, int]]) -> dict[str, Any]:
-        """On a Redis Cluster: one pipelined round trip per node serving the runs' shards, each
+    def _renew_per_node(self, client: Any, runs: list[tuple[str, int]]) -> dict[str, Any]:
+        """On a Redis Cluster: one pipelined round trip per node serving the runs' shards (the
+        registry entry rides with the renewals of its node: its keys share a slot), each
         node's failure its own, so a primary that died leaves the leases on the others renewed.
         Nodes that failed on the last beat go last (a dead host costs a connect timeout), and a
         failure refreshes the slot table, so the next beat reaches the promoted replica. The
@@ -144,26 +249,31 @@ class LeaseKeeper:
         by_node: dict[str, list[tuple[str, int]]] = {}
         nodes: dict[str, Any] = {}
         for run_id, attempt in runs:
-            node = self._client.get_node_from_key(self.keys.run(run_id))  # type: ignore[attr-defined]
+            node = client.get_node_from_key(self.keys.run(run_id))
             by_node.setdefault(node.name, []).append((run_id, attempt))
             nodes[node.name] = node
+        registry = client.get_node_from_key(self.keys.workers)
+        by_node.setdefault(registry.name, [])
+        nodes.setdefault(registry.name, registry)
         verdicts: dict[str, Any] = {}
         failed: set[str] = set()
         for name in sorted(by_node, key=lambda name: name in self._failed_nodes):
-            client = self._client.get_redis_connection(nodes[name])  # type: ignore[attr-defined]
+            connection = client.get_redis_connection(nodes[name])
             try:
-                with client.pipeline(transaction=False) as pipe:
+                with connection.pipeline(transaction=False) as pipe:
                     for run_id, attempt in by_node[name]:
                         keys, args = self.leases.renew_args(run_id, attempt)
                         self._renew(keys=keys, args=args, client=pipe)
+                    if name == registry.name:
+                        self._register(pipe, len(runs))
                     results = pipe.execute()
             except redis.RedisError as exc:
                 log.warning("lease heartbeat to %s failed: %s", name, exc)
                 failed.add(name)
                 continue
-            verdicts.update(zip((run_id for run_id, _ in by_node[name]), results, strict=True))
+            verdicts.update(zip((run_id for run_id, _ in by_node[name]), results, strict=False))
         self._failed_nodes = failed
         if failed:
             with contextlib.suppress(redis.RedisError):
-                self._client.nodes_manager.initialize()  # type: ignore[attr-defined]
+                client.nodes_manager.initialize()
         return verdicts

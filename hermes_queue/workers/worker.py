@@ -245,6 +245,7 @@ class WorkerProcess:
             asyncio.get_running_loop(),
             runtime.signal,
             settings.worker.concurrency,
+            presence=redis,
             metrics_port=metrics_port,
         )
         runtime.keeper.start()
@@ -289,7 +290,7 @@ class WorkerProcess:
         runtime = self.runtime
         if runtime is not None:
             if runtime.keeper is not None:
-                await asyncio.to_thread(runtime.keeper.stop)
+                await runtime.keeper.aclose()
             await runtime.backend.aclose()
             await runtime.repository.aclose()
             if runtime.store is not None:

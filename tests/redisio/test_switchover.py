@@ -1,7 +1,8 @@
 """redisio/switchover.py against real servers of its own (a primary and a replica, never the
 shared Redis: a pause there would stall every other test): a call refused as not applied
 (READONLY, no connection) waits for a writable primary within ``redis_switchover_wait_seconds``;
-a call that may have been applied is never sent again."""
+a call that may have been applied is not sent again unless it is safe to
+(tests/failover/test_resend.py)."""
 
 from __future__ import annotations
 

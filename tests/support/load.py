@@ -119,6 +119,8 @@ class Load:
     fields: dict[str, Any] = field(default_factory=dict)
     accepted: list[RunTrace] = field(default_factory=list)
     refused: Counter[str] = field(default_factory=Counter)
+    # Answers other than 200 to the readers' requests (they resume on the other replica).
+    read_refused: Counter[str] = field(default_factory=Counter)
     hangs: int = 0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -217,6 +219,8 @@ class Load:
                     if 400 <= response.status < 500:
                         trace.end = f"HTTP {response.status}"
                         return
+                    if response.status != 200:
+                        self.read_refused[await _answer(response)] += 1
                     if response.status == 200:
                         async for frame in iter_sse(response):
                             if frame.comment and frame.comment not in (
@@ -273,6 +277,16 @@ class Load:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             trace.record_answer = repr(exc)
         return trace.record.get("status")
+
+
+async def _answer(response: aiohttp.ClientResponse) -> str:
+    """``503 redis_unavailable``: an error answer's status and code."""
+    try:
+        body = await response.json(content_type=None)
+    except (aiohttp.ClientError, ValueError):
+        body = None
+    code = (body.get("error") or {}).get("code") if isinstance(body, dict) else None
+    return f"{response.status} {code}"
 
 
 def record_problems(trace: RunTrace) -> list[str]:

@@ -7,9 +7,22 @@
 -- reply says 'abandoned' so the caller stops it.
 -- KEYS: record, queue, active, pending, blocked, readers, turn_order, fair (active, pending: the
 --       session's; readers: the new run's)
+-- An earlier send of this very call having created the run (created_by in prelude.lua: sent
+-- again after a lost reply), it answers as that send did, as far as it still holds: 'waiting'
+-- while the run is parked, else 'created'.
 -- ARGV: run_id, record_ttl_s, wake_channel, strategy, reader_id ('' when no request reads the
 --       run), reader_ttl_ms, tenant, weight, field, value, ...
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists'} end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if not created_by(KEYS[1], ARGV, 9) then return {'exists'} end
+  local active = redis.call('GET', KEYS[3])
+  if active and active ~= KEYS[1] and redis.call('ZSCORE', KEYS[5], KEYS[1]) then
+    if abandoned(active) then
+      return {'waiting', redis.call('HGET', active, 'run_id'), 'abandoned'}
+    end
+    return {'waiting', redis.call('HGET', active, 'run_id')}
+  end
+  return {'created'}
+end
 local current = redis.call('GET', KEYS[3])
 if current then
   local status = redis.call('HGET', current, 'status')

@@ -198,6 +198,25 @@ local function abandoned(record)
   return redis.call('ZCOUNT', f[1], now_ms(), '+inf') == 0
 end
 
+-- Whether the existing ``record`` was written by an earlier send of this very creation: its
+-- created_at, session_id and request are those of the field list argv[first], argv[first + 1],
+-- ... (NewRun.fields). A create is sent again after a failure that may have been applied (the
+-- connection cut while the reply was on its way: redisio/replication.py); another creation of
+-- the same id (a scheduled tick fired by a second worker) differs at least in created_at. Such
+-- a record is touched (created_at written again, unchanged), so the WAIT after this call
+-- covers it as it covered the first send.
+local function created_by(record, argv, first)
+  local mine = {}
+  for i = first, #argv - 1, 2 do mine[argv[i]] = argv[i + 1] end
+  local found = redis.call('HMGET', record, 'created_at', 'session_id', 'request')
+  if not mine.created_at or found[1] ~= mine.created_at or found[2] ~= mine.session_id
+      or found[3] ~= mine.request then
+    return false
+  end
+  redis.call('HSET', record, 'created_at', found[1])
+  return true
+end
+
 local function fenced(record, attempt)
   local f = redis.call('HMGET', record, 'attempt', 'status')
   return f[1] == attempt and ACTIVE[f[2] or ''] == true

@@ -1,0 +1,72 @@
+"""An idle worker on a Redis Cluster holds at most two connections per node (issue 35): its
+wake-up listener's and its pool's one (``redisio.cluster.trim_idle`` closes the surplus); the
+lease keeper's thread holds none until it has a run to renew, and then renews it while the
+event loop is blocked (``workers/lease_keeper.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from hermes_queue.config import Settings
+from hermes_queue.redisio.cluster import trim_idle
+from hermes_queue.workers import lease_keeper
+from tests.support.blocked_loop import LINGER, check_leases_renewed_while_blocked
+from tests.support.inprocess import running_worker
+from tests.support.polling import eventually
+from tests.support.redis_cluster import RedisCluster
+
+
+def node_clients(cluster: RedisCluster) -> list[Callable[[], redis.Redis]]:
+    return [lambda node=node: node.client(timeout=2) for node in cluster.primary_nodes()]
+
+
+def clients(node: Callable[[], redis.Redis]) -> dict[int, str]:
+    """The node's connections by id -> name, less the one asking."""
+    with node() as client:
+        me = client.client_id()
+        return {int(c["id"]): c["name"] for c in client.client_list() if int(c["id"]) != me}
+
+
+@pytest.mark.timeout(90)
+async def test_an_idle_worker_holds_at_most_two_connections_per_node(
+    cluster_settings: Settings, redis_cluster: RedisCluster
+) -> None:
+    nodes = node_clients(redis_cluster)
+    before = [set(clients(node)) for node in nodes]
+    async with running_worker(cluster_settings) as worker:
+        keeper = worker.handler.runtime.keeper  # type: ignore[union-attr]
+
+        async def workers_connections() -> list[dict[int, str]]:
+            # What the worker's periodic trim does (every 30 s): then count.
+            await trim_idle(worker.pool)  # type: ignore[arg-type]
+            return [
+                {i: n for i, n in clients(node).items() if i not in old}
+                for node, old in zip(nodes, before, strict=True)
+            ]
+
+        per_node = await eventually(
+            workers_connections,
+            lambda found: all(len(conns) <= 2 for conns in found),
+            within=30,
+            what="an idle worker with at most two connections per node",
+        )
+        assert not keeper.renewing
+    for conns in per_node:
+        names = sorted(conns.values())
+        # One wake-up listener per node (named), the rest the pool's (unnamed).
+        assert sum(n.startswith("hermes-queue:listener:") for n in names) == 1, per_node
+        assert not any("lease-keeper" in n for n in names), per_node
+
+
+@pytest.mark.timeout(90)
+async def test_leases_are_renewed_while_the_loop_is_blocked_from_an_idle_keeper(
+    cluster_settings: Settings, redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lease_keeper, "LINGER_SECONDS", LINGER)
+    with redis_cluster.client() as admin:
+        await check_leases_renewed_while_blocked(
+            cluster_settings, admin, node_clients(redis_cluster)
+        )
