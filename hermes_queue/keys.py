@@ -133,6 +133,17 @@ class Keys:
         Redis clock)."""
         return f"{self._base(shard)}:queue"
 
+    def turn_order_at(self, shard: int) -> str:
+        """Sorted set: the same run ids as the queue, scored by their turn (a virtual start time:
+        ``runs/lua/prelude.lua`` ``enqueue``), so the lowest is the run a worker takes next and
+        tenants with runs queued take turns by weight."""
+        return f"{self._base(shard)}:turns"
+
+    def fair_at(self, shard: int) -> str:
+        """Hash: the shard's fair-turn state: ``v`` (the turn of the run taken last),
+        ``l:<tenant>`` (the tenant's last turn) and ``n:<tenant>`` (its queued runs)."""
+        return f"{self._base(shard)}:fair"
+
     def leases_at(self, shard: int) -> str:
         """Sorted set: the shard's running run id -> lease deadline (ms). Reapers scan its
         head."""
@@ -167,6 +178,12 @@ class Keys:
     # The shard's keys of one run's own shard: what its scripts name beside the run's keys.
     def queue_of(self, run_id: str) -> str:
         return self.queue_at(self.shard_of(run_id))
+
+    def turn_order_of(self, run_id: str) -> str:
+        return self.turn_order_at(self.shard_of(run_id))
+
+    def fair_of(self, run_id: str) -> str:
+        return self.fair_at(self.shard_of(run_id))
 
     def leases_of(self, run_id: str) -> str:
         return self.leases_at(self.shard_of(run_id))

@@ -116,3 +116,18 @@ def test_api_key_is_resolved_from_env_or_file_only_on_demand(tmp_path: Path) -> 
     assert resolve_api_key(by_file, {}) == "sk-2"
     with pytest.raises(CredentialsUnavailable, match="A_KEY"):
         resolve_api_key(by_env, {})
+
+
+def test_tenant_weights_are_read_from_env_and_bad_ones_named() -> None:
+    settings = load_settings({"HERMES_QUEUE_TENANT_WEIGHTS": "acme=2, globex=0.5"})
+    assert settings.runs.weight_of("acme") == 2.0
+    assert settings.runs.weight_of("globex") == 0.5
+    assert settings.runs.weight_of("initech") == 1.0  # not named: weighs 1
+    for bad, says in [
+        ("acme", "no '='"),
+        ("acme=0", "above 0"),
+        ("acme=much", "above 0"),
+        ("Acme=1", "tenant name"),
+    ]:
+        with pytest.raises(ConfigError, match=says):
+            load_settings({"HERMES_QUEUE_TENANT_WEIGHTS": bad})

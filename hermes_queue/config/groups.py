@@ -10,6 +10,7 @@ each field knows its flat name (``RedisSettings.url`` is ``redis_url``,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -31,7 +32,7 @@ from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.logs import LOG_FORMATS, mask_url
 from hermes_queue.providers import ProviderSettings, RouteSettings
-from hermes_queue.tenants import TenantKey, TenantKeyError, configured_keys
+from hermes_queue.tenants import TenantKey, TenantKeyError, configured_keys, tenant_problem
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -101,8 +102,16 @@ class RunSettings(Group):
     # Run creation, stop, approval answers and the terminal transition wait until this many
     # replicas acknowledged them (Redis WAIT), so a 2xx survives a failover (0: do not wait).
     min_replicas: int = named("redis_min_replicas", 0)
+    # Fair turns (runs/lua/prelude.lua enqueue): comma-separated tenant=weight pairs; a tenant
+    # with weight 2 takes two turns to another's one while both have runs queued. Unnamed
+    # tenants weigh 1.
+    tenant_weights: str = ""
+
+    def weight_of(self, tenant: str) -> float:
+        return tenant_weights(self.tenant_weights).get(tenant, 1.0)
 
     def validate(self) -> None:
+        tenant_weights(self.tenant_weights)
         if self.lease_seconds <= self.heartbeat_seconds * 2:
             raise ConfigError(
                 f"lease_seconds ({self.lease_seconds}) must be more than twice "
@@ -114,6 +123,28 @@ class RunSettings(Group):
         not_negative(self.stream_coalesce_ms, "stream_coalesce_ms")
         if self.approval_timeout_seconds <= 0:
             raise ConfigError("approval_timeout_seconds must be positive")
+
+
+@functools.cache
+def tenant_weights(text: str) -> dict[str, float]:
+    """``tenant_weights`` read: tenant -> weight (a positive number); raises ``ConfigError``."""
+    weights: dict[str, float] = {}
+    for pair in (p.strip() for p in text.split(",")):
+        if not pair:
+            continue
+        tenant, sep, value = (part.strip() for part in pair.partition("="))
+        problem = tenant_problem(tenant) if sep else "no '=' between tenant and weight"
+        if problem is None:
+            try:
+                weight = float(value)
+            except ValueError:
+                weight = 0.0
+            if not 0 < weight <= 1000:
+                problem = f"weight {value[:20]!r} is not a number above 0 and up to 1000"
+            weights[tenant] = weight
+        if problem is not None:
+            raise ConfigError(f"tenant_weights: {pair[:60]!r}: {problem}")
+    return weights
 
 
 @dataclass(frozen=True, repr=False)

@@ -66,8 +66,10 @@ class WakeableWorker(Worker):
         self.handler: JobHandler | None = None
         # Set by build_worker; tests reach the worker's metrics through it.
         self.metrics: WorkerMetrics | None = None
-        # Every shard's queue (keys.py), polled together; one without a Redis Cluster.
+        # Every shard's turn order (keys.py: turn_order_at), polled together, and beside each
+        # its fair-turn state (fair_at: the turn in service, v); one of each without a cluster.
         self.queue_names: list[str] = [self.queue_name]
+        self.fair_names: list[str] = []
         # The shards the next poll reads: those woken since the last one; None: every shard
         # (the timed poll, a freed slot, a listener that reconnected, or a wake naming none).
         self._poll_due: set[int] | None = None
@@ -201,28 +203,41 @@ class WakeableWorker(Worker):
         await self.heart_beat()
 
     async def _queue_heads(self, free: int) -> list[bytes]:
-        """Up to ``free`` queued run ids, oldest first. On a cluster the queue heads of the
-        shards due (woken since the last poll; every shard on the timed poll or after a full
-        page) are read in one pipelined call (a round trip per node, in parallel) and the
-        oldest ids of them all are taken, so no shard waits behind another, and a wake-up
-        costs one read, not one per shard."""
+        """Up to ``free`` queued run ids, next turn first. On a cluster the turn-order heads of
+        the shards due (woken since the last poll; every shard on the timed poll or after a
+        full page) are read in one pipelined call (a round trip per node, in parallel), each
+        with its shard's turn in service, and the ids of them all nearest their shard's turn
+        are taken (each shard keeps its own turns: they compare by distance from them), so
+        no shard waits behind another, and a wake-up costs one read, not one per shard."""
         due, self._poll_due = self._poll_due, set()
         if len(self.queue_names) == 1:
             ids: list[bytes] = await self.pool.zrange(self.queue_names[0], 0, free - 1)
             self.queue_may_hold_more = len(ids) == free
             return ids
-        names = self.queue_names if due is None else [self.queue_names[s] for s in sorted(due)]
-        if not names:
+        shards = range(len(self.queue_names)) if due is None else sorted(due)
+        if not shards:
             return []
         async with self.pool.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.zrange(name, 0, free - 1, withscores=True)
-            pages: list[list[tuple[bytes, float]]] = await pipe.execute()
-        merged = sorted((entry for page in pages for entry in page), key=lambda entry: entry[1])
+            for shard in shards:
+                pipe.zrange(self.queue_names[shard], 0, free - 1, withscores=True)
+                if self.fair_names:
+                    pipe.hget(self.fair_names[shard], "v")
+            replies = await pipe.execute()
+        step = 2 if self.fair_names else 1
+        pages: list[list[tuple[bytes, float]]] = replies[::step]
+        in_service = [float(v or 0) for v in replies[1::2]] if self.fair_names else []
+        merged = sorted(
+            (
+                (run_id, turn - (in_service[i] if in_service else 0.0))
+                for i, page in enumerate(pages)
+                for run_id, turn in page
+            ),
+            key=lambda entry: entry[1],
+        )
         self.queue_may_hold_more = len(merged) > free or any(len(p) == free for p in pages)
         if self.queue_may_hold_more:
             self._poll_due = None  # what was left behind may be in any shard read
-        return [run_id for run_id, _queued_at in merged[:free]]
+        return [run_id for run_id, _distance in merged[:free]]
 
     def _slot_freed(self, _task: asyncio.Task[None]) -> None:
         self.job_counter -= 1
@@ -366,6 +381,7 @@ def queue_worker(
         log_results=False,
     )
     worker.handler = handler
-    worker.queue_names = [keys.queue_at(shard) for shard in keys.shard_ids]
+    worker.queue_names = [keys.turn_order_at(shard) for shard in keys.shard_ids]
+    worker.fair_names = [keys.fair_at(shard) for shard in keys.shard_ids]
     worker.wait_for_redis = functools.partial(wait_until_answering, redis, "worker")
     return worker

@@ -148,6 +148,8 @@ class RunRepository:
                 run.run_id,
                 self._record_ttl,
                 self.keys.wake_channel_of(run.run_id),
+                run.tenant,
+                repr(self.settings.weight_of(run.tenant)),
                 *_flat(self._fields(run)),
             ],
         )
@@ -170,6 +172,8 @@ class RunRepository:
                 strategy,
                 read_by or "",
                 PRESENCE_TTL_MS,
+                run.tenant,
+                repr(self.settings.weight_of(run.tenant)),
                 *_flat(self._fields(run)),
             ],
         )

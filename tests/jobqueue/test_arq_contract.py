@@ -155,21 +155,25 @@ async def test_a_delivery_runs_the_queued_id_and_writes_no_per_job_key(
     assert handler.runs == [run_id]
     assert handler.per_job_keys == {run_id: 0}
     assert worker.jobs_complete == 1
-    await redis.zrem(Keys(settings.redis.namespace).queue, run_id)
+    keys = Keys(settings.redis.namespace)
+    await redis.zrem(keys.queue, run_id)
+    await redis.zrem(keys.turn_order_at(0), run_id)
 
 
 class QueueTakingHandler(RecordingHandler):
-    """Takes each delivered run off the queue, as the claim does, then holds it briefly."""
+    """Takes each delivered run off the queue and the turn order, as the claim does, then holds
+    it briefly."""
 
-    def __init__(self, redis: Any, queue: str, expected: int) -> None:
+    def __init__(self, redis: Any, keys: Keys, expected: int) -> None:
         super().__init__(redis)
-        self.queue = queue
+        self.keys = keys
         self.expected = expected
         self.all_taken = asyncio.Event()
 
     async def run(self, run_id: str) -> str:
-        if not await self.redis.zrem(self.queue, run_id):
+        if not await self.redis.zrem(self.keys.queue, run_id):
             return "gone"
+        await self.redis.zrem(self.keys.turn_order_at(0), run_id)
         self.runs.append(run_id)
         if len(self.runs) == self.expected:
             self.all_taken.set()
@@ -187,7 +191,7 @@ async def test_runs_queued_beyond_the_free_slots_start_as_slots_free_without_the
     queued = [new_run_id() for _ in range(7)]
     for run_id in queued:
         assert await repository.create(NewRun(run_id, "s", TurnRequest()))
-    handler = QueueTakingHandler(redis, Keys(settings.redis.namespace).queue, len(queued))
+    handler = QueueTakingHandler(redis, Keys(settings.redis.namespace), len(queued))
     worker = queue_worker(settings.redis, settings.worker, handler, handle_signals=False)
     task = worker.start()
     try:

@@ -4,16 +4,20 @@
 -- just dropped. A lost run goes back to the queue through the reaper.
 -- Every run is claimed, so the record is read once (the reply: its fields as read, then the
 -- ones written here, which the caller's later pairs let win) and written once.
--- KEYS: record, leases, queue, stats
+-- KEYS: record, leases, queue, stats, turn_order, fair
 -- ARGV: run_id, worker_id, lease_ms, ts, record_ttl_s
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then return {'gone'} end
 local fields = redis.call('HGETALL', KEYS[1])
-if #fields == 0 then return {'missing'} end
-local status, attempt = nil, 0
+local status, attempt, tenant = nil, 0, 'default'
 for i = 1, #fields, 2 do
   if fields[i] == 'status' then status = fields[i + 1]
-  elseif fields[i] == 'attempt' then attempt = tonumber(fields[i + 1]) end
+  elseif fields[i] == 'attempt' then attempt = tonumber(fields[i + 1])
+  elseif fields[i] == 'tenant' then tenant = fields[i + 1] end
 end
+-- A record gone (it cannot expire while queued: its TTL outlives the queue wait) has no tenant
+-- to count down.
+dequeued(KEYS[5], KEYS[6], ARGV[1], #fields > 0 and tenant or nil, true)
+if #fields == 0 then return {'missing'} end
 if TERMINAL[status] then return {'terminal'} end
 if status ~= 'queued' then return {'busy'} end
 attempt = attempt + 1

@@ -5,15 +5,15 @@
 -- An abandoned active run (started by a request that reads it, and nobody reads it any more:
 -- streams/presence.py) never blocks: the new run parks behind it whatever the strategy, and the
 -- reply says 'abandoned' so the caller stops it.
--- KEYS: record, queue, active, pending, blocked, readers (active, pending: the session's; readers:
---       the new run's)
+-- KEYS: record, queue, active, pending, blocked, readers, turn_order, fair (active, pending: the
+--       session's; readers: the new run's)
 -- An earlier send of this very call having created the run (created_by in prelude.lua: sent
 -- again after a lost reply), it answers as that send did, as far as it still holds: 'waiting'
 -- while the run is parked, else 'created'.
 -- ARGV: run_id, record_ttl_s, wake_channel, strategy, reader_id ('' when no request reads the
---       run), reader_ttl_ms, field, value, ...
+--       run), reader_ttl_ms, tenant, weight, field, value, ...
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  if not created_by(KEYS[1], ARGV, 7) then return {'exists'} end
+  if not created_by(KEYS[1], ARGV, 9) then return {'exists'} end
   local active = redis.call('GET', KEYS[3])
   if active and active ~= KEYS[1] and redis.call('ZSCORE', KEYS[5], KEYS[1]) then
     if abandoned(active) then
@@ -35,9 +35,10 @@ local superseded = current and abandoned(current)
 if current and ARGV[4] == 'reject' and not superseded then
   return {'busy', redis.call('HGET', current, 'run_id')}
 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 7))
+redis.call('HSET', KEYS[1], unpack(ARGV, 9))
 redis.call('HSET', KEYS[1], 'active_key', KEYS[3], 'pending_key', KEYS[4], 'queue_key', KEYS[2],
-  'wake_channel', ARGV[3], 'blocked_key', KEYS[5])
+  'wake_channel', ARGV[3], 'blocked_key', KEYS[5], 'order_key', KEYS[7], 'fair_key', KEYS[8],
+  'weight', ARGV[8])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 if ARGV[5] ~= '' then
   -- Its request reads it from now on; until that request subscribes, this entry vouches.
@@ -54,6 +55,6 @@ if current then
   return {'waiting', redis.call('HGET', current, 'run_id')}
 end
 redis.call('SET', KEYS[3], KEYS[1])
-redis.call('ZADD', KEYS[2], now_ms(), ARGV[1])
+enqueue(KEYS[2], KEYS[7], KEYS[8], ARGV[1], ARGV[7], ARGV[8], now_ms())
 redis.call('PUBLISH', ARGV[3], ARGV[1])
 return {'created'}

@@ -8,6 +8,47 @@ end
 local ACTIVE = {running = true, stopping = true, waiting_for_approval = true}
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 
+-- Fair turns between tenants (keys.py: turn_order, fair). The queue (scored by the time a run
+-- was queued) says how long runs wait; the turn order says which one a worker takes next, by
+-- start-time fair queuing: the shard's virtual time ``v`` is the tag of the run taken last,
+-- and a new run is tagged one step (1 / its tenant's weight) after the later of ``v`` and its
+-- tenant's previous tag (``l:<tenant>``). So a tenant with nothing queued starts right after the
+-- run in service, a backlog takes one turn in each round, tenants with runs queued alternate
+-- by weight, and a tenant alone takes every free slot in order (workers take the lowest tags,
+-- whatever v). No tenant can owe turns for what it ran while nobody else waited. ``fair``
+-- also counts each tenant's queued runs (``n:<tenant>``) for depth per tenant.
+local function enqueue(queue, order, fair, run_id, tenant, weight, now)
+  local f = redis.call('HMGET', fair, 'v', 'l:' .. tenant)
+  local tag = math.max(tonumber(f[1] or '0'), tonumber(f[2] or '0')) + 1 / (tonumber(weight) or 1)
+  redis.call('HSET', fair, 'l:' .. tenant, tag)
+  redis.call('HINCRBY', fair, 'n:' .. tenant, 1)
+  redis.call('ZADD', order, tag, run_id)
+  redis.call('ZADD', queue, now, run_id)
+end
+
+-- A run that was taken goes back (its worker died, or handed it back): first in the turn
+-- order, as it already had its turn.
+local function requeue(queue, order, fair, run_id, tenant, now)
+  redis.call('HINCRBY', fair, 'n:' .. tenant, 1)
+  redis.call('ZADD', order, tonumber(redis.call('HGET', fair, 'v') or '0'), run_id)
+  redis.call('ZADD', queue, now, run_id)
+end
+
+-- A queued run left the queue (its ZREM from ``queue`` done by the caller, which decides on
+-- it): out of the turn order, its tenant's count down; taken (``taken``), it moves v.
+local function dequeued(order, fair, run_id, tenant, taken)
+  if taken then
+    local tag = tonumber(redis.call('ZSCORE', order, run_id) or '0')
+    if tag > tonumber(redis.call('HGET', fair, 'v') or '0') then
+      redis.call('HSET', fair, 'v', tag)
+    end
+  end
+  redis.call('ZREM', order, run_id)
+  if tenant and redis.call('HINCRBY', fair, 'n:' .. tenant, -1) <= 0 then
+    redis.call('HDEL', fair, 'n:' .. tenant)
+  end
+end
+
 -- Per-minute counters (claimed, completed, failed, cancelled; keys.py: stats) for throughput
 -- and the drain rate behind backpressure's Retry-After. An hour of buckets is kept: the TTL is
 -- set by the first count of each field, which includes the one that created the bucket.
@@ -96,10 +137,11 @@ local function settle_session(record, state)
       return
     end
     if blocked_key then redis.call('ZREM', blocked_key, next_record) end
-    local f = redis.call('HMGET', next_record, 'status', 'run_id', 'queue_key', 'wake_channel')
+    local f = redis.call('HMGET', next_record, 'status', 'run_id', 'queue_key', 'wake_channel',
+      'order_key', 'fair_key', 'tenant', 'weight')
     if f[1] == 'queued' then
       redis.call('SET', active_key, next_record)
-      redis.call('ZADD', f[3], now_ms(), f[2])
+      enqueue(f[3], f[5], f[6], f[2], f[7] or 'default', f[8], now_ms())
       redis.call('PUBLISH', f[4], f[2])
       return
     end

@@ -1,7 +1,7 @@
 -- Act on a run whose lease expired: its worker died or froze. A run being stopped ends
 -- cancelled; one out of attempts fails with reason worker_lost; otherwise it goes back to the
 -- queue and the next claim announces run.restarted.
--- KEYS: record, events, leases, queue, stats, failures
+-- KEYS: record, events, leases, queue, stats, failures, turn_order, fair
 -- ARGV: run_id, max_attempts, ts, retention_s, maxlen, wake_channel, failed_data,
 --       cancelled_data, error_text, reason (worker_lost)
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
@@ -27,6 +27,7 @@ end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[3])
 redis.call('HDEL', KEYS[1], 'worker')
 redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZADD', KEYS[4], now_ms(), ARGV[1])
+requeue(KEYS[4], KEYS[7], KEYS[8], ARGV[1], redis.call('HGET', KEYS[1], 'tenant') or 'default',
+  now_ms())
 redis.call('PUBLISH', ARGV[6], ARGV[1])
 return 'requeued'

@@ -1,7 +1,7 @@
 -- Stop request from any replica. A queued run is cancelled on the spot (it will never start);
 -- a running one is marked stopping and its worker is told over pub/sub (the lease keeper also
 -- sees the flag on its next beat, so a lost message only delays the stop).
--- KEYS: record, events, leases, queue, stats
+-- KEYS: record, events, leases, queue, stats, turn_order, fair
 -- ARGV: run_id, ts, retention_s, maxlen, control_channel
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'missing'} end
@@ -11,7 +11,9 @@ if status == 'queued' then
   local attempt = redis.call('HGET', KEYS[1], 'attempt') or '0'
   finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], nil, ARGV[1], 'cancelled', attempt, ARGV[2],
     ARGV[3], ARGV[4], {'run.cancelled', '{}'}, {})
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  if redis.call('ZREM', KEYS[4], ARGV[1]) == 1 then
+    dequeued(KEYS[6], KEYS[7], ARGV[1], redis.call('HGET', KEYS[1], 'tenant') or 'default', false)
+  end
   return {'cancelled', 'cancelled'}
 end
 redis.call('HSET', KEYS[1], 'status', 'stopping', 'last_event', 'run.stopping', 'updated_at', ARGV[2])
