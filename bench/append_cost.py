@@ -1,6 +1,6 @@
 """What one event append costs the worker's event loop, layer by layer, with nothing idle.
 
-A streamed token at one client is one append (round 4 of #14 in docs/performance.md). This
+A streamed token at one client is one append (docs/performance.md, "The floor"). This
 separates what our layers add to it from the round trip underneath, in one process, in a
 tight loop (so no wake-up from idle is in any figure; ``wakeup_cost.py`` measures those):
 

@@ -4,7 +4,7 @@ At one client and spaced-out tokens, every token wakes something idle at each ha
 way (the agent's thread → the worker's loop → Redis → the API's loop → the client), and a wake
 costs CPU on both sides however little work it carries. This measures that unit, with nothing
 of hermes-queue in it, so the floor's overhead figures can be read against it
-(docs/performance.md, "Close to the floor, round 3"):
+(docs/performance.md, "The floor"):
 
 - *loop iteration*: ``await asyncio.sleep(0)`` on a busy uvloop loop (no wake-up);
 - *thread → loop*: a thread posts to an idle uvloop loop with ``call_soon_threadsafe``, one

@@ -89,7 +89,8 @@ class RunSettings(Group):
     # frames and Redis commands per token, for up to this much added latency per delta. 80 ms
     # is below what a reader can tell apart (a perceptual moment is ~100 ms; a word takes a
     # reader ~240 ms) and halves Redis CPU per token at 50 tokens/s (docs/performance.md,
-    # issue 25). 0: deltas are merged only while an append is in flight (no added latency).
+    # Redis CPU per token). 0: deltas are merged only while an append is in flight (no added
+    # latency).
     stream_coalesce_ms: float = 80.0
     lease_seconds: float = 10.0
     heartbeat_seconds: float = 1.0

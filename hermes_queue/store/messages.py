@@ -81,7 +81,7 @@ class MessagesMixin(SessionRowsMixin):
         One operation because both are on the way to a turn's first token, and each store
         operation is a hand-off to SQLite's thread and back (or a PostgreSQL round trip); one
         transaction also means one commit. (At 32 streaming turns on one worker the TTFT
-        gain was within the noise of three A/B pairs: docs/performance.md, round 3.)
+        gain was within the noise of three A/B pairs: docs/performance.md, design choices.)
         """
         async with self._write() as conn:
             history = None

@@ -3,10 +3,10 @@
 Why not aiosqlite (what the store used before): it hops to its thread and back for every
 statement, cursor fetch and cursor close, each hop a cross-thread wake-up on both sides and a
 turn of the caller's event loop. A turn's writes were ~15 such hops, and at a few hundred turns
-a second they were a large part of a worker's CPU (docs/performance.md, "Close to the floor,
-round 3"). Here a whole operation (its transaction, every statement in it) runs on this thread
-in one go, so an operation costs one hop in and one hop out, and the caller's loop never waits
-on the disk or on SQLite's write lock.
+a second they were a large part of a worker's CPU (docs/performance.md, "Design choices and
+the A/B behind them"). Here a whole operation (its transaction, every statement in it) runs on
+this thread in one go, so an operation costs one hop in and one hop out, and the caller's loop
+never waits on the disk or on SQLite's write lock.
 """
 
 from __future__ import annotations

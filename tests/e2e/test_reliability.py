@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hermes_queue.client import HermesQueueClient
@@ -27,11 +28,14 @@ def stream(cluster: Cluster, run_id: str) -> list[RunEvent]:
     return [decode_entry(run_id, entry_id, fields) for entry_id, fields in entries]
 
 
-async def test_killed_worker_run_fails_with_worker_lost(cluster: Cluster, client_for: Any) -> None:
+async def test_killed_worker_run_fails_with_worker_lost(
+    cluster: Cluster, client_for: Any, tmp_path: Path
+) -> None:
     url = await cluster.start_api(max_attempts=1)
     worker = await cluster.start_worker(max_attempts=1)
     async with client_for(url) as client:
-        run_id = await client.create_run("long one [slow]")
+        # Held mid-reply until the gate file exists (never, here): killed while it runs.
+        run_id = await client.create_run(f"long one [gate:{tmp_path / 'gate'}]")
         seen = await first_event(client, run_id, "message.delta")
         worker.kill()
         tail = await rest(client, run_id, seen)
@@ -42,14 +46,16 @@ async def test_killed_worker_run_fails_with_worker_lost(cluster: Cluster, client
 
 
 async def test_killed_worker_run_is_retried_to_completion(
-    cluster: Cluster, client_for: Any
+    cluster: Cluster, client_for: Any, tmp_path: Path
 ) -> None:
     url = await cluster.start_api(max_attempts=2)
     doomed = await cluster.start_worker(max_attempts=2)
+    gate = tmp_path / "gate"
     async with client_for(url) as client:
-        run_id = await client.create_run("again please [slow:0.05]")
+        run_id = await client.create_run(f"again please [gate:{gate}]")
         seen = await first_event(client, run_id, "message.delta")
-        doomed.kill()
+        doomed.kill()  # held mid-reply at the gate: it cannot have finished
+        gate.touch()
         await cluster.start_worker(max_attempts=2)
         tail = await rest(client, run_id, seen)
         status = await client.get_run(run_id)
@@ -64,17 +70,19 @@ async def test_killed_worker_run_is_retried_to_completion(
 
 
 async def test_frozen_worker_cannot_write_after_losing_its_lease(
-    cluster: Cluster, client_for: Any
+    cluster: Cluster, client_for: Any, tmp_path: Path
 ) -> None:
     url = await cluster.start_api(max_attempts=1)
     worker = await cluster.start_worker(max_attempts=1)
+    gate = tmp_path / "gate"
     async with client_for(url) as client:
-        run_id = await client.create_run("frozen [slow:0.1]")
+        run_id = await client.create_run(f"frozen [gate:{gate}]")
         seen = await first_event(client, run_id, "message.delta")
-        worker.pause()
+        worker.pause()  # held mid-reply at the gate: frozen before it could finish
         tail = await rest(client, run_id, seen)
         assert tail[-1]["event"] == "run.failed"
         settled = stream(cluster, run_id)
+        gate.touch()  # once thawed, it goes on with the reply: every write must be refused
         worker.resume()
         await worker.wait_for_log("lost its lease")
         status = await client.get_run(run_id)
@@ -101,11 +109,14 @@ async def test_stop_queued_run_never_starts(cluster: Cluster, client_for: Any) -
     assert again["status"] == "cancelled" and again["object"] == "hermes.run"
 
 
-async def test_stop_running_run_from_another_replica(cluster: Cluster, client_for: Any) -> None:
+async def test_stop_running_run_from_another_replica(
+    cluster: Cluster, client_for: Any, tmp_path: Path
+) -> None:
     first, second = await cluster.start_api(), await cluster.start_api()
     await cluster.start_worker()
     async with client_for(first) as client, client_for(second) as other:
-        run_id = await client.create_run("stop me [slow]")
+        # Held mid-reply (the gate file never appears): running until it is stopped.
+        run_id = await client.create_run(f"stop me [gate:{tmp_path / 'gate'}]")
         seen = await first_event(client, run_id, "message.delta")
         assert (await other.stop_run(run_id))["status"] == "stopping"
         tail = await rest(client, run_id, seen)
@@ -127,16 +138,18 @@ async def test_worker_drains_running_turn_on_sigterm(cluster: Cluster, client_fo
 
 
 async def test_worker_hands_back_unfinished_turn_after_drain_window(
-    cluster: Cluster, client_for: Any
+    cluster: Cluster, client_for: Any, tmp_path: Path
 ) -> None:
     url = await cluster.start_api()
     leaving = await cluster.start_worker(drain_seconds=0)
+    gate = tmp_path / "gate"
     async with client_for(url) as client:
-        run_id = await client.create_run("hand me over [slow:0.1]")
+        run_id = await client.create_run(f"hand me over [gate:{gate}]")
         seen = await first_event(client, run_id, "message.delta")
-        leaving.process.send_signal(15)
+        leaving.process.send_signal(15)  # held mid-reply at the gate: unfinished for sure
         assert leaving.process.wait(20) == 0
         assert (await client.get_run(run_id))["status"] == "queued"
+        gate.touch()
         await cluster.start_worker()
         tail = await rest(client, run_id, seen)
     names = [p["event"] for p in tail]

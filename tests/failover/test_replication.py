@@ -99,6 +99,23 @@ async def test_api_answers_503_when_a_run_was_not_replicated(
     assert status.status == 200  # the run the failed request created
 
 
+async def _until_busy(node: Any) -> None:
+    """Returns once the server is inside its ``DEBUG SLEEP``: a ``PING`` on a connection of its
+    own goes unanswered (one answered means the sleep has not begun yet: ask again)."""
+    probe = aioredis.Redis(host=node.host, port=node.port)
+    try:
+        for _ in range(100):
+            ping = asyncio.ensure_future(probe.ping())
+            done, _ = await asyncio.wait([ping], timeout=0.2)
+            if not done:
+                ping.cancel()
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("the replica never started its DEBUG SLEEP")
+    finally:
+        await probe.aclose()
+
+
 async def test_an_acknowledged_write_is_on_the_replica_when_the_call_returns(
     pair: SentinelGroup, namespace: str
 ) -> None:
@@ -118,9 +135,10 @@ async def test_an_acknowledged_write_is_on_the_replica_when_the_call_returns(
             assert await mirror.hget(repo.keys.run(run_id), "status") == b"queued"
             await repo.request_stop(run_id)
             assert await mirror.hget(repo.keys.run(run_id), "status") == b"cancelled"
-        # A replica that cannot acknowledge (busy) holds the answer back until it can.
-        asleep = asyncio.create_task(mirror.execute_command("DEBUG", "SLEEP", "1"))
-        await asyncio.sleep(0.05)
+        # A replica that cannot acknowledge (busy) holds the answer back until it can: asleep
+        # for less than the write's WAIT bound (2 s), longer than the 0.5 s looked at below.
+        asleep = asyncio.create_task(mirror.execute_command("DEBUG", "SLEEP", "1.5"))
+        await _until_busy(replica)
         creating = asyncio.create_task(create(repo))
         done, _ = await asyncio.wait([creating], timeout=0.5)
         assert not done, "the create answered before its replica acknowledged it"
