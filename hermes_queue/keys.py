@@ -141,8 +141,22 @@ class Keys:
 
     def fair_at(self, shard: int) -> str:
         """Hash: the shard's fair-turn state: ``v`` (the turn of the run taken last),
-        ``l:<tenant>`` (the tenant's last turn) and ``n:<tenant>`` (its queued runs)."""
+        ``l:<tenant>`` (the tenant's last turn) and ``n:<tenant>`` (its queued runs); and per
+        tenant but ``default`` ``r:<tenant>`` (its running runs: up at claim, down when the run
+        stops running) and ``h:<tenant>`` (its runs held: below)."""
         return f"{self._base(shard)}:fair"
+
+    def held_prefix_at(self, shard: int) -> str:
+        """What a tenant's held runs are named after, followed by the tenant: a sorted set of
+        the shard's queued runs of a tenant at its running limit (``tenant_max_running``),
+        out of the turn order -> their turn, until one of its runs stops running
+        (``runs/lua/prelude.lua`` ``unhold``). They stay in the queue (they are ready)."""
+        return f"{self._base(shard)}:held:"
+
+    def tenant_rate(self, tenant: str) -> str:
+        """Hash: the tenant's creation-rate bucket (``tokens``, ``at``; ``runs/lua/rate.lua``),
+        expiring once full again."""
+        return f"{self.namespace}:rate:{tenant}"
 
     def leases_at(self, shard: int) -> str:
         """Sorted set: the shard's running run id -> lease deadline (ms). Reapers scan its
@@ -159,7 +173,10 @@ class Keys:
     def stats_at(self, shard: int, minute: int) -> str:
         """Hash: the shard's counters of one minute (unix time // 60): ``claimed``,
         ``completed``, ``failed``, ``cancelled``. Written by the run scripts, kept an hour;
-        read (summed over shards) for throughput and the drain rate behind backpressure."""
+        read (summed over shards) for throughput and the drain rate behind backpressure. Per
+        tenant also ``claimed:<tenant>`` (the claim script, every tenant but ``default``, whose
+        claims are the rest) and, in shard 0's, ``refused:<tenant>`` (the API's 429s:
+        ``queue_tenants.py``)."""
         return f"{self._base(shard)}:stats:{minute}"
 
     def failures_at(self, shard: int) -> str:
@@ -184,6 +201,9 @@ class Keys:
 
     def fair_of(self, run_id: str) -> str:
         return self.fair_at(self.shard_of(run_id))
+
+    def held_prefix_of(self, run_id: str) -> str:
+        return self.held_prefix_at(self.shard_of(run_id))
 
     def leases_of(self, run_id: str) -> str:
         return self.leases_at(self.shard_of(run_id))

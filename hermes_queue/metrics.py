@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import (
@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hermes_queue.queue_state import QueueSnapshot
+from hermes_queue.tenants import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("completed", "failed", "cancelled")
 JOB_TRIGGERS = ("schedule", "manual")
 QUEUE_STATES = ("ready", "deferred", "running", "blocked")
+TENANT_STATES = ("ready", "running", "held")
+# The tenant label of a tenant not configured (a record from before a key was removed).
+OTHER_TENANT = "other"
 # The API dialects, as a drain cut counts them (api/drain.py).
 DIALECTS = ("hermes", "openai")
 WEBHOOK_RESULTS = ("2xx", "3xx", "4xx", "5xx", "timeout", "error", "refused")
@@ -126,6 +130,12 @@ class _ProcessMetrics:
         return generate_latest(self.registry)
 
 
+def tenant_label(tenant: str, known: Collection[str]) -> str:
+    """``tenant`` as a label value: the configured tenants and ``default`` by name, anything
+    else ``other``, so the label's values are bounded by the configuration."""
+    return tenant if tenant in known or tenant == DEFAULT_TENANT else OTHER_TENANT
+
+
 class QueueCollector(Collector):
     """Queue gauges from the snapshot read at scrape time (``update`` before each render).
 
@@ -133,8 +143,9 @@ class QueueCollector(Collector):
     figures at all (and ``hermes_queue_redis_up 0``) instead of the last, stale ones.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tenants: Collection[str] = ()) -> None:
         self.snapshot: QueueSnapshot | None = None
+        self.tenants = frozenset(tenants)
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot
@@ -154,6 +165,7 @@ class QueueCollector(Collector):
         for state in QUEUE_STATES:
             depth.add_metric([state], getattr(snap.depth, state))
         yield depth
+        yield self._by_tenant(snap)
         for name, text, value in (
             (
                 "hermes_queue_queue_oldest_ready_age_seconds",
@@ -175,6 +187,26 @@ class QueueCollector(Collector):
             ),
         ):
             yield GaugeMetricFamily(name, text, value=len(snap.workers) if value is None else value)
+
+    def _by_tenant(self, snap: QueueSnapshot) -> Metric:
+        """Depth per tenant, the tenant label bounded (:func:`tenant_label`). Autoscalers read
+        the totals above, never this."""
+        family = GaugeMetricFamily(
+            "hermes_queue_tenant_queue_depth",
+            "Runs by tenant and state: ready (queued; held ones included), running, held "
+            "(ready, left queued at the tenant's tenant_max_running). Tenants not configured "
+            "are summed as other.",
+            labels=["tenant", "state"],
+        )
+        folded: dict[str, list[int]] = {}
+        for figures in snap.tenants:
+            row = folded.setdefault(tenant_label(figures.tenant, self.tenants), [0, 0, 0])
+            for i, state in enumerate(TENANT_STATES):
+                row[i] += getattr(figures, state)
+        for tenant, row in sorted(folded.items()):
+            for state, count in zip(TENANT_STATES, row, strict=True):
+                family.add_metric([tenant, state], count)
+        return family
 
 
 class WebhookCollector(Collector):
@@ -224,9 +256,11 @@ class OutboxFigures(Protocol):
 class ApiMetrics(_ProcessMetrics):
     """The API process: cluster queue figures, its SSE clients, its backpressure refusals."""
 
-    def __init__(self) -> None:
+    def __init__(self, tenants: Collection[str] = ()) -> None:
         super().__init__()
-        self.queue = QueueCollector()
+        # The configured tenants: the only tenant label values besides default and other.
+        self.tenants = frozenset(tenants)
+        self.queue = QueueCollector(self.tenants)
         self.registry.register(self.queue)
         self.webhooks = WebhookCollector()
         self.registry.register(self.webhooks)
@@ -243,6 +277,14 @@ class ApiMetrics(_ProcessMetrics):
         )
         for reason in ("depth", "age"):
             self.backpressure_rejections_total.labels(reason=reason)
+        self.tenant_rejections_total = Counter(
+            "hermes_queue_tenant_rejections",
+            "Run-creating requests refused with 429, by tenant (configured ones, default, "
+            "other) and reason: depth and age (the queue's limits), tenant_ready and "
+            "tenant_rate (the tenant's own).",
+            ["tenant", "reason"],
+            registry=self.registry,
+        )
         self.drain_cuts_total = Counter(
             "hermes_queue_drain_cuts",
             "Responses this API process cut because its stream-drain bound (stream_drain_seconds"
@@ -257,9 +299,16 @@ class ApiMetrics(_ProcessMetrics):
         for dialect in DIALECTS:
             self.drain_cuts_total.labels(dialect=dialect)
 
-    def rejected(self, reason: str) -> None:
+    def rejected(self, reason: str, tenant: str = DEFAULT_TENANT) -> None:
+        """One 429; ``tenant`` already a label value (:func:`tenant_label`)."""
+        if reason in ("depth", "age"):
+            self.safely(
+                "backpressure",
+                lambda: self.backpressure_rejections_total.labels(reason=reason).inc(),
+            )
         self.safely(
-            "backpressure", lambda: self.backpressure_rejections_total.labels(reason=reason).inc()
+            "tenant_rejections",
+            lambda: self.tenant_rejections_total.labels(tenant=tenant, reason=reason).inc(),
         )
 
     def drain_cut(self, dialect: str) -> None:

@@ -41,6 +41,14 @@ from hermes_queue.queue_lists import (
     merged,
     queued_runs,
 )
+from hermes_queue.queue_tenants import (
+    NO_VIEW,
+    TenantFigures,
+    TenantView,
+    ask_tenants,
+    tenant_figures,
+    text,
+)
 
 # Per-minute counter buckets read for throughput: the current (partial) minute and 4 before it.
 STATS_MINUTES = 5
@@ -104,6 +112,10 @@ class QueueSnapshot:
     # The failures ``throughput.failed`` counts (the last RECENT_FAILURES of them), newest
     # first; None when not asked for.
     recent_failures: list[FailedRun] | None = None
+    # Each tenant's share (queue_tenants.py), ``default`` first.
+    tenants: list[TenantFigures] = field(default_factory=list)
+    # Each tenant's limits as configured (tenant_limits.py), by tenant; {} when none is set.
+    limits: dict[str, dict[str, float | int]] = field(default_factory=dict)
 
     @property
     def slots(self) -> int:
@@ -147,6 +159,10 @@ class QueueSnapshot:
                 "limit": self.limit,
                 "offset": self.offset,
                 "data": [asdict(r) for r in self.queued],
+            },
+            "tenants": {
+                "window_seconds": self.throughput.window_seconds,
+                "data": [{**asdict(t), "limits": self.limits.get(t.tenant)} for t in self.tenants],
             },
             "recent_failures": None
             if self.recent_failures is None
@@ -195,20 +211,21 @@ def _float(value: Any) -> float:
     return float(value) if value not in (None, b"", "") else 0.0
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else ("" if value is None else str(value))
-
-
-def _stats_keys(keys: Keys, now: float) -> tuple[list[str], float]:
+def stats_window(keys: Keys, now: float) -> tuple[list[str], float]:
     minute = int(now // 60)
     window = (STATS_MINUTES - 1) * 60 + (now - minute * 60)
     shards = keys.shard_ids
     return [keys.stats_at(s, minute - i) for i in range(STATS_MINUTES) for s in shards], window
 
 
-def _throughput(rows: list[list[Any]], window: float) -> Throughput:
-    totals = [sum(_int(row[i]) for row in rows) for i in range(len(STATS_FIELDS))]
-    return Throughput(window, *totals)
+def _throughput(rows: list[dict[Any, Any]], window: float) -> Throughput:
+    """The counts of the stats hashes ``rows`` (read whole: per-tenant fields beside)."""
+    totals = {name: 0 for name in STATS_FIELDS}
+    for row in rows:
+        for name, count in row.items():
+            if text(name) in totals:
+                totals[text(name)] += _int(count)
+    return Throughput(window, *totals.values())
 
 
 def _ask_live_workers(pipe: Pipeline, keys: Keys, now: float, lease_seconds: float) -> None:
@@ -221,14 +238,14 @@ def _ask_live_workers(pipe: Pipeline, keys: Keys, now: float, lease_seconds: flo
 def _ask_worker_fields(pipe: Pipeline, keys: Keys, workers: list[Any]) -> None:
     """Queue the read of each live worker's ``WORKER_FIELDS``."""
     for worker_id, _seen in workers:
-        pipe.hmget(keys.worker(_text(worker_id)), list(WORKER_FIELDS))
+        pipe.hmget(keys.worker(text(worker_id)), list(WORKER_FIELDS))
 
 
 def _worker_infos(workers: list[Any], rows: list[Any], now_ms: int) -> list[WorkerInfo]:
     """The registry entries ``workers`` with their ``WORKER_FIELDS`` rows."""
     return [
         WorkerInfo(
-            _text(worker_id),
+            text(worker_id),
             _int(row[0]),
             _int(row[1]),
             round(max(0, now_ms - seen_ms) / 1000, 3),
@@ -262,6 +279,7 @@ async def snapshot(
     limit: int = 0,
     offset: int = 0,
     failures: int = 0,
+    tenants: TenantView = NO_VIEW,
 ) -> QueueSnapshot:
     """The whole picture; ``limit`` > 0 also lists that page of in-flight runs and of ready
     runs, ``failures`` > 0 that many of the failures counted (newest first). Live workers are
@@ -276,7 +294,7 @@ async def snapshot(
     failures = max(0, min(failures, RECENT_FAILURES))
     now = time.time()
     now_ms = int(now * 1000)
-    stats_keys, window = _stats_keys(keys, now)
+    stats_keys, window = stats_window(keys, now)
     shards = list(keys.shard_ids)  # one without a cluster; summed over on a cluster
     async with redis.pipeline(transaction=False) as pipe:
         for shard in shards:
@@ -286,8 +304,7 @@ async def snapshot(
             pipe.zcard(keys.leases_at(shard))
             pipe.zcard(keys.blocked_at(shard))
         _ask_live_workers(pipe, keys, now, lease_seconds)
-        for key in stats_keys:
-            pipe.hmget(key, list(STATS_FIELDS))
+        ask_tenants(pipe, keys, stats_keys)  # the fair hashes, then the stats hashes whole
         for shard in shards if limit else ():
             ask_leases(pipe, keys, shard, offset + limit)
             ask_ready(pipe, keys, shard, now_ms, offset + limit)
@@ -297,6 +314,7 @@ async def snapshot(
     per_shard = [first[5 * i : 5 * i + 5] for i in range(len(shards))]
     rest = first[5 * len(shards) :]
     workers, rest = rest[0], rest[1:]
+    fair_rows, rest = rest[: len(shards)], rest[len(shards) :]
     stats_rows, rest = rest[: len(stats_keys)], rest[len(stats_keys) :]
     pages, rest = rest[: 2 * len(shards) if limit else 0], rest[2 * len(shards) if limit else 0 :]
     leased = merged(pages[0::2], offset, limit)
@@ -315,17 +333,22 @@ async def snapshot(
 
     infos = _worker_infos(workers, worker_rows, now_ms)
     per_worker = round(sum(i.slots for i in infos) / len(infos)) if infos else default_slots
+    throughput = _throughput(stats_rows, window)
     return QueueSnapshot(
         at=round(now, 3),
         depth=depth,
         workers=infos,
-        throughput=_throughput(stats_rows, window),
+        throughput=throughput,
         desired_workers=desired_workers(depth, per_worker),
         in_flight=in_flight_runs(leased, leased_rows, now),
         limit=limit,
         offset=offset,
         queued=queued_runs(ready_page, ready_rows, now, offset),
         recent_failures=failed_runs(failed, failed_rows) if failures else None,
+        tenants=tenant_figures(
+            [*fair_rows, *stats_rows], len(shards), depth.running, throughput.claimed, tenants
+        ),
+        limits=tenants.limits_of(),
     )
 
 
@@ -361,7 +384,7 @@ async def admission(
         return None
     now = time.time()
     now_ms = int(now * 1000)
-    stats_keys, window = _stats_keys(keys, now)
+    stats_keys, window = stats_window(keys, now)
     shards = list(keys.shard_ids)
     async with redis.pipeline(transaction=False) as pipe:
         for shard in shards:

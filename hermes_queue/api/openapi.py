@@ -53,7 +53,7 @@ ERRORS = {
     404: "Not found",
     408: "The body did not arrive in time",
     413: "Body over the limit",
-    429: "Queue full (backpressure); see Retry-After",
+    429: "Queue full, or the tenant over its own limits (backpressure); see Retry-After",
     501: "An upstream endpoint this server does not provide",
     503: "Redis or the session store unavailable, or the process is draining",
 }

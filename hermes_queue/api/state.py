@@ -111,7 +111,8 @@ class ApiState:
             await hub.aclose()
             await redis.aclose()
             raise
-        metrics = ApiMetrics()
+        key_table = KeyTable(settings.api.tenant_keys())
+        metrics = ApiMetrics(key_table.tenants)
         # Runs this process ends (stop of a queued run, reaper) count in its runs_total.
         runs = RunRepository(
             redis,
@@ -128,9 +129,10 @@ class ApiState:
             metrics,
             max_depth=api.max_ready_depth,
             max_age=api.max_ready_age_seconds,
+            limits=settings.runs.limits,
+            tenants=key_table.tenants,
         )
         drain = Drain(on_cut=metrics.drain_cut)
-        key_table = KeyTable(api.tenant_keys())
         feed = RunFeed(hub, redis, keys, api.keepalive_seconds, drain, tracing)
         # Run-now fires are read by nobody's request: started without this process's presence.
         firing = Firing(

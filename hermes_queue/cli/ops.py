@@ -38,6 +38,7 @@ from rich.text import Text
 from hermes_queue.cli.deployment import Deployment
 from hermes_queue.cli.failures import Failure
 from hermes_queue.cli.jobs import JobsView, job_store, read_jobs, render_jobs
+from hermes_queue.cli.tenant_table import render_tenants, tenant_view
 from hermes_queue.config import Settings
 from hermes_queue.logs import mask_url
 from hermes_queue.queue_lists import RECENT_FAILURES
@@ -149,6 +150,7 @@ def read_snapshot(
         limit=limit,
         offset=offset,
         failures=failures,
+        tenants=tenant_view(settings),
     )
 
 
@@ -190,6 +192,9 @@ def render_status(
     top = Table.grid(padding=(0, 2))
     top.add_row(_queue_table(q), _throughput_table(view.minutes, tp))
     parts: list[RenderableType] = [header, top, _failures_line(tp)]
+    tenants = render_tenants(q)
+    if tenants is not None:
+        parts.append(tenants)
     if q.get("recent_failures"):
         parts.append(render_failures(q["recent_failures"]))
     shortfall = workers_shortfall(workers)

@@ -32,6 +32,7 @@ from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.logs import LOG_FORMATS, mask_url
 from hermes_queue.providers import ProviderSettings, RouteSettings
+from hermes_queue.tenant_limits import LimitError, TenantLimits, tenant_limits
 from hermes_queue.tenants import TenantKey, TenantKeyError, configured_keys, tenant_problem
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
@@ -106,12 +107,27 @@ class RunSettings(Group):
     # with weight 2 takes two turns to another's one while both have runs queued. Unnamed
     # tenants weigh 1.
     tenant_weights: str = ""
+    # Per-tenant limits (tenant_limits.py, docs/tenants.md "Limits"): tenant=value pairs, '*'
+    # for every tenant not named (never the operator's 'default'), 0 for none.
+    tenant_max_running: str = ""
+    tenant_max_ready: str = ""
+    tenant_max_rate: str = ""
 
     def weight_of(self, tenant: str) -> float:
         return tenant_weights(self.tenant_weights).get(tenant, 1.0)
 
+    @property
+    def limits(self) -> TenantLimits:
+        try:
+            return tenant_limits(
+                self.tenant_max_running, self.tenant_max_ready, self.tenant_max_rate
+            )
+        except LimitError as exc:
+            raise ConfigError(str(exc)) from None
+
     def validate(self) -> None:
         tenant_weights(self.tenant_weights)
+        _ = self.limits
         if self.lease_seconds <= self.heartbeat_seconds * 2:
             raise ConfigError(
                 f"lease_seconds ({self.lease_seconds}) must be more than twice "

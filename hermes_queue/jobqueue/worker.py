@@ -318,7 +318,9 @@ class WakeableWorker(Worker):
             return True
         if sum([await self.pool.zcard(name) for name in self.queue_names]) == 0:
             await asyncio.gather(*self.tasks.values())
-            return True
+            # A run held at its tenant's running limit is back in the turn order once one of
+            # the tenant's runs ended: done only if none came back.
+            return bool(sum([await self.pool.zcard(name) for name in self.queue_names]) == 0)
         return False
 
 

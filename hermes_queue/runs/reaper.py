@@ -43,6 +43,8 @@ async def reap_forever(
     owner = owner or reaper_id()
     shards = ReaperShards(repository.redis, repository.keys, owner, interval, heartbeat)
     outage = OutageLog(log, "reaper")  # one line when Redis goes away, one when it is back
+    # Held runs are freed by a pass at start whatever the settings (a limit removed since).
+    first_pass = True
     try:
         while not cancel_requested():
             try:
@@ -52,6 +54,9 @@ async def reap_forever(
                         log.warning("run %s lost its worker: %s", run_id, verdict)
                 for run_id in await repository.supersede_abandoned(shards=due):
                     log.info("run %s: nobody reads it and a turn waits behind it: stopped", run_id)
+                if repository.running_limits or first_pass:
+                    await repository.release_held(shards=due)
+                    first_pass = False
                 outage.ok()
             except RedisError as exc:
                 outage.failed(exc)

@@ -91,8 +91,17 @@ class RunRepository:
         self._on_finished: Outcomes = on_finished or (lambda _outcome: None)
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(_load_script(name, sharded=keys.cluster))
-            for name in ("create", "create_session_run", "claim", "stop", "abandoned")
+            for name in (
+                "create",
+                "create_session_run",
+                "claim",
+                "stop",
+                "abandoned",
+                "release_held",
+            )
         }
+        # tenant_max_running as the claim reads it ('' when none is set: nothing is held).
+        self.running_limits = settings.limits.running_spec
         # Writes a client is told about wait for redis_min_replicas replicas
         # (redisio/replication.py). The creations recognise their own earlier send, so are
         # sent again after a failure that may have been applied (a switchover).
@@ -198,6 +207,20 @@ class RunRepository:
             await self.request_stop(run_id)
         return stopped
 
+    async def release_held(self, shards: Iterable[int] | None = None) -> int:
+        """Move back into the turn order the held runs of every tenant with room under its
+        running limit now (``lua/release_held.lua``: the backstop behind the claim's holds, and
+        what frees them once a limit is raised or removed) in ``shards`` (None: every shard);
+        how many it moved. Reapers call it on their first pass, then each pass while running
+        limits are set."""
+        moved = 0
+        for shard in self.keys.shard_ids if shards is None else shards:
+            moved += await self._scripts["release_held"](
+                keys=self._keys_of.of_shard("release_held", shard),
+                args=[self.running_limits, self.keys.wake_channel_at(shard)],
+            )
+        return moved
+
     async def session_runs(self, session_id: str) -> tuple[str | None, list[str]]:
         """The session's active run id and the run ids waiting behind it, in order."""
         active_key = await self.redis.get(self.keys.session_active(session_id))
@@ -283,6 +306,8 @@ class RunRepository:
                 int(self.settings.lease_seconds * 1000),
                 repr(time.time()),
                 self._record_ttl,
+                self.running_limits,
+                self.keys.wake_channel_of(run_id),
             ],
         )
         if _decode(result[0]) != "claimed":

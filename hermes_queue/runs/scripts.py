@@ -64,11 +64,12 @@ def declared_keys(name: str) -> tuple[str, ...]:
 class ScriptKeys:
     """The keys a run script is called with, by the roles its header declares. A run's own
     keys (``record``, ``events``, ``steps``, ``readers``) carry its shard's hash tag, as do
-    its shard's (``queue``, ``turn_order``, ``fair``, ``leases``, ``blocked``, ``failures``,
-    ``stats``: this minute's counters) and, for a session run, its session's (``active``,
-    ``pending``): so every call names one slot. The webhook scripts name their shard's
-    (``webhook_outbox``, ``webhook_recent``, ``webhook_pending``, ``webhook_dead``) and one
-    delivery's hash (``delivery``), all under the shard's tag too."""
+    its shard's (``queue``, ``turn_order``, ``fair``, ``held``: the prefix of its tenants'
+    held sets, ``leases``, ``blocked``, ``failures``, ``stats``: this minute's counters) and,
+    for a session run, its session's (``active``, ``pending``): so every call names one slot.
+    The webhook scripts name their shard's (``webhook_outbox``, ``webhook_recent``,
+    ``webhook_pending``, ``webhook_dead``) and one delivery's hash (``delivery``), all under
+    the shard's tag too."""
 
     def __init__(self, keys: Keys) -> None:
         self.keys = keys
@@ -101,6 +102,7 @@ class ScriptKeys:
             "queue": keys.queue_at,
             "turn_order": keys.turn_order_at,
             "fair": keys.fair_at,
+            "held": keys.held_prefix_at,
             "webhook_outbox": keys.webhook_outbox_at,
             "webhook_recent": keys.webhook_recent_at,
             "webhook_pending": keys.webhook_pending_at,
@@ -129,6 +131,7 @@ class ScriptKeys:
             "queue": keys.queue_of,
             "turn_order": keys.turn_order_of,
             "fair": keys.fair_of,
+            "held": keys.held_prefix_of,
             "leases": keys.leases_of,
             "blocked": keys.blocked_of,
             "failures": keys.failures_of,

@@ -147,6 +147,46 @@ def test_status_table_renders_the_numbers(env: Settings) -> None:
     assert "0 failed, 1 cancelled" in out
 
 
+@pytest.fixture
+def tenanted(env: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Two tenants, one with limits, exported as the environment (``env`` cleans up)."""
+    local = env.replace(
+        api_keys="alpha=alpha-4d6f8a0c2e4b6d8f0a2c,beta=beta-7e9a1c3e5b7d9f1a3c5e",
+        tenant_max_running="alpha=1",
+        tenant_max_ready="alpha=10",
+    ).validate()
+    for name, value in settings_env(local).items():
+        monkeypatch.setenv(name, value)
+    return local
+
+
+def test_status_per_tenant(tenanted: Settings) -> None:
+    async def setup(redis: aioredis.Redis, repo: RunRepository, keys: Keys) -> None:
+        for run_id, tenant in (("run_a1", "alpha"), ("run_a2", "alpha"), ("run_b1", "beta")):
+            assert await repo.create(NewRun(run_id, f"s_{run_id}", TurnRequest(), tenant=tenant))
+        for run_id in ("run_a1", "run_b1"):
+            assert await repo.claim(run_id, "w1") is not None
+        assert await repo.claim("run_a2", "w1") is None  # alpha at its running limit: held
+        await redis.hincrby(keys.stats(int(time.time() // 60)), "refused:beta", 3)
+
+    prepare(tenanted, setup)
+    tenants = {t["tenant"]: t for t in status_json()["tenants"]["data"]}
+    assert list(tenants) == ["default", "alpha", "beta"]
+    alpha, beta = tenants["alpha"], tenants["beta"]
+    assert (alpha["ready"], alpha["held"], alpha["running"], alpha["claimed"]) == (1, 1, 1, 1)
+    assert (beta["ready"], beta["running"], beta["refused"]) == (0, 1, 3)
+    assert alpha["limits"] == {"running": 1, "ready": 10, "rate_per_second": 0.0}
+    out = invoke("status").stdout
+    assert "Tenants" in out
+    assert re.search(r"alpha\s+1\s+1\s+1\s+1\s+0\s+run 1 ready 10\b", out), out
+    assert re.search(r"beta\s+0\s+0\s+1\s+1\s+3\s+-", out), out
+
+
+def test_status_of_one_tenant_shows_no_tenant_table(env: Settings) -> None:
+    assert "Tenants" not in invoke("status").stdout
+    assert [t["tenant"] for t in status_json()["tenants"]["data"]] == ["default"]
+
+
 def test_status_without_workers_says_so(env: Settings) -> None:
     result = invoke("status")
     assert result.exit_code == 0 and "no live worker" in result.stdout

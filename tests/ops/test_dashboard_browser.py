@@ -413,6 +413,23 @@ def test_dashboard_shows_queued_runs_and_too_few_workers(no_worker: LiveApi, bro
     ]
     assert text(driver, "queued-count") == "3" and text(driver, "depth-ready") == "3"
     assert text(driver, "inflight-count") == "0"
+    # The queue per tenant: the one tenant, default, with the three (no limits: "–").
+    (tenant,) = until(
+        driver,
+        lambda d: (
+            rows(d, "tenants-body") if rows(d, "tenants-body")[0]["cells"][1] == "3" else None
+        ),
+        "the default tenant's three ready runs",
+    )
+    assert tenant["key"] == "default" and tenant["cells"] == [
+        "default",
+        "3",
+        "0",
+        "0",
+        "0",
+        "0",
+        "–",
+    ]
     banner = driver.find_element(By.ID, "workers-banner")
     until(driver, lambda d: banner.is_displayed(), "the too-few-workers banner")
     assert banner.text.startswith("Fewer live workers than desired: 0 live, 1 desired.")

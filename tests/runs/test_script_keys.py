@@ -19,9 +19,17 @@ RUN_SCRIPTS = sorted(
     for path in LUA.iterdir()
     if path.name.endswith(".lua")
     and not path.name.endswith("prelude.lua")
-    and path.name != "idempotency_settle.lua"
+    # One key of their own, named by the caller: an idempotency record, a tenant's rate bucket.
+    and path.name not in ("idempotency_settle.lua", "rate.lua")
 )
-SHARD_SCRIPTS = ("expired", "abandoned", "webhook_claim", "webhook_expand", "shard_lease")
+SHARD_SCRIPTS = (
+    "expired",
+    "abandoned",
+    "release_held",
+    "webhook_claim",
+    "webhook_expand",
+    "shard_lease",
+)
 # Scripts about one webhook delivery: its hash beside its shard's webhook keys.
 DELIVERY_SCRIPTS = ("webhook_settle", "webhook_redeliver")
 

@@ -173,6 +173,6 @@ async def resume_job(request: web.Request) -> web.Response:
 async def run_job(request: web.Request) -> web.Response:
     """Fire now; the schedule, its next tick and ``repeat`` are left as they were."""
     job = await _load(request)
-    await request.app[STATE].backpressure.admit()  # 429 before anything is written
+    await request.app[STATE].backpressure.admit(job.tenant)  # 429 before anything is written
     run_id = await request.app[STATE].firing.fire_now(job, time.time())
     return _answer(request, await request.app[STATE].store.get_job(job.id), run_id=run_id)

@@ -24,6 +24,7 @@ from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.metrics import CONTENT_TYPE
 from hermes_queue.queue_lists import RECENT_FAILURES
 from hermes_queue.queue_state import MAX_PAGE, QueueSnapshot, snapshot
+from hermes_queue.queue_tenants import TenantView
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ def _snapshot(
         limit=limit,
         offset=offset,
         failures=failures,
+        tenants=TenantView(frozenset(state.key_table.tenants), settings.runs.limits),
     )
 
 

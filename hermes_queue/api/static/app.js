@@ -335,6 +335,16 @@ function startQueue() {
   });
 }
 
+/** A tenant's limits as a short text ("run 8 · ready 200 · 5/s"); "–" for none. */
+function limitsText(limits) {
+  if (!limits) return '–';
+  const parts = [];
+  if (limits.running) parts.push(`run ${limits.running}`);
+  if (limits.ready) parts.push(`ready ${limits.ready}`);
+  if (limits.rate_per_second) parts.push(`${limits.rate_per_second}/s`);
+  return parts.join(' · ') || '–';
+}
+
 function onSnapshot(snap) {
   for (const state of STATES) $(`depth-${state}`).textContent = snap.depth[state];
   $('oldest-ready').textContent = duration(snap.oldest_ready_age_seconds);
@@ -357,6 +367,18 @@ function onSnapshot(snap) {
     (worker) => worker.id,
     (worker) => [worker.id, worker.slots, worker.busy, `${duration(worker.seen_seconds_ago)} ago`],
     'no live worker',
+  );
+
+  // The queue per tenant (held: ready runs waiting at the tenant's running limit; claimed and
+  // refused: over the throughput window).
+  const tenants = snap.tenants;
+  $('tenants-summary').textContent = `${tenants.data.length} · claimed and refused over the last ${duration(tenants.window_seconds)}`;
+  syncRows(
+    $('tenants-body'),
+    tenants.data,
+    (t) => t.tenant,
+    (t) => [t.tenant, t.ready, t.held, t.running, t.claimed, t.refused, limitsText(t.limits)],
+    'no tenant',
   );
 
   const waiting = snap.queued;

@@ -157,7 +157,7 @@ class TurnStarter:
                     with_trace(turn, carrier), tenant=tenant, beside=beside, created=created
                 )
             )
-        await self._backpressure.admit()
+        await self._backpressure.admit(tenant)
         run_id, session_id = await self._place(turn, tenant)
         if beside is not None:
             await beside.write(run_id, session_id)

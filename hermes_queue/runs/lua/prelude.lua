@@ -49,6 +49,43 @@ local function dequeued(order, fair, run_id, tenant, taken)
   end
 end
 
+-- Running limits per tenant (tenant_limits.py, keys.py fair_at/held_prefix_at). ``spec`` is
+-- ``,acme=8,*=4,`` (the claim's ARGV; '' when no limit is set): the tenant's entry, else '*''s,
+-- 0 for none. Only tenants but ``default`` are counted (``r:<tenant>``, from their claim until
+-- they stop running); a run of a tenant at its limit is held (out of the turn order, still
+-- queued) until one of the tenant's runs stops running.
+local function limit_of(spec, tenant)
+  local _, e = string.find(spec, ',' .. tenant .. '=', 1, true)
+  if not e then _, e = string.find(spec, ',*=', 1, true) end
+  if not e then return 0 end
+  return tonumber(string.match(spec, '^%d+', e + 1)) or 0
+end
+
+local function unhold(held, order, fair, tenant, wake)
+  local h = redis.call('ZPOPMIN', held)
+  if not h[1] then return end
+  redis.call('ZADD', order, h[2], h[1])
+  if redis.call('HINCRBY', fair, 'h:' .. tenant, -1) <= 0 then
+    redis.call('HDEL', fair, 'h:' .. tenant)
+  end
+  redis.call('PUBLISH', wake, h[1])
+end
+
+-- The record fields a run leaving "running" needs (written by the claim that counted it).
+local RUNNING_FIELDS = {'tenant', 'running_in', 'held_key', 'order_key', 'wake_channel'}
+
+-- A counted run stopped running (ended, or back to the queue): its tenant's count down, and
+-- the tenant's next held run back into the turn order (the claim checks the limit again).
+-- ``f``: the record's RUNNING_FIELDS, in order (from f[first]); the caller HDELs running_in.
+local function left_running(f, first)
+  local tenant, fair = f[first], f[first + 1]
+  if not fair then return end
+  if redis.call('HINCRBY', fair, 'r:' .. tenant, -1) <= 0 then
+    redis.call('HDEL', fair, 'r:' .. tenant)
+  end
+  if f[first + 2] then unhold(f[first + 2], f[first + 3], fair, tenant, f[first + 4]) end
+end
+
 -- Per-minute counters (claimed, completed, failed, cancelled; keys.py: stats) for throughput
 -- and the drain rate behind backpressure's Retry-After. An hour of buckets is kept: the TTL is
 -- set by the first count of each field, which includes the one that created the bucket.
@@ -114,9 +151,10 @@ end
 -- What a terminal transition reads of the record, in one HMGET (finish below).
 local function finish_state(record)
   local f = redis.call('HMGET', record, 'attempt', 'status', 'seq', 'session_id', 'active_key',
-    'pending_key', 'blocked_key', 'webhook_outbox')
+    'pending_key', 'blocked_key', 'webhook_outbox', unpack(RUNNING_FIELDS))
   return {attempt = f[1], status = f[2], seq = tonumber(f[3] or '0'), sid = f[4] or '',
-    active_key = f[5], pending_key = f[6], blocked_key = f[7], webhook_outbox = f[8]}
+    active_key = f[5], pending_key = f[6], blocked_key = f[7], webhook_outbox = f[8],
+    running = f}
 end
 
 -- A session run ended: start the next run waiting behind it (multitask "enqueue"), or free
@@ -174,8 +212,9 @@ local function finish(record, stream, leases, stats, failures, run_id, status, a
   fields[#fields + 1] = 'status'; fields[#fields + 1] = status
   fields[#fields + 1] = 'finished_at'; fields[#fields + 1] = ts
   redis.call('HSET', record, unpack(fields))
-  redis.call('HDEL', record, 'worker')
+  redis.call('HDEL', record, 'worker', 'running_in')
   redis.call('ZREM', leases, run_id)
+  left_running(state.running, 9)
   redis.call('EXPIRE', record, retention)
   redis.call('EXPIRE', stream, retention)
   count(stats, status)

@@ -24,10 +24,11 @@ if lost >= tonumber(ARGV[2]) then
     ARGV[4], ARGV[5], {'run.failed', ARGV[7]}, {'error', ARGV[9], 'reason', ARGV[10]})
   return 'failed'
 end
+local f = redis.call('HMGET', KEYS[1], unpack(RUNNING_FIELDS))
 redis.call('HSET', KEYS[1], 'status', 'queued', 'updated_at', ARGV[3])
-redis.call('HDEL', KEYS[1], 'worker')
+redis.call('HDEL', KEYS[1], 'worker', 'running_in')
 redis.call('ZREM', KEYS[3], ARGV[1])
-requeue(KEYS[4], KEYS[7], KEYS[8], ARGV[1], redis.call('HGET', KEYS[1], 'tenant') or 'default',
-  now_ms())
+left_running(f, 1)
+requeue(KEYS[4], KEYS[7], KEYS[8], ARGV[1], f[1] or 'default', now_ms())
 redis.call('PUBLISH', ARGV[6], ARGV[1])
 return 'requeued'

@@ -12,7 +12,15 @@ if status == 'queued' then
   finish(KEYS[1], KEYS[2], KEYS[3], KEYS[5], nil, ARGV[1], 'cancelled', attempt, ARGV[2],
     ARGV[3], ARGV[4], {'run.cancelled', '{}'}, {})
   if redis.call('ZREM', KEYS[4], ARGV[1]) == 1 then
-    dequeued(KEYS[6], KEYS[7], ARGV[1], redis.call('HGET', KEYS[1], 'tenant') or 'default', false)
+    local f = redis.call('HMGET', KEYS[1], 'tenant', 'held_key')
+    local tenant = f[1] or 'default'
+    dequeued(KEYS[6], KEYS[7], ARGV[1], tenant, false)
+    -- Held at its tenant's running limit (claim.lua): out of the held set too.
+    if f[2] and redis.call('ZREM', f[2], ARGV[1]) == 1 then
+      if redis.call('HINCRBY', KEYS[7], 'h:' .. tenant, -1) <= 0 then
+        redis.call('HDEL', KEYS[7], 'h:' .. tenant)
+      end
+    end
   end
   return {'cancelled', 'cancelled'}
 end
