@@ -41,7 +41,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hermes_queue.queue_state import QueueSnapshot
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 

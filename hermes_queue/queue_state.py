@@ -114,7 +114,7 @@ class QueueSnapshot:
     recent_failures: list[FailedRun] | None = None
     # Each tenant's share (queue_tenants.py), ``default`` first.
     tenants: list[TenantFigures] = field(default_factory=list)
-    # Each tenant's limits as configured (tenant_limits.py), by tenant; {} when none is set.
+    # Each tenant's limits as configured (tenancy/limits.py), by tenant; {} when none is set.
     limits: dict[str, dict[str, float | int]] = field(default_factory=dict)
 
     @property

@@ -17,8 +17,8 @@ from typing import Any
 from redis.asyncio.client import Pipeline
 
 from hermes_queue.keys import Keys
-from hermes_queue.tenant_limits import NO_LIMITS, TenantLimits
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
+from hermes_queue.tenancy.limits import NO_LIMITS, TenantLimits
 
 # The fair-hash counters by their prefix, and the stats' per-tenant ones.
 _FAIR = {"n:": "ready", "r:": "running", "h:": "held"}

@@ -10,7 +10,7 @@ import pytest
 
 from hermes_queue.cli.serve import check_bind_safety
 from hermes_queue.config import ApiSettings, ConfigError, Settings, load_settings, settings_env
-from hermes_queue.tenants import (
+from hermes_queue.tenancy.keys import (
     DEFAULT_TENANT,
     KeyTable,
     TenantKeyError,

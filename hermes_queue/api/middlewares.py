@@ -20,7 +20,7 @@ from hermes_queue.api.state import STATE
 from hermes_queue.logs import request_id_var
 from hermes_queue.redisio.health import OutageLog, classify
 from hermes_queue.store.base import StoreUnavailable
-from hermes_queue.tenants import DEFAULT_TENANT, Principal
+from hermes_queue.tenancy.keys import DEFAULT_TENANT, Principal
 
 log = logging.getLogger(__name__)
 # The app's log of Redis outages seen by requests (``redis_outage``), one per app.

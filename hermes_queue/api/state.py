@@ -33,7 +33,7 @@ from hermes_queue.schedules.firing import Firing, job_timezone
 from hermes_queue.store import open_store
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.streams.hub import StreamHub
-from hermes_queue.tenants import KeyTable
+from hermes_queue.tenancy.keys import KeyTable
 from hermes_queue.webhooks.outbox import Outbox
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class ApiState:
     background: BackgroundTasks
     # Webhook deliveries as the operator's views read them (webhooks/outbox.py).
     webhooks: Outbox
-    # The deployment's keys as digests, by tenant (tenants.py): who a bearer is.
+    # The deployment's keys as digests, by tenant (tenancy/keys.py): who a bearer is.
     key_table: KeyTable = field(default_factory=KeyTable)
 
     @classmethod

@@ -15,7 +15,7 @@ import click
 from hermes_queue.cli.failures import DEBUG, ConfigFailure, FailingCleanly, Failure
 from hermes_queue.config import Settings, load_settings, setting_sources
 from hermes_queue.logs import configure_logging
-from hermes_queue.tenants import tenant_problem
+from hermes_queue.tenancy.keys import tenant_problem
 
 if TYPE_CHECKING:
     from hermes_queue.cli.deployment import Deployment
@@ -47,7 +47,7 @@ def _serving(settings: Settings, role: str) -> Tracing | None:
     configure_logging(
         settings.process.log_level,
         settings.process.log_format,
-        # Tenant keys given in clear too (tenants.py keeps only their digests itself).
+        # Tenant keys given in clear too (tenancy/keys.py keeps only their digests itself).
         secrets=[k.clear or "" for k in settings.api.tenant_keys()] or [settings.api.api_key],
         urls=(settings.redis.url, settings.store.url),
     )

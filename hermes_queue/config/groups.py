@@ -32,8 +32,8 @@ from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.logs import LOG_FORMATS, mask_url
 from hermes_queue.providers import ProviderSettings, RouteSettings
-from hermes_queue.tenant_limits import LimitError, TenantLimits, tenant_limits
-from hermes_queue.tenants import TenantKey, TenantKeyError, configured_keys, tenant_problem
+from hermes_queue.tenancy.keys import TenantKey, TenantKeyError, configured_keys, tenant_problem
+from hermes_queue.tenancy.limits import LimitError, TenantLimits, tenant_limits
 
 EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -107,7 +107,7 @@ class RunSettings(Group):
     # with weight 2 takes two turns to another's one while both have runs queued. Unnamed
     # tenants weigh 1.
     tenant_weights: str = ""
-    # Per-tenant limits (tenant_limits.py, docs/tenants.md "Limits"): tenant=value pairs, '*'
+    # Per-tenant limits (tenancy/limits.py, docs/tenants.md "Limits"): tenant=value pairs, '*'
     # for every tenant not named (never the operator's 'default'), 0 for none.
     tenant_max_running: str = ""
     tenant_max_ready: str = ""
@@ -169,7 +169,7 @@ class ApiSettings(Group):
     port: int = 8642
     # The operator's key (tenant "default"): it alone reaches the operator surfaces.
     api_key: str = field(default="", metadata={"secret": True})
-    # Tenant keys (tenants.py, docs/tenants.md): comma-separated tenant=key pairs, and the same
+    # Tenant keys (tenancy/keys.py, docs/tenants.md): comma-separated tenant=key pairs, and the same
     # one a line from api_keys_file (a secrets mount); a key may be given as sha256:<hex>.
     api_keys: str = field(default="", metadata={"secret": True})
     api_keys_file: str = ""

@@ -14,7 +14,7 @@ from hermes_queue.routing import Selection
 from hermes_queue.runs.steers import PendingSteer, decode_steers
 from hermes_queue.runs.trace_context import trace_id_of
 from hermes_queue.runs.turn_request import TurnRequest
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 
 class RunStatus(StrEnum):
@@ -108,7 +108,7 @@ class NewRun:
     # The run's own webhook (an absolute http(s) URL, checked at admission): its terminal
     # status is delivered there (hermes_queue/webhooks/).
     webhook: str = ""
-    # The tenant that started it (tenants.py): the only one that sees, follows, stops, steers
+    # The tenant that started it (tenancy/keys.py): the only one that sees, follows, stops, steers
     # or answers it.
     tenant: str = DEFAULT_TENANT
 

@@ -40,7 +40,7 @@ from hermes_queue.runs.scripts import load_script as _load_script
 from hermes_queue.runs.steers import Steers
 from hermes_queue.streams.presence import TTL_MS as PRESENCE_TTL_MS
 from hermes_queue.streams.reader import id_key, read_range
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 # Stream entries read per call where a worker reads its run's own stream.
 _PAGE = 500

@@ -113,7 +113,7 @@ class SessionRow:
     last_active: float | None = None
     preview: str | None = None
     lineage_root_id: str | None = None
-    # Its owner (tenants.py; docs/tenants.md). Never shown to clients (the projections below).
+    # Its owner (tenancy/keys.py; docs/tenants.md). Never shown to clients (the projections below).
     tenant: str = "default"
 
 

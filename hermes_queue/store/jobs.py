@@ -19,7 +19,7 @@ from typing import Any
 from hermes_queue.store.backend import Conn, UniqueViolation
 from hermes_queue.store.base import SessionExists, sanitize_title
 from hermes_queue.store.sessions import SessionRowsMixin
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 KEPT_RUNS = 50
 JOB_SOURCE = "cron"
@@ -82,7 +82,7 @@ class JobRow:
     origin: dict[str, Any] | None = None
     # Filled by get_job / list_jobs: the row of last_run_id.
     last_run: JobRunRow | None = None
-    # Its owner (tenants.py): its session and the runs it fires are that tenant's too.
+    # Its owner (tenancy/keys.py): its session and the runs it fires are that tenant's too.
     tenant: str = DEFAULT_TENANT
 
 

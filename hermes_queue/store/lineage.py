@@ -27,7 +27,7 @@ from hermes_queue.store.codec import (
     session_from_row,
 )
 from hermes_queue.store.sessions import SessionRowsMixin
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 # Compression chains are short; the bound only stops a corrupted parent cycle from spinning.
 _MAX_TIP_HOPS = 100

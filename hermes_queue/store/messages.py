@@ -27,7 +27,7 @@ from hermes_queue.store.codec import (
     tool_call_count,
 )
 from hermes_queue.store.sessions import SessionRowsMixin
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 # Portable "no LIMIT": SQLite wants -1 and PostgreSQL ALL; a huge bound works on both.
 _UNBOUNDED = 2**62

@@ -20,7 +20,7 @@ from hermes_queue.store.base import (
     _Unset,
 )
 from hermes_queue.store.responses import ResponseRow
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 if TYPE_CHECKING:  # store.jobs builds on the SQL seam, which imports base.py
     from hermes_queue.store.jobs import FireRecord, JobRow, JobRunRow

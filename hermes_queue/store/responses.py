@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 if TYPE_CHECKING:
     from hermes_queue.store.backend import Conn
@@ -37,7 +37,7 @@ class ResponseRow:
     model: str | None = None
     instructions: str | None = None
     created_at: float = 0.0
-    # Its owner (tenants.py): another tenant's id is not found, and chains stay in one tenant.
+    # Its owner (tenancy/keys.py): another tenant's id is not found, and chains stay in one tenant.
     tenant: str = DEFAULT_TENANT
 
 

@@ -23,7 +23,7 @@ from hermes_queue.store.base import (
     sanitize_title,
 )
 from hermes_queue.store.codec import json_or_none, session_from_row
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 _FIRST_USER = (
     "(SELECT m.{col} FROM messages m WHERE m.session_id = s.id AND m.role = 'user' "

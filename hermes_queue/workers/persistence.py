@@ -15,7 +15,7 @@ from typing import Any
 from hermes_queue.agents.base import AgentResult
 from hermes_queue.store.base import DEFAULT_SESSION_SOURCE, TurnUsage
 from hermes_queue.store.protocol import SessionStore
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 IMAGE_PARTS = frozenset({"image", "image_url", "input_image"})
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from hermes_queue.api.errors import ApiError
-from hermes_queue.tenants import DEFAULT_TENANT, OPERATOR, Principal
+from hermes_queue.tenancy.keys import DEFAULT_TENANT, OPERATOR, Principal
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 

@@ -4,7 +4,7 @@ tenant asking is over one of its own limits.
 Every turn is admitted here after its request was validated and before anything is written:
 while the ready queue is over its configured depth or age (``queue_state.admission``), new work
 is refused rather than piled onto a backlog that only grows, with a Retry-After from the
-measured drain rate. Then the tenant's own limits (``tenant_limits.py``): its ready runs
+measured drain rate. Then the tenant's own limits (``tenancy/limits.py``): its ready runs
 (``tenant_max_ready``: 429 ``queue_full``, Retry-After from the tenant's own drain rate) and its
 creation rate (``tenant_max_rate``: 429 ``rate_limited``, Retry-After when its bucket next holds
 a run). A tenant without limits costs no command; each refusal is counted per tenant.
@@ -31,8 +31,8 @@ from hermes_queue.metrics import ApiMetrics, tenant_label
 from hermes_queue.queue_state import admission, retry_after_seconds, stats_window
 from hermes_queue.queue_tenants import ask_claims, tenant_claims, text
 from hermes_queue.runs.scripts import load_script
-from hermes_queue.tenant_limits import NO_LIMITS, TenantLimits, rate_burst
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
+from hermes_queue.tenancy.limits import NO_LIMITS, TenantLimits, rate_burst
 
 log = logging.getLogger(__name__)
 

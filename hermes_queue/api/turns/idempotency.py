@@ -34,7 +34,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.keyguard import normalize_key
 from hermes_queue.keys import Keys
 from hermes_queue.runs.scripts import load_script
-from hermes_queue.tenants import DEFAULT_TENANT
+from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
 

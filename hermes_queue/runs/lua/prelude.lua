@@ -49,7 +49,7 @@ local function dequeued(order, fair, run_id, tenant, taken)
   end
 end
 
--- Running limits per tenant (tenant_limits.py, keys.py fair_at/held_prefix_at). ``spec`` is
+-- Running limits per tenant (tenancy/limits.py, keys.py fair_at/held_prefix_at). ``spec`` is
 -- ``,acme=8,*=4,`` (the claim's ARGV; '' when no limit is set): the tenant's entry, else '*''s,
 -- 0 for none. Only tenants but ``default`` are counted (``r:<tenant>``, from their claim until
 -- they stop running); a run of a tenant at its limit is held (out of the turn order, still

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hermes_queue.tenants import DEFAULT_TENANT, tenant_problem
+from hermes_queue.tenancy.keys import DEFAULT_TENANT, tenant_problem
 
 ANY_TENANT = "*"
 MAX_LIMIT = 1_000_000
