@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -49,6 +49,7 @@ DEFAULT_PORT = 6379
 Address = tuple[str, int]
 # How often a worker closes its cluster client's surplus idle connections (trim_forever).
 TRIM_SECONDS = 30.0
+IDLE_TRIM_SECONDS = 1.0
 # How long a node client's connection attempt may take (a node that does not answer).
 CONNECT_TIMEOUT = 5.0
 
@@ -255,11 +256,26 @@ async def trim_idle(cluster: AsyncRedisCluster, keep: int = 1) -> int:
     return closed
 
 
-async def trim_forever(cluster: AsyncRedisCluster, every: float = TRIM_SECONDS) -> None:
-    """:func:`trim_idle` every ``every`` seconds until cancelled (a worker's side task)."""
+async def trim_forever(
+    cluster: AsyncRedisCluster,
+    every: float = TRIM_SECONDS,
+    *,
+    idle: Callable[[], bool] = lambda: False,
+    idle_every: float = IDLE_TRIM_SECONDS,
+) -> None:
+    """:func:`trim_idle` every ``every`` seconds until cancelled (a worker's side task); while
+    the process is ``idle()`` (no run in hand), every ``idle_every`` seconds: an idle worker's
+    side tasks (its timed poll, reaper pass, webhook sweep, presence) now and then meet on a
+    node, which opens a second connection there, and an idle fleet would otherwise hold those
+    for up to ``every`` (docs/performance.md, fleet). A busy worker keeps its connections
+    between commands, as before."""
+    waited = 0.0
     while True:
-        await asyncio.sleep(every)
-        await trim_idle(cluster)
+        await asyncio.sleep(idle_every)
+        waited += idle_every
+        if waited >= every or idle():
+            waited = 0.0
+            await trim_idle(cluster)
 
 
 def connect_node(cluster: AsyncRedisCluster, slot: int, **options: Any) -> aioredis.Redis:

@@ -264,7 +264,12 @@ class WorkerProcess:
             ),
         ]
         if settings.redis.cluster:  # an idle worker: one pool connection per node
-            self._background.append(asyncio.create_task(trim_forever(cast("RedisCluster", redis))))
+
+            def idle() -> bool:  # no run in hand
+                return worker.job_counter == 0
+
+            cluster = cast("RedisCluster", redis)
+            self._background.append(asyncio.create_task(trim_forever(cluster, idle=idle)))
         if settings.webhooks.poll_seconds > 0:  # 0: this worker sends no webhooks
             self._start_sender(redis)
         log.info(
