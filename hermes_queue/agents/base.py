@@ -223,6 +223,18 @@ class NoteSink(Protocol):
 
 
 @runtime_checkable
+class WindowedSink(Protocol):
+    """A sink that holds a reply's deltas for a window after one went out (the worker's
+    ``stream_coalesce_ms``): a delta it is given within ``delta_window`` seconds of the last
+    delta it sent waits for that window's end anyway. The agent's side may then hand such
+    deltas over in one go shortly before the window ends, instead of one by one as they come
+    (``agents/hermes/bridge.py``)."""
+
+    @property
+    def delta_window(self) -> float: ...
+
+
+@runtime_checkable
 class AgentBackend(Protocol):
     name: str
 

@@ -95,6 +95,11 @@ class RunEventSink:
         self._flushing = 0
         self._hurry = asyncio.Event()
 
+    @property
+    def delta_window(self) -> float:
+        """The deltas' coalescing window in seconds (``agents.base.WindowedSink``); 0: none."""
+        return self._coalesce_s
+
     async def emit(self, event_type: EventType, data: dict[str, Any]) -> None:
         if self._failure is not None:
             raise self._failure

@@ -1,11 +1,20 @@
 """Hermes' callbacks, called on the agent's thread, become in-order sink calls on the loop.
 
 The agent runs synchronously in a worker thread and reports progress through plain callbacks.
-Each callback only posts a small closure to an asyncio queue (``call_soon_threadsafe``), so the
-agent never waits on Redis and the event loop never waits on the agent; one pump coroutine
-drains the queue and awaits the sink in emit order. The queue is unbounded on purpose: the
+Each callback only appends a small closure (or a delta's text) to an inbox under a lock and,
+unless a wake-up is already on its way, wakes the loop (``call_soon_threadsafe``), so the agent
+never waits on Redis and the event loop never waits on the agent; one pump coroutine takes
+what the inbox holds and awaits the sink in emit order. The inbox is unbounded on purpose: the
 agent thread must not block inside a callback (Hermes holds locks around some of them), and a
 turn's events are bounded by what one model stream produces.
+
+Deltas need not wake the loop one by one. A sink that holds deltas for a window after one went
+out (``WindowedSink``: the worker's 80 ms ``stream_coalesce_ms``) sends nothing sooner than the
+window's end anyway, so after a hand-over that carried text the deltas that follow wait in the
+inbox, and a timer on the loop fetches them shortly before the window ends (``_HOLD_MARGIN``
+ahead, so they are in the sink's backlog when it flushes). Anything else the agent reports
+wakes the loop at once and takes the waiting deltas along, in order. Each token used to cost a
+thread → loop wake-up; now a window's tokens cost one.
 
 Approvals use Hermes' gateway mechanism (``tools.approval``): under the turn's approval key the
 agent thread parks on its own event after calling our notify callback; the pump asks
@@ -40,12 +49,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
+import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hermes_queue.agents.base import ApprovalRequest, EventSink, NoteSink, SubagentPhase
+from hermes_queue.agents.base import (
+    ApprovalRequest,
+    EventSink,
+    NoteSink,
+    SubagentPhase,
+    WindowedSink,
+)
 from hermes_queue.agents.steps import Steer, SteerSink, StepSink
 from hermes_queue.events import SUBAGENT_FIELDS, SUBAGENT_FREE_TEXT
 from hermes_queue.logs import redact
@@ -55,6 +73,9 @@ log = logging.getLogger(__name__)
 Call = Callable[[], Awaitable[None]]
 # How often a thread waiting on a checkpoint looks whether the pump is still there.
 _CHECKPOINT_POLL_SECONDS = 1.0
+# How long before a sink's delta window ends the deltas held meanwhile are fetched (at most
+# half the window).
+_HOLD_MARGIN = 0.002
 
 
 class StepInterrupted(BaseException):
@@ -105,7 +126,17 @@ class TurnBridge:
         self._approval_key = approval_key
         self._interrupt = interrupt
         self._scrub = scrub
-        self._queue: asyncio.Queue[Call | None] = asyncio.Queue()
+        # Posted and not yet taken by the pump, in emit order: calls, delta texts (str), and
+        # None for the end. ``_rung``: a wake-up is on its way; ``_hold_until``
+        # (time.monotonic): until then a delta waits for the loop's timer (module docstring).
+        self._lock = threading.Lock()
+        self._inbox: list[Call | str | None] = []
+        self._rung = False
+        self._hold_until = 0.0
+        self._ready = asyncio.Event()
+        self._hold_timer: asyncio.TimerHandle | None = None
+        window = sink.delta_window if isinstance(sink, WindowedSink) else 0.0
+        self._hold_for = window - min(_HOLD_MARGIN, window / 2) if window > 0 else 0.0
         self._notes = sink if isinstance(sink, NoteSink) else None
         self.failure: BaseException | None = None
         # Tool progress arrives in two halves (a preview keyed by name, then the call id), so
@@ -122,15 +153,26 @@ class TurnBridge:
     def _post(self, call: Call | None) -> None:
         if self.quiet and call is not None and not isinstance(call, _Checkpoint):
             return
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, call)
-        except RuntimeError:  # the loop is closing (worker shutdown): nothing left to report to
-            pass
+        self._put(call, urgent=True)
+
+    def _put(self, item: Call | str | None, *, urgent: bool) -> None:
+        """Into the inbox; the loop is woken unless a wake-up is on its way already, or this is
+        a delta inside a hold (the hold's timer fetches it)."""
+        with self._lock:
+            self._inbox.append(item)
+            ring = not self._rung and (urgent or time.monotonic() >= self._hold_until)
+            if ring:
+                self._rung = True
+        if ring:
+            try:
+                self._loop.call_soon_threadsafe(self._ready.set)
+            except RuntimeError:  # the loop is closing (worker shutdown): nothing to report to
+                pass
 
     def on_delta(self, text: str | None) -> None:
         # None marks the end of one streamed segment; the events carry only text.
-        if text:
-            self._post(lambda: self._sink.delta(text))
+        if text and not self.quiet:
+            self._put(text, urgent=False)
 
     def on_reasoning(self, text: str | None) -> None:
         if text:
@@ -241,22 +283,85 @@ class TurnBridge:
     # -- the loop's side -------------------------------------------------------------------------
 
     async def pump(self) -> None:
-        """Drain posted calls in order until ``close``; after a failure, drop the rest."""
+        """Deliver posted calls in order until ``close``; after a failure, drop the rest."""
         try:
-            while (call := await self._queue.get()) is not None:
-                if self.failure is not None:
-                    if isinstance(call, _Checkpoint):
-                        call.refuse(self.failure)
-                    continue
-                try:
-                    await call()
-                except Exception as exc:  # kept, re-raised by the backend after the thread ends
-                    self.failure = exc
-                    self._interrupt(f"event publishing stopped: {type(exc).__name__}")
-                    self._answer("deny", everything=True)
+            while await self._deliver(await self._take()):
+                pass
             await self._close_open_calls()
         finally:
             self._pumping = False
+            if self._hold_timer is not None:
+                self._hold_timer.cancel()
+
+    async def _take(self) -> list[Call | str | None]:
+        """What the inbox holds, once there is something and the loop was woken for it."""
+        await self._ready.wait()
+        self._ready.clear()
+        with self._lock:
+            items, self._inbox = self._inbox, []
+            self._rung = False
+        return items
+
+    async def _deliver(self, items: list[Call | str | None]) -> bool:
+        """To the sink in order; False once ``close`` was among them (it is the last thing
+        posted). Consecutive deltas go as one to a windowed sink (it would merge them into
+        one stream entry anyway), one by one to another."""
+        texts: list[str] = []
+        for item in items:
+            if isinstance(item, str):
+                texts.append(item)
+                continue
+            await self._deliver_text(texts)
+            texts = []
+            if item is None:
+                return False
+            await self._call(item)
+        await self._deliver_text(texts)
+        return True
+
+    async def _deliver_text(self, texts: list[str]) -> None:
+        """The texts as deltas; to a windowed sink as one, and then the next are held."""
+        if not texts:
+            return
+        if self._hold_for <= 0:
+            for text in texts:
+                await self._call(functools.partial(self._sink.delta, text))
+            return
+        await self._call(functools.partial(self._sink.delta, "".join(texts)))
+        self._hold()
+
+    async def _call(self, call: Call) -> None:
+        if self.failure is not None:
+            if isinstance(call, _Checkpoint):
+                call.refuse(self.failure)
+            return
+        try:
+            await call()
+        except Exception as exc:  # kept, re-raised by the backend after the thread ends
+            self.failure = exc
+            self._interrupt(f"event publishing stopped: {type(exc).__name__}")
+            self._answer("deny", everything=True)
+
+    def _hold(self) -> None:
+        """Deltas posted from now on wait in the inbox until shortly before the sink's window
+        ends (a delta went to it just now), unless something else wakes the loop first."""
+        if self._hold_for <= 0:
+            return
+        with self._lock:
+            self._hold_until = time.monotonic() + self._hold_for
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+        self._hold_timer = self._loop.call_later(self._hold_for, self._hold_ends)
+
+    def _hold_ends(self) -> None:
+        self._hold_timer = None
+        with self._lock:
+            self._hold_until = 0.0
+            ring = bool(self._inbox) and not self._rung
+            if ring:
+                self._rung = True
+        if ring:
+            self._ready.set()
 
     async def _remember_preview(self, name: str, preview: str | None) -> None:
         self._previews[name].append(preview)
