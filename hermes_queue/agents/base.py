@@ -9,6 +9,7 @@ show to the client.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -224,14 +225,14 @@ class NoteSink(Protocol):
 
 @runtime_checkable
 class WindowedSink(Protocol):
-    """A sink that holds a reply's deltas for a window after one went out (the worker's
-    ``stream_coalesce_ms``): a delta it is given within ``delta_window`` seconds of the last
-    delta it sent waits for that window's end anyway. The agent's side may then hand such
-    deltas over in one go shortly before the window ends, instead of one by one as they come
-    (``agents/hermes/bridge.py``)."""
+    """A sink that holds a reply's deltas for a window after some went out (the worker's
+    ``stream_coalesce_ms``): a delta it is given before that window ends waits for the end
+    anyway. ``watch_deltas`` names a function it calls, on the loop, each time deltas went out,
+    with the loop time (``loop.time()``) their window ends; the agent's side may then hand the
+    deltas that come meanwhile over in one go shortly before then, instead of one by one
+    (``agents/hermes/bridge.py``). ``None`` stops the calls."""
 
-    @property
-    def delta_window(self) -> float: ...
+    def watch_deltas(self, on_window: Callable[[float], None] | None) -> None: ...
 
 
 @runtime_checkable

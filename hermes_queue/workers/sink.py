@@ -94,11 +94,12 @@ class RunEventSink:
         self._last_delta_append: float | None = None
         self._flushing = 0
         self._hurry = asyncio.Event()
+        self._on_window: Callable[[float], None] | None = None
 
-    @property
-    def delta_window(self) -> float:
-        """The deltas' coalescing window in seconds (``agents.base.WindowedSink``); 0: none."""
-        return self._coalesce_s
+    def watch_deltas(self, on_window: Callable[[float], None] | None) -> None:
+        """``agents.base.WindowedSink``: ``on_window`` is told, each time deltas go out, when
+        their window ends (loop time); never without a window."""
+        self._on_window = on_window if self._coalesce_s > 0 else None
 
     async def emit(self, event_type: EventType, data: dict[str, Any]) -> None:
         if self._failure is not None:
@@ -133,6 +134,8 @@ class RunEventSink:
                 break
             if self._coalesce_s > 0 and any(k == EventType.MESSAGE_DELTA for k, _ in batch):
                 self._last_delta_append = loop.time()
+                if self._on_window is not None:
+                    self._on_window(self._last_delta_append + self._coalesce_s)
             try:
                 await self._append(batch)
             except Exception as exc:  # LeaseLost, EventPublishFailed, or a bug: stop the turn

@@ -16,20 +16,22 @@ from tests.support.polling import eventually
 
 
 class WindowedRecordingSink(RecordingSink):
-    """A sink with a delta window (``agents.base.WindowedSink``); ``deltas`` counts the
-    deltas it was given, for the agent's thread to wait on."""
+    """A sink with a delta window (``agents.base.WindowedSink``) that sends each delta it is
+    given at once, so each starts a window; ``deltas`` counts them for the agent's thread."""
 
     def __init__(self, window: float) -> None:
         super().__init__()
         self.window = window
         self.deltas = threading.Semaphore(0)
+        self.on_window: Callable[[float], None] | None = None
 
-    @property
-    def delta_window(self) -> float:
-        return self.window
+    def watch_deltas(self, on_window: Callable[[float], None] | None) -> None:
+        self.on_window = on_window
 
     async def delta(self, text: str) -> None:
         await super().delta(text)
+        if self.on_window is not None:
+            self.on_window(asyncio.get_running_loop().time() + self.window)
         self.deltas.release()
 
 
@@ -71,6 +73,7 @@ async def test_deltas_inside_the_window_go_together_with_what_follows_in_order()
         ("tool_completed", "terminal", "call_1", 0.0, False, "ok"),
         ("delta", "e"),
     ]
+    assert sink.on_window is None  # the bridge stopped watching when the turn ended
 
 
 async def test_held_deltas_reach_the_sink_when_the_window_ends_with_nothing_else_posted() -> None:

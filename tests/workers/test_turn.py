@@ -159,6 +159,36 @@ async def test_coalescing_window_holds_only_deltas_that_follow_a_delta(
     assert [e.seq for e in got] == [1, 2, 3, 4, 5]
 
 
+async def test_a_windowed_sink_tells_its_watcher_when_each_deltas_window_ends(
+    redis: Any, settings: Settings
+) -> None:
+    """``watch_deltas`` (agents.base.WindowedSink, what the hermes bridge holds deltas by): told
+    the window's end each time deltas go out, and never without a window."""
+    loop = asyncio.get_running_loop()
+    for window_ms, expected in ((30_000, 2), (0, 0)):
+        windowed = settings.replace(stream_coalesce_ms=window_ms)
+        repo = RunRepository(redis, windowed.redis.keys, windowed.runs)
+        run_id = new_run_id()
+        await repo.create(NewRun(run_id, "s", TurnRequest()))
+        attempt = await repo.claim(run_id, "w")
+        assert attempt is not None
+        sink = RunEventSink(attempt)
+        ends: list[float] = []
+        sink.watch_deltas(ends.append)
+        await sink.delta("a")
+        await asyncio.wait_for(sink.flush(), 10)
+        if window_ms:
+            assert len(ends) == 1 and 29 < ends[0] - loop.time() <= 30
+        await sink.tool_started("search", "call_1")
+        await sink.delta("b")
+        await asyncio.wait_for(sink.flush(), 10)  # flush() takes "b" along at once
+        assert len(ends) == expected
+        sink.watch_deltas(None)
+        await sink.delta("c")
+        await asyncio.wait_for(sink.flush(), 10)
+        assert len(ends) == expected
+
+
 async def test_default_window_sends_the_first_delta_at_once_and_merges_the_next(
     redis: Any, settings: Settings
 ) -> None:

@@ -8,13 +8,15 @@ what the inbox holds and awaits the sink in emit order. The inbox is unbounded o
 agent thread must not block inside a callback (Hermes holds locks around some of them), and a
 turn's events are bounded by what one model stream produces.
 
-Deltas need not wake the loop one by one. A sink that holds deltas for a window after one went
-out (``WindowedSink``: the worker's 80 ms ``stream_coalesce_ms``) sends nothing sooner than the
-window's end anyway, so after a hand-over that carried text the deltas that follow wait in the
-inbox, and a timer on the loop fetches them shortly before the window ends (``_HOLD_MARGIN``
-ahead, so they are in the sink's backlog when it flushes). Anything else the agent reports
-wakes the loop at once and takes the waiting deltas along, in order. Each token used to cost a
-thread → loop wake-up; now a window's tokens cost one.
+Deltas need not wake the loop one by one. A sink that holds deltas for a window after some
+went out (``WindowedSink``: the worker's 80 ms ``stream_coalesce_ms``) sends nothing sooner
+than that window's end anyway. It tells the bridge when each window ends; until shortly before
+then (``_HOLD_MARGIN``) the deltas that come wait in the inbox, and a timer on the loop fetches
+them, so they are in the sink's backlog when it flushes; a delta after that goes at once, as
+before. Each delta thus goes out with the same flush as when it woke the loop itself, and
+anything else the agent reports still wakes the loop at once and takes the waiting deltas
+along, in order. Each token used to cost a thread → loop wake-up; now a window's tokens cost
+one.
 
 Approvals use Hermes' gateway mechanism (``tools.approval``): under the turn's approval key the
 agent thread parks on its own event after calling our notify callback; the pump asks
@@ -73,8 +75,7 @@ log = logging.getLogger(__name__)
 Call = Callable[[], Awaitable[None]]
 # How often a thread waiting on a checkpoint looks whether the pump is still there.
 _CHECKPOINT_POLL_SECONDS = 1.0
-# How long before a sink's delta window ends the deltas held meanwhile are fetched (at most
-# half the window).
+# How long before a sink's delta window ends the deltas held meanwhile are fetched.
 _HOLD_MARGIN = 0.002
 
 
@@ -135,8 +136,9 @@ class TurnBridge:
         self._hold_until = 0.0
         self._ready = asyncio.Event()
         self._hold_timer: asyncio.TimerHandle | None = None
-        window = sink.delta_window if isinstance(sink, WindowedSink) else 0.0
-        self._hold_for = window - min(_HOLD_MARGIN, window / 2) if window > 0 else 0.0
+        self._windowed = sink if isinstance(sink, WindowedSink) else None
+        if self._windowed is not None:
+            self._windowed.watch_deltas(self._hold)
         self._notes = sink if isinstance(sink, NoteSink) else None
         self.failure: BaseException | None = None
         # Tool progress arrives in two halves (a preview keyed by name, then the call id), so
@@ -290,6 +292,8 @@ class TurnBridge:
             await self._close_open_calls()
         finally:
             self._pumping = False
+            if self._windowed is not None:
+                self._windowed.watch_deltas(None)
             if self._hold_timer is not None:
                 self._hold_timer.cancel()
 
@@ -320,15 +324,12 @@ class TurnBridge:
         return True
 
     async def _deliver_text(self, texts: list[str]) -> None:
-        """The texts as deltas; to a windowed sink as one, and then the next are held."""
-        if not texts:
-            return
-        if self._hold_for <= 0:
-            for text in texts:
-                await self._call(functools.partial(self._sink.delta, text))
-            return
-        await self._call(functools.partial(self._sink.delta, "".join(texts)))
-        self._hold()
+        """The texts as deltas: to a windowed sink as one (it would merge them anyway), to
+        another one by one."""
+        if self._windowed is not None:
+            texts = ["".join(texts)] if texts else []
+        for text in texts:
+            await self._call(functools.partial(self._sink.delta, text))
 
     async def _call(self, call: Call) -> None:
         if self.failure is not None:
@@ -342,16 +343,17 @@ class TurnBridge:
             self._interrupt(f"event publishing stopped: {type(exc).__name__}")
             self._answer("deny", everything=True)
 
-    def _hold(self) -> None:
-        """Deltas posted from now on wait in the inbox until shortly before the sink's window
-        ends (a delta went to it just now), unless something else wakes the loop first."""
-        if self._hold_for <= 0:
+    def _hold(self, window_end: float) -> None:
+        """The sink sent deltas, whose window ends at ``window_end`` (loop time): the deltas
+        posted until shortly before then wait in the inbox for the timer (module docstring)."""
+        hold_for = window_end - _HOLD_MARGIN - self._loop.time()
+        if hold_for <= 0:
             return
         with self._lock:
-            self._hold_until = time.monotonic() + self._hold_for
+            self._hold_until = time.monotonic() + hold_for
         if self._hold_timer is not None:
             self._hold_timer.cancel()
-        self._hold_timer = self._loop.call_later(self._hold_for, self._hold_ends)
+        self._hold_timer = self._loop.call_later(hold_for, self._hold_ends)
 
     def _hold_ends(self) -> None:
         self._hold_timer = None
