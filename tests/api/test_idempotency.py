@@ -19,7 +19,7 @@ from tests.support.inprocess import running_api
 
 async def run_records(redis: aioredis.Redis, keys: Keys) -> int:
     found = [k async for k in redis.scan_iter(match=f"{keys.namespace}:run:*", count=500)]
-    return sum(1 for key in found if not key.endswith(b":events"))
+    return sum(1 for key in found if key.endswith(b"}"))  # records, not events/steps/readers
 
 
 async def post_run(

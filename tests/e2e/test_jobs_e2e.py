@@ -71,7 +71,7 @@ def runs_in_redis(cluster: Cluster, session_id: str) -> set[str]:
     try:
         found = set()
         for key in client.scan_iter(match=f"{cluster.settings.redis.namespace}:run:*", count=500):
-            if key.endswith(b":events"):
+            if not key.endswith(b"}"):  # a run's events, steps or readers: not its record
                 continue
             run_id, session = client.hmget(key, ["run_id", "session_id"])
             if session == session_id.encode():

@@ -17,7 +17,8 @@ from tests.support.inprocess import running_api
 
 async def run_records(redis: aioredis.Redis, keys: Keys) -> list[bytes]:
     """Test-only scan: every run record of this test's namespace."""
-    return [key async for key in redis.scan_iter(match=f"{keys.namespace}:run:*", count=1000)]
+    found = redis.scan_iter(match=f"{keys.namespace}:run:*", count=1000)
+    return [key async for key in found if key.endswith(b"}")]  # not events/steps/readers
 
 
 def assert_queue_full(body: dict[str, object], status: int) -> None:
