@@ -18,8 +18,9 @@
   new one asks the cluster again, so a connection lost to a failover reconnects to the promoted
   replica.
 
-The seeds in the URL are only where the slot table is first asked for: list several nodes so
-that one being down does not stop a process from starting. The credentials are every node's;
+The seeds in the URL are where the slot table is first asked for, and where a client goes back
+to when every node it knew failed (``redisio/cluster_seeds.py``): list several nodes so that
+one being down does not stop a process from starting. The credentials are every node's;
 a cluster has only database 0.
 """
 
@@ -42,6 +43,7 @@ from redis.exceptions import ResponseError
 
 from hermes_queue.redisio.addresses import host_and_port
 from hermes_queue.redisio.cluster_retry import SafeRetryCluster
+from hermes_queue.redisio.cluster_seeds import keep_seeds, restore_seeds, seeds_of
 
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
@@ -111,7 +113,19 @@ def connect_cluster_sync(target: ClusterTarget, **options: Any) -> redis.cluster
         password=target.password,
         **options,
     )
+    client.nodes_manager.__class__ = _SeedKeepingNodesManager
+    keep_seeds(client.nodes_manager)
     return client
+
+
+class _SeedKeepingNodesManager(redis.cluster.NodesManager):
+    """The synchronous client's nodes manager, putting back the seeds redis-py dropped before
+    each rebuild (``redisio/cluster_seeds.py``). Set as the class of the client's own manager:
+    redis-py takes no manager class."""
+
+    def initialize(self) -> None:
+        restore_seeds(self, redis.cluster.ClusterNode)
+        super().initialize()  # type: ignore[no-untyped-call]
 
 
 class NodeConnection(aioredis.Connection):
@@ -147,7 +161,7 @@ class SlotMap:
     REFRESH_INTERVAL = 0.25
 
     def __init__(self, cluster: AsyncRedisCluster) -> None:
-        seeds = [ClusterNode(n.host, n.port) for n in cluster.nodes_manager.startup_nodes.values()]
+        seeds = [ClusterNode(host, port) for host, port in seeds_of(cluster.nodes_manager)]
         credentials = {k: cluster.connection_kwargs.get(k) for k in ("username", "password")}
         self._client = AsyncRedisCluster(startup_nodes=seeds, **credentials)
         self._lock = asyncio.Lock()

@@ -23,11 +23,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio.cluster import ClusterPipeline, NodesManager, PipelineCommand, RedisCluster
+from redis.asyncio.cluster import (
+    ClusterNode,
+    ClusterPipeline,
+    NodesManager,
+    PipelineCommand,
+    RedisCluster,
+)
 from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue.redisio.cluster_seeds import keep_seeds, restore_seeds
 from hermes_queue.redisio.switchover import (
     Deadline,
     NotApplied,
@@ -57,6 +64,7 @@ class SafeRetryCluster(RedisCluster):
         for node in self.nodes_manager.startup_nodes.values():
             node.connection_class = SwitchoverConnection
         self.nodes_manager.__class__ = _RetriedRebuilds
+        keep_seeds(self.nodes_manager)
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         waited = Deadline(self.switchover_wait)
@@ -111,13 +119,15 @@ class _RetriedRebuilds(NodesManager):
     startup nodes across awaits while another rebuild, or a failed command dropping its node
     from them, changes that dict: ``RuntimeError: dictionary changed size during iteration``
     reached callers as a 500. A rebuild cut short that way is tried again; the last such
-    failure is a connection error (nothing was sent). Set as the class of the client's own
+    failure is a connection error (nothing was sent). Each rebuild first puts back the seeds
+    redis-py dropped (``redisio/cluster_seeds.py``). Set as the class of the client's own
     manager (redis-py takes no manager class; its slots leave no room for a wrapper)."""
 
     __slots__ = ()
 
     async def initialize(self) -> None:
         for attempt in range(_REBUILD_TRIES):
+            restore_seeds(self, self._seed_node)
             try:
                 await super().initialize()
                 return
@@ -128,6 +138,9 @@ class _RetriedRebuilds(NodesManager):
                 if isinstance(exc.__cause__, (*_FAILED, OSError)):  # no node answered
                     raise NotApplied(f"slot table not rebuilt: {exc}") from exc
                 raise
+
+    def _seed_node(self, host: str, port: int) -> ClusterNode:
+        return ClusterNode(host, port, **self.connection_kwargs)
 
 
 __all__ = ["NOT_APPLIED", "SafePipeline", "SafeRetryCluster"]

@@ -82,10 +82,14 @@ class RedisCluster:
         """Every node reports ``cluster_state:ok`` and knows every slot, replicas in sync."""
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            if all(self._node_ok(node) for node in self.nodes) and self._replicas_synced():
+            if self.ok() and self._replicas_synced():
                 return
             time.sleep(0.05)
         raise AssertionError("the cluster never became ok")
+
+    def ok(self) -> bool:
+        """Every node reports ``cluster_state:ok`` and knows every slot."""
+        return all(self._node_ok(node) for node in self.nodes)
 
     def _node_ok(self, node: Node) -> bool:
         with contextlib.suppress(redis.RedisError), node.client(timeout=1) as client:
