@@ -23,7 +23,7 @@ from hermes_queue.api.turns.starter import TurnStarter
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.metrics import ApiMetrics
+from hermes_queue.metrics.processes import ApiMetrics
 from hermes_queue.redisio.connect import connect
 from hermes_queue.routing import RoutingConfig
 from hermes_queue.routing.configured import routing_config

@@ -43,7 +43,7 @@ from redis.exceptions import RedisError
 from hermes_queue.config import RedisSettings, WorkerSettings
 from hermes_queue.jobqueue.connection import redis_settings
 from hermes_queue.jobqueue.jobs import RUN_TURN, deserialize, job_timeout_seconds, serialize
-from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.metrics.processes import WorkerMetrics
 from hermes_queue.redisio.connect import connect, wait_until_answering
 from hermes_queue.redisio.health import OutageLog
 

@@ -30,7 +30,8 @@ from hermes_queue.agents.base import (
 from hermes_queue.agents.media import inline_media
 from hermes_queue.agents.steps import HandBack, RunBudgetExceeded
 from hermes_queue.logs import attempt_var, run_id_var, session_id_var, worker_var
-from hermes_queue.metrics import OUTCOMES, WorkerMetrics
+from hermes_queue.metrics.labels import OUTCOMES
+from hermes_queue.metrics.processes import WorkerMetrics
 from hermes_queue.routing import LockMismatch, check_lock_runtime, runtime_metadata
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.model import FailReason

@@ -26,7 +26,7 @@ from hermes_queue.catalog import publish_forever
 from hermes_queue.config import Settings
 from hermes_queue.jobqueue.worker import WakeableWorker, queue_worker
 from hermes_queue.keys import Keys
-from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.metrics.processes import WorkerMetrics
 from hermes_queue.providers import resolve_api_key
 from hermes_queue.redisio.cluster import trim_forever
 from hermes_queue.redisio.connect import connect

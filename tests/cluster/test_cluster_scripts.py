@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from hermes_queue.config import Settings
-from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.metrics.processes import WorkerMetrics
 from hermes_queue.queue_state import snapshot
 from hermes_queue.redisio.connect import connect_url
 from hermes_queue.redisio.replication import NotReplicated

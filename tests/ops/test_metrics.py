@@ -246,7 +246,7 @@ async def test_a_worker_whose_metrics_port_is_taken_serves_on_the_next_and_says_
 def test_no_free_port_in_the_range_is_logged_not_fatal(
     ops_settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from hermes_queue.metrics import WorkerMetrics
+    from hermes_queue.metrics.processes import WorkerMetrics
 
     base = ops_settings.metrics.port
     with socket.socket() as taken:

@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
-from hermes_queue.metrics import WorkerMetrics
+from hermes_queue.metrics.processes import WorkerMetrics
 from hermes_queue.routing.configured import routing_config
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.start import RunStarter

@@ -21,7 +21,7 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.api.http.fields import RequestModel, as_is, checked
 from hermes_queue.api.http.sse import open_stream
 from hermes_queue.api.state import STATE, ApiState
-from hermes_queue.metrics import CONTENT_TYPE
+from hermes_queue.metrics.processes import CONTENT_TYPE
 from hermes_queue.queue_lists import RECENT_FAILURES
 from hermes_queue.queue_state import MAX_PAGE, QueueSnapshot, snapshot
 from hermes_queue.queue_tenants import TenantView

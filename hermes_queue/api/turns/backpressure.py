@@ -27,7 +27,8 @@ from redis.exceptions import RedisError
 
 from hermes_queue.api.errors import ApiError
 from hermes_queue.keys import Keys
-from hermes_queue.metrics import ApiMetrics, tenant_label
+from hermes_queue.metrics.labels import tenant_label
+from hermes_queue.metrics.processes import ApiMetrics
 from hermes_queue.queue_state import admission, retry_after_seconds, stats_window
 from hermes_queue.queue_tenants import ask_claims, tenant_claims, text
 from hermes_queue.runs.scripts import load_script

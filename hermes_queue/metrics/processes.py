@@ -1,32 +1,14 @@
-"""Every Prometheus metric of hermes-queue, and the only place one is defined (STYLE lesson 11).
-
-Names are ``hermes_queue_*`` with unit suffixes; labels are low-cardinality states and outcomes,
-never a run or session id. Each process object owns its own ``CollectorRegistry`` rather than
-the global one, so several apps or workers built in one process (tests, ``hermes-queue dev``)
-never clash over a name.
-
-Two views, on purpose:
-
-- the **API** (``GET /metrics``) exports the cluster's queue as read from Redis at scrape time
-  (depth by state, oldest ready age, workers, slots, ``desired_workers``); every replica
-  reports the same figures, so aggregate them with ``max``, not ``sum``;
-- **workers** (their own port) export what only they observe: pickup latency, time to first
-  event, run duration, and the turns they are running.
-
-``hermes_queue_runs_total{outcome}`` is counted by whichever process performed the terminal
-transition (a worker ending its turn, any reaper, an API stopping a queued run), so
-``sum by (outcome)`` over all processes counts every run once.
-
-Metrics are observers: a failing observation is logged and counted in
-``hermes_queue_observer_errors_total`` and never reaches the run or the request.
-"""
+"""Each process's metrics: what every process counts (run outcomes it settled, job fires,
+its observer failures), the API's (queue collectors, SSE clients, refusals, drain cuts) and a
+worker's (latencies, active turns, webhook attempts, its own HTTP endpoint). Each object owns
+its ``CollectorRegistry``, so several built in one process never clash over a name."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Collection
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -37,10 +19,17 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from hermes_queue.queue_state import QueueSnapshot
+from hermes_queue.metrics.labels import (
+    DIALECTS,
+    DURATION_BUCKETS,
+    JOB_TRIGGERS,
+    LATENCY_BUCKETS,
+    OUTCOMES,
+    WEBHOOK_OUTCOMES,
+    WEBHOOK_RESULTS,
+)
+from hermes_queue.metrics.scrape import QueueCollector, WebhookCollector
 from hermes_queue.tenancy.keys import DEFAULT_TENANT
 
 log = logging.getLogger(__name__)
@@ -49,20 +38,6 @@ log = logging.getLogger(__name__)
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-OUTCOMES = ("completed", "failed", "cancelled")
-JOB_TRIGGERS = ("schedule", "manual")
-QUEUE_STATES = ("ready", "deferred", "running", "blocked")
-TENANT_STATES = ("ready", "running", "held")
-# The tenant label of a tenant not configured (a record from before a key was removed).
-OTHER_TENANT = "other"
-# The API dialects, as a drain cut counts them (api/drain.py).
-DIALECTS = ("hermes", "openai")
-WEBHOOK_RESULTS = ("2xx", "3xx", "4xx", "5xx", "timeout", "error", "refused")
-WEBHOOK_OUTCOMES = ("delivered", "gone", "dead")
-# Waits: from instant (an idle worker woken by pub/sub) to minutes (a backlog).
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-# Agent turns: a second to an hour (job_timeout_seconds).
-DURATION_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 
 class _ProcessMetrics:
@@ -128,129 +103,6 @@ class _ProcessMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def tenant_label(tenant: str, known: Collection[str]) -> str:
-    """``tenant`` as a label value: the configured tenants and ``default`` by name, anything
-    else ``other``, so the label's values are bounded by the configuration."""
-    return tenant if tenant in known or tenant == DEFAULT_TENANT else OTHER_TENANT
-
-
-class QueueCollector(Collector):
-    """Queue gauges from the snapshot read at scrape time (``update`` before each render).
-
-    A custom collector rather than Gauges, so a scrape whose Redis read failed shows no queue
-    figures at all (and ``hermes_queue_redis_up 0``) instead of the last, stale ones.
-    """
-
-    def __init__(self, tenants: Collection[str] = ()) -> None:
-        self.snapshot: QueueSnapshot | None = None
-        self.tenants = frozenset(tenants)
-
-    def collect(self) -> Iterator[Metric]:
-        snap = self.snapshot
-        yield GaugeMetricFamily(
-            "hermes_queue_redis_up",
-            "1 when this scrape could read the queue state from Redis, else 0.",
-            value=1 if snap is not None else 0,
-        )
-        if snap is None:
-            return
-        depth = GaugeMetricFamily(
-            "hermes_queue_queue_depth",
-            "Runs by state: ready (waiting for a worker), deferred (start time in the future), "
-            "running (leased by a worker), blocked (behind another run of the same session).",
-            labels=["state"],
-        )
-        for state in QUEUE_STATES:
-            depth.add_metric([state], getattr(snap.depth, state))
-        yield depth
-        yield self._by_tenant(snap)
-        for name, text, value in (
-            (
-                "hermes_queue_queue_oldest_ready_age_seconds",
-                "How long the oldest ready run has been waiting (0 when none is ready).",
-                snap.depth.oldest_ready_age_seconds,
-            ),
-            ("hermes_queue_workers", "Live workers (heartbeat within lease_seconds).", None),
-            ("hermes_queue_worker_slots", "Turn slots of all live workers.", snap.slots),
-            (
-                "hermes_queue_worker_free_slots",
-                "Idle turn slots of all live workers.",
-                snap.free_slots,
-            ),
-            (
-                "hermes_queue_desired_workers",
-                "Workers needed to run every ready and running run at once: "
-                "ceil((ready + running) / slots per worker), at least 1 while anything is queued.",
-                snap.desired_workers,
-            ),
-        ):
-            yield GaugeMetricFamily(name, text, value=len(snap.workers) if value is None else value)
-
-    def _by_tenant(self, snap: QueueSnapshot) -> Metric:
-        """Depth per tenant, the tenant label bounded (:func:`tenant_label`). Autoscalers read
-        the totals above, never this."""
-        family = GaugeMetricFamily(
-            "hermes_queue_tenant_queue_depth",
-            "Runs by tenant and state: ready (queued; held ones included), running, held "
-            "(ready, left queued at the tenant's tenant_max_running). Tenants not configured "
-            "are summed as other.",
-            labels=["tenant", "state"],
-        )
-        folded: dict[str, list[int]] = {}
-        for figures in snap.tenants:
-            row = folded.setdefault(tenant_label(figures.tenant, self.tenants), [0, 0, 0])
-            for i, state in enumerate(TENANT_STATES):
-                row[i] += getattr(figures, state)
-        for tenant, row in sorted(folded.items()):
-            for state, count in zip(TENANT_STATES, row, strict=True):
-                family.add_metric([tenant, state], count)
-        return family
-
-
-class WebhookCollector(Collector):
-    """Webhook delivery gauges read from Redis at scrape time (``update`` before each render;
-    ``webhooks/outbox.py`` ``Outbox.stats``), absent when that read failed."""
-
-    def __init__(self) -> None:
-        self.stats: OutboxFigures | None = None
-
-    def collect(self) -> Iterator[Metric]:
-        stats = self.stats
-        if stats is None:
-            return
-        for name, text, value in (
-            (
-                "hermes_queue_webhook_pending",
-                "Webhook deliveries neither delivered nor dead (waiting for an attempt or "
-                "their next retry).",
-                stats.pending,
-            ),
-            (
-                "hermes_queue_webhook_oldest_pending_age_seconds",
-                "Age of the oldest pending webhook delivery (0 when none is pending).",
-                stats.oldest_pending_age_seconds,
-            ),
-            (
-                "hermes_queue_webhook_dead_letters",
-                "Webhook deliveries kept as dead letters (schedule spent, 410 Gone or target "
-                "refused), listed by GET /v1/webhooks/deliveries?state=dead.",
-                stats.dead_letters,
-            ),
-        ):
-            yield GaugeMetricFamily(name, text, value=value)
-
-
-class OutboxFigures(Protocol):
-    @property
-    def pending(self) -> int: ...
-
-    @property
-    def oldest_pending_age_seconds(self) -> float: ...
-
-    @property
-    def dead_letters(self) -> int: ...
 
 
 class ApiMetrics(_ProcessMetrics):
