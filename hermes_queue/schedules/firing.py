@@ -44,7 +44,8 @@ LOST_RUN = "the run record expired before its end was recorded"
 
 
 class FireObserver(Protocol):
-    """Metrics hooks (``metrics/processes.py``): fires made by this process, ticks a catch-up skipped."""
+    """Metrics hooks (``metrics/processes.py``): fires made by this process, ticks a catch-up
+    skipped."""
 
     def job_fired(self, trigger: str) -> None: ...
 
