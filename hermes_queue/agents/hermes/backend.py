@@ -32,7 +32,8 @@ from hermes_queue.agents.base import (
     Usage,
 )
 from hermes_queue.agents.hermes import process
-from hermes_queue.agents.hermes.bridge import StepInterrupted, TurnBridge
+from hermes_queue.agents.hermes.bridge import TurnBridge
+from hermes_queue.agents.hermes.checkpoints import StepInterrupted
 from hermes_queue.agents.hermes.construction import (
     AgentFactory,
     Runtime,

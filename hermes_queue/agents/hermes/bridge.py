@@ -63,12 +63,16 @@ from hermes_queue.agents.base import (
     ApprovalRequest,
     EventSink,
     NoteSink,
-    SubagentPhase,
     WindowedSink,
 )
+from hermes_queue.agents.hermes.checkpoints import Checkpoint, StepInterrupted
+from hermes_queue.agents.hermes.tool_events import (
+    RESULT_LIMIT,
+    SUBAGENT_PHASES,
+    subagent_details,
+    tool_emoji,
+)
 from hermes_queue.agents.steps import Steer, SteerSink, StepSink
-from hermes_queue.events import SUBAGENT_FIELDS, SUBAGENT_FREE_TEXT
-from hermes_queue.logs import redact
 
 log = logging.getLogger(__name__)
 
@@ -77,40 +81,6 @@ Call = Callable[[], Awaitable[None]]
 _CHECKPOINT_POLL_SECONDS = 1.0
 # How long before a sink's delta window ends the deltas held meanwhile are fetched.
 _HOLD_MARGIN = 0.002
-
-
-class StepInterrupted(BaseException):
-    """Raised on the agent thread when a step could not be recorded, or was the attempt's last
-    (the worker hands the run back): the turn must stop at once. A ``BaseException``, so
-    Hermes' ``except Exception`` around callbacks and retries lets it through; the cause is in
-    ``TurnBridge.failure``."""
-
-
-class _Checkpoint:
-    """A step to record, posted like the other calls; the agent thread waits on ``done``."""
-
-    def __init__(self, sink: StepSink, record: dict[str, Any], last: bool) -> None:
-        self.sink, self.record, self.last = sink, record, last
-        self.done: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-    async def __call__(self) -> None:
-        try:
-            await self.sink.step(self.record, last=self.last)
-        except BaseException as exc:
-            self.refuse(exc)
-            raise
-        self.done.set_result(None)
-
-    def refuse(self, exc: BaseException) -> None:
-        if not self.done.done():
-            self.done.set_exception(exc)
-
-
-_RESULT_LIMIT = 2_000  # characters of a tool result carried in its tool.completed event
-_SUBAGENT_PHASES: dict[str, SubagentPhase] = {
-    "subagent.start": "start",
-    "subagent.complete": "complete",
-}
 
 
 class TurnBridge:
@@ -153,7 +123,7 @@ class TurnBridge:
     # -- the agent thread's side ---------------------------------------------------------------
 
     def _post(self, call: Call | None) -> None:
-        if self.quiet and call is not None and not isinstance(call, _Checkpoint):
+        if self.quiet and call is not None and not isinstance(call, Checkpoint):
             return
         self._put(call, urgent=True)
 
@@ -205,24 +175,10 @@ class TurnBridge:
         elif event_type == "tool.completed" and name:
             outcome = (float(details.get("duration") or 0.0), bool(details.get("is_error")))
             self._post(lambda: self._remember_outcome(name, outcome))
-        elif (phase := _SUBAGENT_PHASES.get(event_type)) is not None:
+        elif (phase := SUBAGENT_PHASES.get(event_type)) is not None:
             # Filtered and redacted here, on the agent's thread: the loop only appends.
-            kept = self._subagent_details({**details, "preview": preview})
+            kept = subagent_details({**details, "preview": preview}, self._scrub)
             self._post(lambda: self._sink.subagent(phase, kept))
-
-    def _subagent_details(self, details: dict[str, Any]) -> dict[str, Any]:
-        """The whitelisted fields Hermes sent (a new one of its, e.g. ``toolsets``, is dropped
-        until reviewed), as JSON values, with the free text redacted: the provider's key and
-        anything secret-shaped (``logs.redact``), since a goal or a child's summary can quote
-        whatever the conversation held."""
-        kept: dict[str, Any] = {}
-        for name in SUBAGENT_FIELDS:
-            value = details.get(name)
-            if value is None:
-                continue
-            free = name in SUBAGENT_FREE_TEXT
-            kept[name] = _json_value(value, (lambda t: redact(self._scrub(t))) if free else None)
-        return kept
 
     def on_tool_start(self, call_id: str, name: str, args: Any) -> None:
         self._post(lambda: self._tool_started(call_id, name, args))
@@ -248,7 +204,7 @@ class TurnBridge:
         steps = self._sink
         if not isinstance(steps, StepSink):
             return
-        posted = _Checkpoint(steps, record, last)
+        posted = Checkpoint(steps, record, last)
         self._post(posted)
         while True:
             try:
@@ -333,7 +289,7 @@ class TurnBridge:
 
     async def _call(self, call: Call) -> None:
         if self.failure is not None:
-            if isinstance(call, _Checkpoint):
+            if isinstance(call, Checkpoint):
                 call.refuse(self.failure)
             return
         try:
@@ -376,7 +332,7 @@ class TurnBridge:
         preview = previews.popleft() if previews else None
         self._open_calls[call_id] = name
         await self._sink.tool_started(
-            name, call_id, preview=preview, args=args, emoji=_tool_emoji(name)
+            name, call_id, preview=preview, args=args, emoji=tool_emoji(name)
         )
 
     async def _tool_completed(self, call_id: str, name: str, result: Any) -> None:
@@ -385,7 +341,7 @@ class TurnBridge:
         self._open_calls.pop(call_id, None)
         text = result if isinstance(result, str) else str(result)
         await self._sink.tool_completed(
-            name, call_id, duration=duration, error=error, result=text[:_RESULT_LIMIT]
+            name, call_id, duration=duration, error=error, result=text[:RESULT_LIMIT]
         )
 
     async def _close_open_calls(self) -> None:
@@ -415,27 +371,3 @@ class TurnBridge:
         from tools.approval import resolve_gateway_approval
 
         resolve_gateway_approval(self._approval_key, choice, resolve_all=everything)
-
-
-def _tool_emoji(name: str) -> str | None:
-    """Hermes' icon for the tool (📋 for ``todo``, …), which upstream's chat stream shows."""
-    try:
-        from agent.display import get_tool_emoji
-    except ImportError:  # a Hermes without it: the renderer's default
-        return None
-    emoji = get_tool_emoji(name)
-    return emoji if isinstance(emoji, str) and emoji else None
-
-
-def _json_value(value: Any, redact_text: Callable[[str], str] | None) -> Any:
-    """``value`` as plain JSON (the sink must never fail to encode an event), every string in
-    it passed through ``redact_text`` when given."""
-    if isinstance(value, str):
-        return redact_text(value) if redact_text else value
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, dict):
-        return {str(key): _json_value(item, redact_text) for key, item in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_json_value(item, redact_text) for item in value]
-    return _json_value(str(value), redact_text)
