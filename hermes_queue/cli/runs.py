@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hermes_queue.cli.ops import OpsError, age, clock, read, read_snapshot, table
+from hermes_queue.cli.formatting import age, clock, table
+from hermes_queue.cli.ops import OpsError, read, read_snapshot
 from hermes_queue.config import Settings
 from hermes_queue.events import APPROVAL_CHOICES
 from hermes_queue.runs.approvals import normalize_choice

@@ -10,7 +10,8 @@ import time
 import click
 from rich.console import Console
 
-from hermes_queue.cli.ops import OpsError, age, read, table
+from hermes_queue.cli.formatting import age, table
+from hermes_queue.cli.ops import OpsError, read
 from hermes_queue.config import Settings
 from hermes_queue.webhooks.outbox import Delivery, Outbox
 
