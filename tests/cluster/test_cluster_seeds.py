@@ -20,6 +20,7 @@ from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.redisio.cluster import (
+    ClusterTarget,
     connect_cluster,
     connect_cluster_sync,
     parse_cluster_url,
@@ -58,13 +59,22 @@ def key_per_primary(cluster: RedisCluster, namespace: str) -> list[str]:
     return list(by_port.values())
 
 
+@pytest.fixture
+def target(redis_cluster: RedisCluster) -> ClusterTarget:
+    parsed = parse_cluster_url(redis_cluster.url)
+    assert parsed is not None
+    return parsed
+
+
+@pytest.fixture
+def keys(redis_cluster: RedisCluster, namespace: str) -> list[str]:
+    return key_per_primary(redis_cluster, namespace)
+
+
 @pytest.mark.timeout(90)
 async def test_the_asyncio_client_comes_back_after_every_node_failed(
-    redis_cluster: RedisCluster, namespace: str
+    redis_cluster: RedisCluster, target: ClusterTarget, keys: list[str]
 ) -> None:
-    target = parse_cluster_url(redis_cluster.url)
-    assert target is not None
-    keys = key_per_primary(redis_cluster, namespace)
     client = connect_cluster(target, socket_timeout=TIMEOUT)
     try:
         await asyncio.gather(*(client.set(key, "kept") for key in keys))
@@ -82,11 +92,8 @@ async def test_the_asyncio_client_comes_back_after_every_node_failed(
 
 @pytest.mark.timeout(90)
 async def test_the_synchronous_client_comes_back_after_every_node_failed(
-    redis_cluster: RedisCluster, namespace: str
+    redis_cluster: RedisCluster, target: ClusterTarget, keys: list[str]
 ) -> None:
-    target = parse_cluster_url(redis_cluster.url)
-    assert target is not None
-    keys = key_per_primary(redis_cluster, namespace)
     client = connect_cluster_sync(target, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT)
     try:
         for key in keys:

@@ -8,24 +8,8 @@ from typing import Any
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
-from hermes_queue.runs.turn_request import TurnRequest
-
-
-def repository(redis: Any, settings: Settings, weights: str = "") -> RunRepository:
-    settings = settings.replace(tenant_weights=weights)
-    return RunRepository(redis, settings.redis.keys, settings.runs)
-
-
-async def queue(repo: RunRepository, tenant: str, count: int, session: str = "s") -> list[str]:
-    ids = []
-    for _ in range(count):
-        run_id = new_run_id()
-        assert await repo.create(NewRun(run_id, session, TurnRequest("hi"), tenant=tenant))
-        ids.append(run_id)
-    return ids
+from tests.support.tenant_runs import queue, repository, turn_order
 
 
 async def take_next(repo: RunRepository, redis: Any, keys: Keys) -> str:
@@ -51,7 +35,7 @@ async def test_a_tenant_queueing_behind_a_flood_is_next(
 async def test_backlogged_tenants_alternate_by_weight_and_each_keeps_its_order(
     redis: Any, settings: Settings, keys: Keys
 ) -> None:
-    repo = repository(redis, settings, weights="a=2")
+    repo = repository(redis, settings, tenant_weights="a=2")
     a_runs = await queue(repo, "a", 60)
     b_runs = await queue(repo, "b", 60)
     taken = [await take_next(repo, redis, keys) for _ in range(60)]
@@ -89,7 +73,7 @@ async def test_a_requeued_run_goes_first_and_a_stopped_one_leaves_the_order(
     # It already had its turn: it goes before everything still queued.
     assert await take_next(repo, redis, keys) == lost
     assert (await repo.request_stop(others[0])).status == "cancelled"
-    order = [m.decode() for m in await redis.zrange(keys.turn_order_at(0), 0, -1)]
+    order = await turn_order(redis, keys)
     assert lost == runs[0] and sorted(order) == sorted([*runs[1:], others[1]])
     assert sorted(m.decode() for m in await redis.zrange(keys.queue, 0, -1)) == sorted(order)
     assert await redis.hmget(keys.fair_at(0), ["n:a", "n:b"]) == [b"2", b"1"]

@@ -9,33 +9,13 @@ from typing import Any
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.runs.attempt import Attempt
-from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
-from hermes_queue.runs.turn_request import TurnRequest
-
-
-def repository(redis: Any, settings: Settings, running: str = "a=2") -> RunRepository:
-    settings = settings.replace(tenant_max_running=running)
-    return RunRepository(redis, settings.redis.keys, settings.runs)
-
-
-async def queue(repo: RunRepository, tenant: str, count: int) -> list[str]:
-    ids = []
-    for _ in range(count):
-        run_id = new_run_id()
-        assert await repo.create(NewRun(run_id, "s", TurnRequest("hi"), tenant=tenant))
-        ids.append(run_id)
-    return ids
+from tests.support.tenant_runs import queue, repository, turn_order
 
 
 async def fair(redis: Any, keys: Keys) -> dict[str, int]:
     raw = await redis.hgetall(keys.fair_at(0))
     return {k.decode(): int(float(v)) for k, v in raw.items() if not k.startswith((b"l:", b"v"))}
-
-
-async def turn_order(redis: Any, keys: Keys) -> list[str]:
-    return [m.decode() for m in await redis.zrange(keys.turn_order_at(0), 0, -1)]
 
 
 async def claim_all(repo: RunRepository, redis: Any, keys: Keys) -> dict[str, Attempt]:
@@ -53,7 +33,7 @@ async def claim_all(repo: RunRepository, redis: Any, keys: Keys) -> dict[str, At
 async def test_a_tenant_at_its_limit_is_held_and_others_run(
     redis: Any, settings: Settings, keys: Keys
 ) -> None:
-    repo = repository(redis, settings)
+    repo = repository(redis, settings, tenant_max_running="a=2")
     a_runs = await queue(repo, "a", 5)
     b_runs = await queue(repo, "b", 3)
     claimed = await claim_all(repo, redis, keys)
@@ -75,7 +55,7 @@ async def test_a_tenant_at_its_limit_is_held_and_others_run(
 async def test_a_hand_back_and_a_reap_release_a_held_run(
     redis: Any, settings: Settings, keys: Keys
 ) -> None:
-    repo = repository(redis, settings, running="a=1")
+    repo = repository(redis, settings, tenant_max_running="a=1")
     a_runs = await queue(repo, "a", 3)
     claimed = await claim_all(repo, redis, keys)
     assert list(claimed) == [a_runs[0]]
@@ -97,7 +77,7 @@ async def test_a_hand_back_and_a_reap_release_a_held_run(
 async def test_stopping_a_held_run_and_the_reapers_backstop(
     redis: Any, settings: Settings, keys: Keys
 ) -> None:
-    repo = repository(redis, settings, running="a=1")
+    repo = repository(redis, settings, tenant_max_running="a=1")
     a_runs = await queue(repo, "a", 3)
     await claim_all(repo, redis, keys)
     assert (await fair(redis, keys))["h:a"] == 2
@@ -105,7 +85,7 @@ async def test_stopping_a_held_run_and_the_reapers_backstop(
     assert (await repo.request_stop(a_runs[1])).status == "cancelled"
     assert await fair(redis, keys) == {"n:a": 1, "r:a": 1, "h:a": 1}
     # The limit removed (a restart with other settings): the reapers' pass frees what is held.
-    unlimited = repository(redis, settings, running="")
+    unlimited = repository(redis, settings, tenant_max_running="")
     assert await unlimited.release_held() == 1
     assert await turn_order(redis, keys) == [a_runs[2]]
     assert "h:a" not in await fair(redis, keys)
@@ -116,7 +96,7 @@ async def test_stopping_a_held_run_and_the_reapers_backstop(
 async def test_the_default_tenant_is_never_counted_nor_held(
     redis: Any, settings: Settings, keys: Keys
 ) -> None:
-    repo = repository(redis, settings, running="*=1")
+    repo = repository(redis, settings, tenant_max_running="*=1")
     runs = await queue(repo, "default", 3)
     claimed = await claim_all(repo, redis, keys)
     assert set(claimed) == set(runs)
