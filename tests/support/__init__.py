@@ -12,5 +12,7 @@ to put on ``sys.path``; importing it starts nothing.
 - ``upstream``: upstream Hermes' own API server (``hermes gateway run``) in a private home;
 - ``netns``, ``netns_proxy``, ``hosts``: simulated hosts and a deployment spread over them;
 - ``redis_group``: a Redis primary, replicas and Sentinels; ``load``: a steady load of runs
-  with SSE readers and what each reader saw.
+  with SSE readers and what each reader saw; ``redis_cluster``: a loopback Redis Cluster;
+- ``tenants``: tenant keys for the ownership tests; ``tenant_runs``: tenants' runs queued on a
+  shard (fair turns, running limits).
 """
