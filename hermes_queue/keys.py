@@ -176,7 +176,7 @@ class Keys:
         read (summed over shards) for throughput and the drain rate behind backpressure. Per
         tenant also ``claimed:<tenant>`` (the claim script, every tenant but ``default``, whose
         claims are the rest) and, in shard 0's, ``refused:<tenant>`` (the API's 429s:
-        ``queue_tenants.py``)."""
+        ``queueview/tenants.py``)."""
         return f"{self._base(shard)}:stats:{minute}"
 
     def failures_at(self, shard: int) -> str:

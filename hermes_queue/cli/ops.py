@@ -4,7 +4,7 @@
 Operators run these next to a deployment with the same ``HERMES_QUEUE_*`` environment, so they
 read Redis and the session store directly instead of going through an API replica: the CLI
 must still answer when every replica is down, which is when it is most needed. Queue figures
-come from ``queue_state.snapshot`` (the same object ``GET /v1/queue`` serves), so the CLI, the
+come from ``queueview.snapshot`` (the same object ``GET /v1/queue`` serves), so the CLI, the
 dashboard and ``/metrics`` can never disagree.
 
 Every failure becomes one ``error: …`` line and exit code 1 (no traceback) and every network call
@@ -38,8 +38,9 @@ from hermes_queue.cli.status_view import StatusView, outage_line, render_status
 from hermes_queue.cli.tenant_table import tenant_view
 from hermes_queue.config import Settings
 from hermes_queue.logs import mask_url
-from hermes_queue.queue_lists import RECENT_FAILURES
-from hermes_queue.queue_state import STATS_FIELDS, STATS_MINUTES, QueueSnapshot, snapshot
+from hermes_queue.queueview.figures import QueueSnapshot
+from hermes_queue.queueview.lists import RECENT_FAILURES
+from hermes_queue.queueview.snapshot import STATS_FIELDS, STATS_MINUTES, snapshot
 from hermes_queue.redisio.connect import close, connect
 from hermes_queue.redisio.health import describe
 

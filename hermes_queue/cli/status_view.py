@@ -17,7 +17,7 @@ from hermes_queue.cli.jobs import JobsView, render_jobs
 from hermes_queue.cli.tenant_table import render_tenants
 from hermes_queue.config import Settings
 from hermes_queue.logs import mask_url
-from hermes_queue.queue_state import STATS_FIELDS
+from hermes_queue.queueview.snapshot import STATS_FIELDS
 
 # Per-worker rows shown by `status`; a fleet of hundreds would push the queue off the screen.
 MAX_WORKER_ROWS = 20

@@ -1,5 +1,5 @@
 """``hermes-queue status``'s table of the queue per tenant (the ``tenants`` of ``GET
-/v1/queue``: ``queue_tenants.py``), shown once the deployment has more than one tenant or a
+/v1/queue``: ``queueview/tenants.py``), shown once the deployment has more than one tenant or a
 limit; and the tenants the CLI knows of (the configured ones, their limits)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hermes_queue.config import Settings
-from hermes_queue.queue_tenants import TenantView
+from hermes_queue.queueview.tenants import TenantView
 
 
 def tenant_view(settings: Settings) -> TenantView:

@@ -10,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hermes_queue.metrics.labels import QUEUE_STATES, TENANT_STATES, tenant_label
-from hermes_queue.queue_state import QueueSnapshot
+from hermes_queue.queueview.figures import QueueSnapshot
 
 
 class QueueCollector(Collector):

@@ -71,7 +71,7 @@ async def test_runs_through_two_replicas_and_two_workers_are_exact(
     }
     primaries = {node.port for node in redis_cluster.primary_nodes()}
     assert ports == primaries, "the runs did not spread over every primary"
-    # The operator surface sums over every shard (queue_state.py).
+    # The operator surface sums over every shard (queueview/snapshot.py).
     assert queue["depth"] == {"ready": 0, "deferred": 0, "running": 0, "blocked": 0}
     assert queue["throughput"]["claimed"] == queue["throughput"]["completed"] == 40
     assert queue["workers"]["count"] == 2 and queue["in_flight"]["data"] == []

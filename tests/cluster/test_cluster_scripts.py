@@ -16,7 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from hermes_queue.config import Settings
 from hermes_queue.metrics.processes import WorkerMetrics
-from hermes_queue.queue_state import snapshot
+from hermes_queue.queueview.snapshot import snapshot
 from hermes_queue.redisio.connect import connect_url
 from hermes_queue.redisio.replication import NotReplicated
 from hermes_queue.routing.configured import routing_config

@@ -29,7 +29,7 @@ from hermes_queue.cli import main
 from hermes_queue.config import CONFIG_FILE_VAR, ENV_PREFIX, Settings, load_settings
 from hermes_queue.metrics.labels import OUTCOMES, QUEUE_STATES
 from hermes_queue.metrics.processes import ApiMetrics, WorkerMetrics
-from hermes_queue.queue_state import Depth, QueueSnapshot, Throughput, WorkerInfo
+from hermes_queue.queueview.figures import Depth, QueueSnapshot, Throughput, WorkerInfo
 from hermes_queue.webhooks.outbox import OutboxStats
 from tests.deploy.chart import CONTRACT_SETTINGS
 

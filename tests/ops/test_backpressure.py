@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient
 
 from hermes_queue.config import ConfigError, Settings
 from hermes_queue.keys import Keys
-from hermes_queue.queue_state import Depth, desired_workers, retry_after_seconds
+from hermes_queue.queueview.figures import Depth, desired_workers, retry_after_seconds
 from tests.ops.conftest import scrape_api, value
 from tests.support.inprocess import running_api
 

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
-from hermes_queue.queue_state import admission, snapshot
+from hermes_queue.queueview.snapshot import admission, snapshot
 from hermes_queue.redisio.embedded import EmbeddedRedis
 
 PAGE = 50

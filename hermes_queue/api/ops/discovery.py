@@ -25,7 +25,7 @@ from hermes_queue.api.ops.unsupported import is_not_implemented
 from hermes_queue.api.state import STATE
 from hermes_queue.catalog import CachedCatalog
 from hermes_queue.keyguard import OPEN_WARNING
-from hermes_queue.queue_state import live_workers
+from hermes_queue.queueview.snapshot import live_workers
 from hermes_queue.store import store_location
 from hermes_queue.store.migrations import LATEST_VERSION
 

@@ -1,6 +1,6 @@
 """Operations endpoints: ``/metrics``, ``/v1/queue`` and ``/v1/queue/stream``.
 
-All three read ``queue_state.snapshot`` (cheap at any queue size), so Prometheus, the JSON view
+All three read ``queueview.snapshot`` (cheap at any queue size), so Prometheus, the JSON view
 and the dashboard's live stream can never disagree about what the queue holds. (Backpressure,
 which reads the same structures, is ``api/turns/backpressure.py``.)
 """
@@ -22,9 +22,10 @@ from hermes_queue.api.http.fields import RequestModel, as_is, checked
 from hermes_queue.api.http.sse import open_stream
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.metrics.processes import CONTENT_TYPE
-from hermes_queue.queue_lists import RECENT_FAILURES
-from hermes_queue.queue_state import MAX_PAGE, QueueSnapshot, snapshot
-from hermes_queue.queue_tenants import TenantView
+from hermes_queue.queueview.figures import QueueSnapshot
+from hermes_queue.queueview.lists import RECENT_FAILURES
+from hermes_queue.queueview.snapshot import MAX_PAGE, snapshot
+from hermes_queue.queueview.tenants import TenantView
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 tenant asking is over one of its own limits.
 
 Every turn is admitted here after its request was validated and before anything is written:
-while the ready queue is over its configured depth or age (``queue_state.admission``), new work
+while the ready queue is over its configured depth or age (``queueview.snapshot.admission``), new work
 is refused rather than piled onto a backlog that only grows, with a Retry-After from the
 measured drain rate. Then the tenant's own limits (``tenancy/limits.py``): its ready runs
 (``tenant_max_ready``: 429 ``queue_full``, Retry-After from the tenant's own drain rate) and its
@@ -29,8 +29,10 @@ from hermes_queue.api.errors import ApiError
 from hermes_queue.keys import Keys
 from hermes_queue.metrics.labels import tenant_label
 from hermes_queue.metrics.processes import ApiMetrics
-from hermes_queue.queue_state import admission, retry_after_seconds, stats_window
-from hermes_queue.queue_tenants import ask_claims, tenant_claims, text
+from hermes_queue.queueview.figures import retry_after_seconds
+from hermes_queue.queueview.lists import text
+from hermes_queue.queueview.snapshot import admission, stats_window
+from hermes_queue.queueview.tenants import ask_claims, tenant_claims
 from hermes_queue.runs.scripts import load_script
 from hermes_queue.tenancy.keys import DEFAULT_TENANT
 from hermes_queue.tenancy.limits import NO_LIMITS, TenantLimits, rate_burst

@@ -1,4 +1,4 @@
-"""The runs a queue snapshot lists (``queue_state.snapshot``): a page of the ready queue (with
+"""The runs a queue snapshot lists (``queueview/snapshot.py``): a page of the ready queue (with
 each run's position and wait), a page of the in-flight runs, and the recent failures.
 
 Each list is one read per shard queued on the snapshot's first pipeline (the head of a sorted
