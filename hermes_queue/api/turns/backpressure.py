@@ -2,8 +2,8 @@
 tenant asking is over one of its own limits.
 
 Every turn is admitted here after its request was validated and before anything is written:
-while the ready queue is over its configured depth or age (``queueview.snapshot.admission``), new work
-is refused rather than piled onto a backlog that only grows, with a Retry-After from the
+while the ready queue is over its configured depth or age (``queueview.snapshot.admission``),
+new work is refused rather than piled onto a backlog that only grows, with a Retry-After from the
 measured drain rate. Then the tenant's own limits (``tenancy/limits.py``): its ready runs
 (``tenant_max_ready``: 429 ``queue_full``, Retry-After from the tenant's own drain rate) and its
 creation rate (``tenant_max_rate``: 429 ``rate_limited``, Retry-After when its bucket next holds
