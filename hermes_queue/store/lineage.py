@@ -8,6 +8,8 @@ queries walk between sessions rather than within one, hence their own module.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hermes_queue.store.backend import Conn
 from hermes_queue.store.base import (
     BRANCH_MARKER,
@@ -28,6 +30,18 @@ from hermes_queue.store.codec import (
 )
 from hermes_queue.store.sessions import SessionRowsMixin
 from hermes_queue.tenancy.keys import DEFAULT_TENANT
+
+if TYPE_CHECKING:
+    from hermes_queue.store.protocol import SessionStore
+
+
+async def tip_of(store: SessionStore, row: SessionRow) -> str:
+    """``row``'s live tip: the session itself unless compression ended it, which needs no
+    store read (the row is at hand: one hop less per turn), else ``resolve_tip``."""
+    if row.end_reason != END_REASON_COMPRESSION:
+        return row.id
+    return await store.resolve_tip(row.id)
+
 
 # Compression chains are short; the bound only stops a corrupted parent cycle from spinning.
 _MAX_TIP_HOPS = 100

@@ -184,6 +184,26 @@ async def test_messages_follow_the_compression_tip(
     assert [m["content"] for m in page["data"]] == ["summary"]
 
 
+async def test_a_turn_on_a_compressed_session_runs_on_its_tip(
+    session_api: TestClient, session_worker: Any, store_settings: Settings
+) -> None:
+    store = create_store(store_settings.store.url, schema=store_settings.store.schema or None)
+    await create(session_api, id="root2")
+    chat = "/api/sessions/root2/chat"
+    try:
+        first = await session_api.post(chat, json={"message": "before"})
+        assert (await first.json())["session_id"] == "root2"  # not compressed: itself
+        await store.end_session("root2", "compression")
+        await store.create_session("tip2", parent_session_id="root2")
+    finally:
+        await store.close()
+    response = await session_api.post(chat, json={"message": "after"})
+    assert response.status == 200, await response.text()
+    assert (await response.json())["session_id"] == "tip2"
+    page = await (await session_api.get("/api/sessions/tip2/messages?order=oldest")).json()
+    assert [m["content"] for m in page["data"]] == ["after", "Echo: after"]
+
+
 async def test_store_outage_is_503(settings: Settings) -> None:
     from tests.support.inprocess import running_api
 

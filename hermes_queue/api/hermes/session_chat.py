@@ -33,6 +33,7 @@ from hermes_queue.routing import RoutingConfig
 from hermes_queue.runs.start import Strategy
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionRow
+from hermes_queue.store.lineage import tip_of
 
 MAX_RUN_ID_LENGTH = 128
 
@@ -141,7 +142,7 @@ async def resume_stream(request: web.Request) -> web.StreamResponse:
     run_id = request.query.get("run_id")
     if not run_id:
         row = await load_session(request, session_id)
-        run_id, _waiting = await state.runs.session_runs(await state.store.resolve_tip(row.id))
+        run_id, _waiting = await state.runs.session_runs(await tip_of(state.store, row))
         if run_id is None:
             raise ApiError(404, "no_active_run", "This session has no turn in progress")
     if len(run_id) > MAX_RUN_ID_LENGTH:

@@ -21,6 +21,7 @@ from hermes_queue.api.errors import ApiError, run_not_found
 from hermes_queue.api.http.content import flatten_text
 from hermes_queue.api.state import ApiState
 from hermes_queue.store import SessionRow
+from hermes_queue.store.lineage import tip_of
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ async def steer_active_turn(state: ApiState, row: SessionRow, message: Any) -> S
     text = flatten_text(message).strip()
     if not text:
         return None
-    session_id = await state.store.resolve_tip(row.id)
+    session_id = await tip_of(state.store, row)
     active, _waiting = await state.runs.session_runs(session_id)
     if active is None:
         return None

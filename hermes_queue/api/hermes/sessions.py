@@ -33,6 +33,7 @@ from hermes_queue.store import (
     project_session,
 )
 from hermes_queue.store.base import DEFAULT_SESSION_SOURCE, TitleConflict
+from hermes_queue.store.lineage import tip_of
 from hermes_queue.store.protocol import SessionStore
 
 MAX_MESSAGES_LIMIT = 500
@@ -168,7 +169,7 @@ async def delete_session(request: web.Request) -> web.Response:
 async def list_messages(request: web.Request) -> web.Response:
     store = request.app[STATE].store
     row = await load_session(request, request.match_info["session_id"])
-    resolved = await store.resolve_tip(row.id)
+    resolved = await tip_of(store, row)
     query = MessageListQuery.parse(request.query)
     limit = MAX_MESSAGES_LIMIT if query.limit is None else (query.limit or 1)
     offset, order = query.offset or 0, query.order
@@ -197,7 +198,7 @@ async def list_session_runs(request: web.Request) -> web.Response:
     between the two reads is listed with the status it ended in."""
     state = request.app[STATE]
     row = await load_session(request, request.match_info["session_id"])
-    resolved = await state.store.resolve_tip(row.id)
+    resolved = await tip_of(state.store, row)
     active, waiting = await state.runs.session_runs(resolved)
     run_ids = [active, *waiting] if active else waiting
     records = await asyncio.gather(*(state.runs.get(run_id) for run_id in run_ids))

@@ -32,6 +32,7 @@ from hermes_queue.runs.model import NewRun, Persist
 from hermes_queue.runs.start import RunStarter, Strategy
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.store import SessionExists, SessionRow
+from hermes_queue.store.lineage import tip_of
 from hermes_queue.store.protocol import SessionStore
 
 if TYPE_CHECKING:
@@ -200,6 +201,8 @@ class TurnStarter:
             await persist_lock(self._store, session.lock_row, selection)
         if session.create_missing:
             await self._create_missing(session.session_id, tenant)
+        if session.lock_row is not None:
+            return await tip_of(self._store, session.lock_row)
         return await self._store.resolve_tip(session.session_id)
 
     async def _not_anothers(self, session_id: str, tenant: str) -> None:
