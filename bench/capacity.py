@@ -276,7 +276,7 @@ def run_scenarios(args: argparse.Namespace, out: dict[str, Any]) -> dict[str, li
     """Every scenario on the primaries, in turn: per scenario, its rows per primary. Notes the
     primaries and Redis's version in ``out``."""
     with nodes_of(args) as nodes:
-        out["redis_version"] = nodes[0].client().info("server")["redis_version"]
+        out["redis_version"] = nodes[0].info("server")["redis_version"]
         out["primaries"] = [n.address for n in nodes]
         measured: dict[str, list[dict[str, Any]]] = {}
         for name, specs, readers in scenarios(nodes, args):

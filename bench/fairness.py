@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, cast
 
 import aiohttp
 import redis.asyncio as aioredis
@@ -64,7 +65,8 @@ async def first_event_at(redis: aioredis.Redis, stream: str, within: float) -> f
 async def started_at(redis: aioredis.Redis, dep: deploy.Deployment, run_id: str) -> float:
     """When a worker took the run (waiting until one did)."""
     while True:
-        raw = await redis.hget(dep.keys.run(run_id), "started_at")
+        # redis-py types asyncio commands as "awaitable or value"; this is an awaitable.
+        raw = await cast("Awaitable[bytes | None]", redis.hget(dep.keys.run(run_id), "started_at"))
         if raw:
             return float(raw)
         await asyncio.sleep(0.05)

@@ -43,7 +43,7 @@ SETTLE_SECONDS = 35.0
 
 def calls(node: Node) -> int:
     """Commands the node ran so far (every command's ``calls``), less this read's own INFO."""
-    stats = node.client().info("commandstats")
+    stats = node.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if not k.startswith("cmdstat_info"))
 
 

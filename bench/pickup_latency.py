@@ -27,7 +27,7 @@ from bench.lib import deploy, report, traffic
 
 
 def commandstats(dep: deploy.Deployment) -> dict[str, int]:
-    raw = dep.redis.info("commandstats")
+    raw = dep.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(stats["calls"]) for name, stats in raw.items()}
 
 

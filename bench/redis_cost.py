@@ -64,7 +64,7 @@ class Monitor:
 
     def _watch(self) -> None:
         client = redis.Redis.from_url(self.url)
-        with client.monitor() as m:
+        with client.monitor() as m:  # type: ignore[no-untyped-call]  # redis-py: unannotated
             self._ready.set()
             while not self._stop.is_set():
                 cmd: dict[str, Any] = m.next_command()

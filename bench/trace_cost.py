@@ -27,6 +27,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from bench.lib import report
 from hermes_queue import tracing
 from hermes_queue.redisio.embedded import free_port
+from hermes_queue.routing.selection import Selection
 from hermes_queue.runs.model import RunRecord
 from hermes_queue.runs.turn_request import TurnRequest
 
@@ -81,7 +82,7 @@ async def one_turn(index: int, traced: Tracing | None) -> None:
         f"run_{index}",
         "running",
         created_at=time.time() - 0.001,
-        route={"provider": "p", "model": "m"},
+        route=Selection(provider="p", model="m"),
         request=TurnRequest("hi", trace=carrier or None),
     )
     if traced is not None:

@@ -62,7 +62,7 @@ async def thread_to_loop(count: int, gap: float) -> float:
     await asyncio.to_thread(sender.join)
     after = me.cpu_times()
     sleeping = count * _sleep_cost()  # the sender's own time.sleep calls, not a hand-off
-    return (after.user + after.system - before.user - before.system - sleeping) / count
+    return float(after.user + after.system - before.user - before.system - sleeping) / count
 
 
 def _sleep_cost() -> float:
@@ -90,7 +90,7 @@ def process_ping(count: int, gap: float) -> float:
     after = me.cpu_times(), peer.cpu_times()
     os.waitpid(child, 0)
     used = sum(a.user + a.system - b.user - b.system for a, b in zip(after, before, strict=True))
-    return (used - count * _sleep_cost()) / (2 * count)
+    return float(used - count * _sleep_cost()) / (2 * count)
 
 
 def main() -> None:

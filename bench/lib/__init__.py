@@ -10,6 +10,7 @@
 - ``sides``: a server under test and its CPU by role: upstream Hermes' own API server and
   hermes-queue with the ``hermes`` backend, both on the fake LLM;
 - ``sse_count``: cheap SSE counting for thousands of clients;
+- ``sync_redis``: redis-py's sync client's replies, typed (``info``);
 - per benchmark, what would make its script long: ``chaos_figures`` (``chaos``), ``balancer``
   and ``rollout_clients`` (``rollout``), ``chat_phases`` (``hermes_vs_upstream``);
 - child programs, run as ``python -m bench.lib.<name>``: ``sse_raw`` (the raw aiohttp SSE

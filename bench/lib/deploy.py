@@ -15,6 +15,7 @@ from typing import Any, cast
 import psutil
 import redis
 
+from bench.lib import sync_redis
 from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.embedded import EmbeddedRedis, named_or_embedded
@@ -107,7 +108,7 @@ class Deployment:
 
     # -- Redis-side figures ------------------------------------------------------------------
     def info(self, section: str) -> dict[str, Any]:
-        return cast(dict[str, Any], self.redis.info(section))
+        return sync_redis.info(self.redis, section)
 
     def total_commands(self) -> int:
         return int(self.info("stats")["total_commands_processed"])

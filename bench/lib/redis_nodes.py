@@ -17,9 +17,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
+from bench.lib import sync_redis
 from hermes_queue.redisio.embedded import EmbeddedRedis, bundled_redis_server, free_port
 
 SERVER = "/usr/bin/redis-server"
@@ -44,6 +46,10 @@ class Node:
     def client(self) -> redis.Redis:
         return redis.Redis(host=self.host, port=self.port)
 
+    def info(self, section: str) -> dict[str, Any]:
+        """``INFO section`` of this primary, on a new client."""
+        return sync_redis.info(self.client(), section)
+
 
 def server_binary() -> str:
     return SERVER if shutil.which(SERVER) else bundled_redis_server()
@@ -66,7 +72,9 @@ def cluster_port() -> int:
 def cluster_slots(node: Node) -> list[Node]:
     """The cluster's primaries as ``node`` sees them, each with its slot ranges."""
     primaries: dict[tuple[str, int], Node] = {}
-    for low, high, primary, *_replicas in node.client().execute_command("CLUSTER SLOTS"):
+    # redis-py leaves execute_command unannotated (its reply: a list per slot range).
+    reply = node.client().execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
+    for low, high, primary, *_replicas in reply:
         host = primary[0].decode() if isinstance(primary[0], bytes) else str(primary[0])
         host = host or node.host  # a lone node that met no other does not know its address
         key = (host, int(primary[1]))
@@ -80,7 +88,7 @@ def given(addresses: str) -> list[Node]:
     standalone server."""
     host, port = addresses.split(",")[0].rsplit(":", 1)
     first = Node(host, int(port))
-    if first.client().info("cluster").get("cluster_enabled") == 1:
+    if first.info("cluster").get("cluster_enabled") == 1:
         return cluster_slots(first)
     return [first]
 
@@ -119,9 +127,7 @@ def started(primaries: int) -> Iterator[list[Node]]:
         )
         first = Node("127.0.0.1", servers[0].port)
         deadline = time.monotonic() + 30
-        while first.client().info("cluster").get("cluster_state") != "ok" and (
-            time.monotonic() < deadline
-        ):
+        while first.info("cluster").get("cluster_state") != "ok" and time.monotonic() < deadline:
             time.sleep(0.1)
         nodes = cluster_slots(first)
         if len(nodes) != primaries:
@@ -134,5 +140,5 @@ def started(primaries: int) -> Iterator[list[Node]]:
 
 def cpu_s(node: Node) -> float:
     """The server's own CPU so far (``INFO cpu``: main thread and all, user + system)."""
-    cpu = node.client().info("cpu")
+    cpu = node.info("cpu")
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])

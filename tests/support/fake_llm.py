@@ -245,8 +245,8 @@ class FakeLLM:
             return replies.error(int(status.group(1)), f"fake provider error {status.group(1)}")
         if (flaky := replies.FLAKY.search(scan)) and self.flaky_failures < int(flaky.group(1)):
             self.flaky_failures += 1
-            headers = {"Retry-After": f"{self.retry_after:g}"} if self.retry_after else None
-            return replies.error(503, "The server is overloaded, try again.", headers=headers)
+            retry = {"Retry-After": f"{self.retry_after:g}"} if self.retry_after else None
+            return replies.error(503, "The server is overloaded, try again.", headers=retry)
 
         model = self.actual_model or str(body.get("model") or self.model)
         if self.fixed_reply:

@@ -255,11 +255,15 @@ class Load:
     async def settle_records(self, within: float = 60.0) -> None:
         """Read every accepted run's record until it is terminal (or ``within`` passes)."""
         deadline = time.monotonic() + within
+
+        def settled(status: object) -> bool:  # typed: it gives mypy eventually's T
+            return status in ("completed", "failed", "cancelled")
+
         for trace in self.accepted:
             with contextlib.suppress(NeverHeld):  # record_problems() tells what is left
                 await eventually(
                     lambda trace=trace: self._read_record(trace),
-                    lambda status: status in ("completed", "failed", "cancelled"),
+                    settled,
                     within=max(0.0, deadline - time.monotonic()),
                     every=0.1,
                 )

@@ -24,7 +24,7 @@ import redis
 from hermes_queue.config import Settings, settings_env
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.embedded import free_port
-from tests.support.polling import eventually
+from tests.support.polling import Probe, eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL = 3000  # characters of a process's log quoted when it fails to start
@@ -102,8 +102,9 @@ async def wait_http(
             except aiohttp.ClientError:
                 return False
 
+        probe: Probe[bool] = answers  # one of Probe's two forms, so that mypy infers its T
         await eventually(
-            answers,
+            probe,
             within=within,
             what=lambda: f"{what} answering {url}; log:\n{log()[-LOG_TAIL:]}",
         )
