@@ -39,7 +39,7 @@ import psutil
 from redis.crc import key_slot
 
 from bench.lib import capacity_load as load
-from bench.lib import redis_nodes, report
+from bench.lib import redis_nodes, report, script_calls
 from bench.lib.redis_nodes import Node
 from hermes_queue.config.groups import RunSettings
 from hermes_queue.keys import Keys
@@ -70,22 +70,23 @@ def tagged_namespace(node: Node, base: str) -> str:
             return namespace
 
 
-def prepare(nodes: list[Node]) -> dict[str, str]:
-    shas: dict[str, str] = {}
-    for node in nodes:
-        client = node.client()
-        for name in ("append", "create", "claim", "finish", "vouch"):
-            shas[name] = load.script_sha(client, name)
-    return shas
+def prepare(nodes: list[Node]) -> str:
+    """Load the reader-presence script on every primary; its SHA. (The run scripts are loaded
+    with the calls that use them: ``load.load_calls``.)"""
+    [sha] = {load.vouch_sha(node.client()) for node in nodes}  # one text, one SHA
+    return sha
 
 
 def append_specs(
-    nodes: list[Node], procs: int, streams: int, shas: dict[str, str], tokens: int, secs: float
+    nodes: list[Node], procs: int, streams: int, tokens: int, secs: float
 ) -> list[load.Spec]:
-    """Load specs for appends, ``streams`` running runs per process (records as claim.lua
-    leaves them: attempt 1, running), processes spread round robin over the primaries."""
+    """Load specs for appends of ``tokens`` tokens' text, ``streams`` running runs per process
+    (records as claim.lua leaves them: attempt 1, running), processes spread round robin over
+    the primaries."""
     namespace = f"cap-{uuid.uuid4().hex[:8]}"
     keys = Keys(namespace)
+    delta = [("message.delta", {"delta": "token " * tokens})]
+    calls = {"append": script_calls.append_call(keys, delta)}
     specs = []
     for index in range(procs):
         node = nodes[index % len(nodes)]
@@ -103,25 +104,25 @@ def append_specs(
                 },
             )
         pipe.execute()
-        specs.append(
-            load.Spec(node.host, node.port, "append", shas, namespace, run_ids, tokens, secs)
-        )
+        node_calls = load.load_calls(node.client(), calls)
+        spec = load.Spec(node.host, node.port, "append", node_calls, namespace, run_ids, secs)
+        specs.append(spec)
     return specs
 
 
-def run_specs(nodes: list[Node], procs: int, shas: dict[str, str], secs: float) -> list[load.Spec]:
+def run_specs(nodes: list[Node], procs: int, vouch: str, secs: float) -> list[load.Spec]:
+    """Load specs for a run's fixed work, each process in a namespace of its own (on a cluster,
+    one with a hash tag on its primary), with the calls the project makes there."""
     base = f"cap-{uuid.uuid4().hex[:8]}"
-    return [
-        load.Spec(
-            node.host,
-            node.port,
-            "run",
-            shas,
-            tagged_namespace(node, f"{base}-{i}") if node.cluster else f"{base}-{i}",
-            seconds=secs,
+    specs = []
+    for i in range(procs):
+        node = nodes[i % len(nodes)]
+        namespace = tagged_namespace(node, f"{base}-{i}") if node.cluster else f"{base}-{i}"
+        calls = load.load_calls(node.client(), script_calls.run_calls(Keys(namespace)))
+        specs.append(
+            load.Spec(node.host, node.port, "run", calls, namespace, seconds=secs, vouch=vouch)
         )
-        for i, node in ((i, nodes[i % len(nodes)]) for i in range(procs))
-    ]
+    return specs
 
 
 def start_readers(
@@ -260,15 +261,15 @@ def scenarios(nodes: list[Node], args: argparse.Namespace) -> list[Scenario]:
     """Appends of 1 token with each count of readers, of the window's tokens, a run's fixed
     work: each with its load processes' specs."""
     secs = WARMUP_S + 1.0 + args.seconds + 0.5
-    shas = prepare(nodes)
+    vouch = prepare(nodes)
     out: list[Scenario] = []
     # One hub per stream (one API replica) is what the per-core summary below uses.
     for readers in sorted({1, *(int(r) for r in args.readers.split(","))}):
-        specs = append_specs(nodes, args.procs, args.streams, shas, 1, secs)
+        specs = append_specs(nodes, args.procs, args.streams, 1, secs)
         out.append((f"append 1 token, {readers} reader(s)", specs, readers))
-    specs = append_specs(nodes, args.procs, args.streams, shas, args.window_tokens, secs)
+    specs = append_specs(nodes, args.procs, args.streams, args.window_tokens, secs)
     out.append((f"append {args.window_tokens} tokens, 1 reader(s)", specs, 1))
-    out.append(("run fixed work", run_specs(nodes, args.procs, shas, secs), 0))
+    out.append(("run fixed work", run_specs(nodes, args.procs, vouch, secs), 0))
     return out
 
 

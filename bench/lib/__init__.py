@@ -11,6 +11,8 @@
   hermes-queue with the ``hermes`` backend, both on the fake LLM;
 - ``sse_count``: cheap SSE counting for thousands of clients;
 - ``sync_redis``: redis-py's sync client's replies, typed (``info``);
+- ``script_calls``: the run scripts' calls as ``RunRepository`` and ``Attempt`` make them,
+  recorded once per call shape and packed for any run (``capacity_load``'s raw ``EVALSHA``);
 - per benchmark, what would make its script long: ``chaos_figures`` (``chaos``), ``balancer``
   and ``rollout_clients`` (``rollout``), ``chat_phases`` (``hermes_vs_upstream``);
 - child programs, run as ``python -m bench.lib.<name>``: ``sse_raw`` (the raw aiohttp SSE

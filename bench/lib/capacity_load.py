@@ -1,9 +1,10 @@
 """The load processes of ``bench/capacity.py``: each pipelines the project's real Lua scripts
-(``runs/lua``, loaded by ``runs/scripts.load_script`` as the workers load them, called by
-``EVALSHA`` with the keys and arguments ``runs/attempt.py`` and ``runs/repository.py`` pass)
-to one Redis primary, so that what saturates is Redis, not this project's Python.
+(``runs/lua``) to one Redis primary, so that what saturates is Redis, not this project's Python.
+Each script call is the project's own: recorded once per call shape from ``RunRepository`` and
+``Attempt`` (``script_calls``: the scripts' text as registered, their keys and arguments as
+passed), then sent for each run with its id in place, never a list of arguments kept here.
 
-Commands are packed by hand into RESP and replies parsed by hiredis (C), several batches in
+Commands are packed into RESP ahead and replies parsed by hiredis (C), several batches in
 flight per connection: a load process spends a few µs per command, so two or three of them
 keep a Redis core busy on one spare core. Pub/sub readers (an API replica's stream hub each)
 are sockets subscribed to every run's channel, drained without parsing.
@@ -11,7 +12,6 @@ are sockets subscribed to every run's channel, drained without parsing.
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import socket
@@ -22,20 +22,14 @@ from typing import Any
 
 import hiredis
 
+from bench.lib.script_calls import Call
 from hermes_queue.keys import Keys
-from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.scripts import load_script
-from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.streams import presence
-from hermes_queue.streams.codec import encode_data
 
 BATCH = 128  # appends per send (a run workload sends BATCH // 8 runs)
 IN_FLIGHT = 3  # batches sent before the first reply is read
 BLOCKS = 16  # distinct append batches a process cycles through
-MAXLEN = 10_000  # stream_maxlen's default
-RETENTION = 86_400
-RECORD_TTL = RETENTION + 3_600
-LEASE_MS = 10_000
+READER = "bench-reader"  # the API process whose reader presence a run's SSE request writes
 
 
 def bulks(*args: Any) -> bytes:
@@ -52,16 +46,16 @@ def resp(*args: Any) -> bytes:
     return b"*%d\r\n" % len(args) + bulks(*args)
 
 
-# The further preludes a script is loaded with, as its owner loads it (``runs/attempt.py``).
-_PRELUDES = {"finish": ("steer_prelude",)}
+def vouch_sha(client: Any) -> str:
+    """Load the API's reader-presence script (``streams/presence.py``) on a node; its SHA."""
+    return str(client.script_load(presence._VOUCH))
 
 
-def script_sha(client: Any, name: str) -> str:
-    """Load a run script (with its preludes, as the workers do) on a node; its SHA. ``vouch``:
-    the API's reader-presence script (``streams/presence.py``)."""
-    if name == "vouch":
-        return str(client.script_load(presence._VOUCH))
-    return str(client.script_load(load_script(name, *_PRELUDES.get(name, ()))))
+def load_calls(client: Any, calls: dict[str, Call]) -> dict[str, Call]:
+    """Load the scripts of ``calls`` on a node (as registered: with their preludes); the calls."""
+    for call in calls.values():
+        client.script_load(call.script)
+    return calls
 
 
 @dataclass
@@ -71,11 +65,13 @@ class Spec:
     host: str
     port: int
     kind: str  # "append" or "run"
-    shas: dict[str, str]
+    # The project's script calls (script_calls), loaded on the node: "append" for an append
+    # workload, "create", "claim", "first_append" and "finish" for a run workload.
+    calls: dict[str, Call]
     namespace: str
     run_ids: list[str] = field(default_factory=list)
-    tokens_per_append: int = 1
     seconds: float = 6.0
+    vouch: str = ""  # the reader-presence script's SHA (a run workload)
 
 
 class Pipe:
@@ -128,132 +124,59 @@ def drive(spec: Spec, batches: Batches, done: Any) -> dict[str, Any]:
 
 
 def append_batches(spec: Spec) -> Batches:
-    """``BATCH`` fenced appends of one ``message.delta`` each (``tokens_per_append`` tokens of
-    text: what a delta window merges), round robin over the process's runs."""
-    keys = Keys(spec.namespace)
-    sha = spec.shas["append"]
-    data = encode_data({"delta": "token " * spec.tokens_per_append})
-    # EVALSHA sha 2 record events attempt maxlen ttl | ts token | type data: 12 arguments.
-    heads = [
-        bulks("EVALSHA", sha, 2, keys.run(r), keys.events(r), 1, MAXLEN, RETENTION)
-        for r in spec.run_ids
-    ]
-    tail = bulks("message.delta", data)
+    """``BATCH`` fenced appends (``spec.calls["append"]``: one ``message.delta`` of the tokens
+    it was recorded with), round robin over the process's runs."""
+    append = spec.calls["append"]
     # Built once and sent in turn: each run's consecutive appends still carry different batch
     # tokens (a repeat of the run's last one would be answered as a retry, not appended).
     blocks = []
     serial = 0
     for _ in range(BLOCKS):
         parts = []
-        ts = repr(time.time())
         for _ in range(BATCH):
             serial += 1
-            head = heads[serial % len(heads)]
-            parts.append(b"*12\r\n" + head + bulks(ts, f"{os.getpid()}.{serial}") + tail)
+            run_id = spec.run_ids[serial % len(spec.run_ids)]
+            parts.append(append.packed(run_id, f"{os.getpid()}.{serial}"))
         blocks.append(b"".join(parts))
     while True:
         for block in blocks:
             yield block, BATCH, BATCH
 
 
-def run_commands(spec: Spec, keys: Keys, run_id: str, fields: dict[str, str]) -> list[bytes]:
+def run_commands(spec: Spec, keys: Keys, run_id: str) -> list[bytes]:
     """A run's fixed Redis work, as the stack does it (``bench/redis_cost.py --words 1`` lists
-    it): the API's create, the worker's look at the queue (``jobqueue/worker.py``) and claim,
-    its first append (``message.started``), the terminal transition with the reply
-    (``assistant.completed``, ``run.completed``), the SSE request's opening reads (record and
-    first page, one pipeline in ``api/feed.py``) and its reader presence (vouched, then removed:
-    ``streams/presence.py``). Not here: the hub's ``SUBSCRIBE`` of the run's channel (a
-    subscribed connection takes no other commands) and lease renewals (per second, not per
-    run)."""
-    shas = spec.shas
-    now = repr(time.time())
-    stats = keys.stats(int(time.time() // 60))
-    flat = [item for pair in fields.items() for item in pair]
-    reply = "Echo: " + "word " * 20
+    it): the API's create, the worker's look at the queue (its turn order's head:
+    ``jobqueue/worker.py``) and claim, its first append (``message.started``), the terminal
+    transition with the reply (``assistant.completed``, ``run.completed``), the SSE request's
+    opening reads (record and first page, one pipeline in ``api/feed.py``) and its reader
+    presence (vouched, then removed: ``streams/presence.py``). Not here: the hub's
+    ``SUBSCRIBE`` of the run's channel (a subscribed connection takes no other commands) and
+    lease renewals (per second, not per run)."""
+    calls = spec.calls
+    readers = keys.readers(run_id)
     return [
-        resp(
-            "EVALSHA",
-            shas["create"],
-            2,
-            keys.run(run_id),
-            keys.queue,
-            run_id,
-            RECORD_TTL,
-            keys.wake_channel,
-            *flat,
-        ),
-        resp("ZRANGE", keys.queue, 0, 15),
-        resp(
-            "EVALSHA",
-            shas["claim"],
-            4,
-            keys.run(run_id),
-            keys.leases,
-            keys.queue,
-            stats,
-            run_id,
-            "bench-worker",
-            LEASE_MS,
-            now,
-            RECORD_TTL,
-        ),
-        resp(
-            "EVALSHA",
-            shas["append"],
-            2,
-            keys.run(run_id),
-            keys.events(run_id),
-            1,
-            MAXLEN,
-            RETENTION,
-            now,
-            f"{run_id}.0",
-            "message.started",
-            encode_data({"message_id": f"msg_{run_id}"}),
-        ),
-        resp(
-            "EVALSHA",
-            shas["finish"],
-            4,
-            keys.run(run_id),
-            keys.events(run_id),
-            keys.leases,
-            stats,
-            run_id,
-            1,
-            "completed",
-            "run.completed",
-            now,
-            encode_data({"output": reply, "usage": {"input_tokens": 20}}),
-            RETENTION,
-            MAXLEN,
-            1,
-            "assistant.completed",
-            encode_data({"content": reply}),
-            "output",
-            reply,
-            "usage",
-            json.dumps({"input_tokens": 20}),
-        ),
-        resp("EVALSHA", shas["vouch"], 1, keys.readers(run_id), "bench-reader", 6000),
+        calls["create"].packed(run_id),
+        resp("ZRANGE", keys.turn_order_at(0), 0, 15),
+        calls["claim"].packed(run_id),
+        calls["first_append"].packed(run_id, f"{run_id}.0"),
+        calls["finish"].packed(run_id),
+        resp("EVALSHA", spec.vouch, 1, readers, READER, presence.TTL_MS),
         resp("HGETALL", keys.run(run_id)),
         resp("XRANGE", keys.events(run_id), "(0-0", "+", "COUNT", 100),
-        resp("ZREM", keys.readers(run_id), "bench-reader"),
+        resp("ZREM", readers, READER),
     ]
 
 
 def run_batches(spec: Spec) -> Batches:
     """Whole runs' fixed work, ``BATCH // 8`` runs per send, each on a fresh run id."""
     keys = Keys(spec.namespace)
-    fields = NewRun("RUN", "bench", TurnRequest(message="word " * 20)).fields()
     serial = 0
     per_send = max(1, BATCH // 8)
     while True:
         parts: list[bytes] = []
         for _ in range(per_send):
             serial += 1
-            run_id = f"run_{os.getpid()}_{serial}"
-            parts += run_commands(spec, keys, run_id, {**fields, "run_id": run_id})
+            parts += run_commands(spec, keys, f"run_{os.getpid()}_{serial}")
         yield b"".join(parts), len(parts), per_send
 
 
