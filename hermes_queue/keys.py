@@ -172,11 +172,12 @@ class Keys:
 
     def stats_at(self, shard: int, minute: int) -> str:
         """Hash: the shard's counters of one minute (unix time // 60): ``claimed``,
-        ``completed``, ``failed``, ``cancelled``. Written by the run scripts, kept an hour;
-        read (summed over shards) for throughput and the drain rate behind backpressure. Per
-        tenant also ``claimed:<tenant>`` (the claim script, every tenant but ``default``, whose
-        claims are the rest) and, in shard 0's, ``refused:<tenant>`` (the API's 429s:
-        ``queueview/tenants.py``)."""
+        ``completed``, ``failed``, ``cancelled``, and ``waited_ms`` (the claimed runs' time in
+        the queue, summed). Written by the run scripts, kept an hour; read (summed over shards)
+        for throughput and the drain rate behind backpressure. Per tenant also
+        ``claimed:<tenant>`` and ``waited_ms:<tenant>`` (the claim script, every tenant but
+        ``default``, whose claims and waits are the rest) and, in shard 0's,
+        ``refused:<tenant>`` (the API's 429s: ``queueview/tenants.py``)."""
         return f"{self._base(shard)}:stats:{minute}"
 
     def failures_at(self, shard: int) -> str:

@@ -10,6 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from hermes_queue.cli.formatting import age
 from hermes_queue.config import Settings
 from hermes_queue.queueview.tenants import TenantView
 
@@ -21,13 +22,14 @@ def tenant_view(settings: Settings) -> TenantView:
 
 
 def render_tenants(q: dict[str, Any]) -> Table | None:
-    """One row per tenant: ready (held of them), running, claimed and refused over the
-    throughput window, and its limits; None with a single tenant and no limits."""
+    """One row per tenant: ready (held of them), running, claimed, the mean wait of those and
+    refused over the throughput window, and its limits; None with a single tenant and no
+    limits."""
     rows = q.get("tenants", {}).get("data", [])
     if len(rows) <= 1 and not any(row.get("limits") for row in rows):
         return None
     table = Table(title="Tenants", title_justify="left", box=box.SIMPLE_HEAD)
-    for name in ("tenant", "ready", "held", "running", "claimed", "refused", "limits"):
+    for name in ("tenant", "ready", "held", "running", "claimed", "wait", "refused", "limits"):
         table.add_column(name, justify="left" if name in ("tenant", "limits") else "right")
     for row in rows:
         limits = row.get("limits") or {}
@@ -39,6 +41,7 @@ def render_tenants(q: dict[str, Any]) -> Table | None:
             str(row["held"]),
             str(row["running"]),
             str(row["claimed"]),
+            "-" if row.get("mean_wait_seconds") is None else age(row["mean_wait_seconds"]),
             Text(str(row["refused"]), style="red" if row["refused"] else ""),
             shown or "-",
         )

@@ -43,6 +43,7 @@ class QueueCollector(Collector):
             depth.add_metric([state], getattr(snap.depth, state))
         yield depth
         yield self._by_tenant(snap)
+        yield self._tenant_waits(snap)
         for name, text, value in (
             (
                 "hermes_queue_queue_oldest_ready_age_seconds",
@@ -83,6 +84,25 @@ class QueueCollector(Collector):
         for tenant, row in sorted(folded.items()):
             for state, count in zip(TENANT_STATES, row, strict=True):
                 family.add_metric([tenant, state], count)
+        return family
+
+    def _tenant_waits(self, snap: QueueSnapshot) -> Metric:
+        """Each tenant's mean wait over the throughput window (tenants with no run taken in
+        it have none), the tenant label bounded as in :meth:`_by_tenant`."""
+        family = GaugeMetricFamily(
+            "hermes_queue_tenant_wait_seconds",
+            "Mean time the runs workers took in the throughput window had waited in the queue, "
+            "by tenant (configured ones, default, other; absent for a tenant with none taken).",
+            labels=["tenant"],
+        )
+        folded: dict[str, list[int]] = {}
+        for figures in snap.tenants:
+            row = folded.setdefault(tenant_label(figures.tenant, self.tenants), [0, 0])
+            row[0] += figures.waited_ms
+            row[1] += figures.claimed
+        for tenant, (waited_ms, claimed) in sorted(folded.items()):
+            if claimed:
+                family.add_metric([tenant], waited_ms / claimed / 1000)
         return family
 
 

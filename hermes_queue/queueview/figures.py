@@ -118,7 +118,9 @@ class QueueSnapshot:
             },
             "tenants": {
                 "window_seconds": self.throughput.window_seconds,
-                "data": [{**asdict(t), "limits": self.limits.get(t.tenant)} for t in self.tenants],
+                "data": [
+                    {**t.to_json(), "limits": self.limits.get(t.tenant)} for t in self.tenants
+                ],
             },
             "recent_failures": None
             if self.recent_failures is None

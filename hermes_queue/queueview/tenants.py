@@ -22,14 +22,18 @@ from hermes_queue.tenancy.limits import NO_LIMITS, TenantLimits
 
 # The fair-hash counters by their prefix, and the stats' per-tenant ones.
 _FAIR = {"n:": "ready", "r:": "running", "h:": "held"}
-_STATS = {"claimed:": "claimed", "refused:": "refused"}
+_STATS = {"claimed:": "claimed", "refused:": "refused", "waited_ms:": "waited_ms"}
+# The stats field of all claims' waits (claim.lua), of which ``default`` has what the others
+# do not.
+_WAITED_TOTAL = "waited_ms"
 
 
 @dataclass
 class TenantFigures:
     """One tenant's share of the queue: ``ready`` (queued, ``held`` of them left queued at the
-    running limit), ``running``, and over the stats window ``claimed`` (its drain) and
-    ``refused`` (429s answered to it)."""
+    running limit), ``running``, and over the stats window ``claimed`` (its drain), the time
+    those runs had waited in the queue (``waited_ms``, summed) and ``refused`` (429s answered
+    to it)."""
 
     tenant: str
     ready: int = 0
@@ -37,6 +41,24 @@ class TenantFigures:
     held: int = 0
     claimed: int = 0
     refused: int = 0
+    waited_ms: int = 0
+
+    @property
+    def mean_wait_seconds(self) -> float | None:
+        """How long its runs that workers took in the window had waited, on average (None:
+        none taken). With ``ready`` and ``held`` beside it: whether it is served its share."""
+        return round(self.waited_ms / self.claimed / 1000, 3) if self.claimed else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "ready": self.ready,
+            "running": self.running,
+            "held": self.held,
+            "claimed": self.claimed,
+            "refused": self.refused,
+            "mean_wait_seconds": self.mean_wait_seconds,
+        }
 
 
 def text(value: Any) -> str:
@@ -79,10 +101,14 @@ def tenant_figures(
     ``default`` first then by name; ``running`` and ``claimed``: the totals, of which
     ``default`` has what the others do not."""
     found = {t: TenantFigures(t) for t in sorted({DEFAULT_TENANT, *view.known})}
+    waited = 0
     for i, row in enumerate(replies):
         table = _FAIR if i < shards else _STATS
         for raw_field, raw_value in row.items():
             name = text(raw_field)
+            if name == _WAITED_TOTAL and table is _STATS:
+                waited += int(text(raw_value))
+                continue
             prefix = name[: name.find(":") + 1]
             if prefix in table:
                 tenant = name[len(prefix) :]
@@ -93,6 +119,7 @@ def tenant_figures(
     others = [f for f in found.values() if f.tenant != DEFAULT_TENANT]
     default.running = max(0, running - sum(f.running for f in others))
     default.claimed = max(0, claimed - sum(f.claimed for f in others))
+    default.waited_ms = max(0, waited - sum(f.waited_ms for f in others))
     return [default, *sorted(others, key=lambda f: f.tenant)]
 
 

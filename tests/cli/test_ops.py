@@ -178,8 +178,10 @@ def test_status_per_tenant(tenanted: Settings) -> None:
     assert alpha["limits"] == {"running": 1, "ready": 10, "rate_per_second": 0.0}
     out = invoke("status").stdout
     assert "Tenants" in out
-    assert re.search(r"alpha\s+1\s+1\s+1\s+1\s+0\s+run 1 ready 10\b", out), out
-    assert re.search(r"beta\s+0\s+0\s+1\s+1\s+3\s+-", out), out
+    # ready, held, running, claimed, their mean wait (taken at once), refused, limits
+    assert re.search(r"alpha\s+1\s+1\s+1\s+1\s+0\.\ds\s+0\s+run 1 ready 10\b", out), out
+    assert re.search(r"beta\s+0\s+0\s+1\s+1\s+0\.\ds\s+3\s+-", out), out
+    assert alpha["mean_wait_seconds"] < 1 and tenants["default"]["mean_wait_seconds"] is None
 
 
 def test_status_of_one_tenant_shows_no_tenant_table(env: Settings) -> None:

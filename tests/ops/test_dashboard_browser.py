@@ -427,6 +427,7 @@ def test_dashboard_shows_queued_runs_and_too_few_workers(no_worker: LiveApi, bro
         "0",
         "0",
         "0",
+        "–",  # no mean wait: nothing taken yet
         "0",
         "–",
     ]

@@ -124,3 +124,36 @@ def test_bad_limits_stop_the_start(settings: Settings, name: str, text: str, say
     with pytest.raises(ConfigError, match=name) as raised:
         settings.replace(**{name: text}).validate()
     assert says in str(raised.value)
+
+
+async def test_each_tenants_mean_wait_on_the_operators_views(
+    api: TestClient, redis: aioredis.Redis, keys: Keys, settings: Settings
+) -> None:
+    """The runs workers took, by tenant: alpha's waited 6 s and 2 s (their queue entries put
+    back in time), beta's and the operator's were taken at once; a tenant with none taken has
+    no mean wait."""
+    repo = RunRepository(redis, keys, settings.runs)
+    runs: dict[str, list[str]] = {"alpha": [], "beta": [], "default": []}
+    for tenant, count in (("alpha", 2), ("beta", 1), ("default", 1)):
+        for _ in range(count):
+            run_id = new_run_id()
+            assert await repo.create(NewRun(run_id, run_id, TurnRequest("x"), tenant=tenant))
+            runs[tenant].append(run_id)
+    now_ms = int(time.time() * 1000)
+    for run_id, waited_s in zip(runs["alpha"], (6, 2), strict=True):
+        await redis.zadd(keys.queue, {run_id: now_ms - waited_s * 1000}, xx=True)
+    for run_id in [r for ids in runs.values() for r in ids]:
+        assert await repo.claim(run_id, "w1") is not None
+    body = await (await api.get("/v1/queue")).json()
+    waits = {t["tenant"]: t["mean_wait_seconds"] for t in body["tenants"]["data"]}
+    assert 4 <= waits["alpha"] < 5  # (6 + 2) / 2, plus the test's own few ms
+    assert 0 <= waits["beta"] < 1 and 0 <= waits["default"] < 1
+    samples = await scrape_api(api)
+    assert 4 <= value(samples, "hermes_queue_tenant_wait_seconds", tenant="alpha") < 5
+    # Nothing of theirs taken: no mean wait (null in JSON, no sample in the metrics).
+    await repo.create(NewRun(new_run_id(), "s2", TurnRequest("x"), tenant="gamma"))
+    body = await (await api.get("/v1/queue")).json()
+    gamma = next(t for t in body["tenants"]["data"] if t["tenant"] == "gamma")
+    assert gamma["ready"] == 1 and gamma["mean_wait_seconds"] is None
+    samples = await scrape_api(api)  # gamma is not configured: "other", with nothing taken
+    assert value(samples, "hermes_queue_tenant_wait_seconds", tenant="other") is None

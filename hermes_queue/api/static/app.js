@@ -369,15 +369,19 @@ function onSnapshot(snap) {
     'no live worker',
   );
 
-  // The queue per tenant (held: ready runs waiting at the tenant's running limit; claimed and
-  // refused: over the throughput window).
+  // The queue per tenant (held: ready runs waiting at the tenant's running limit; claimed, the
+  // mean wait of those and refused: over the throughput window).
   const tenants = snap.tenants;
-  $('tenants-summary').textContent = `${tenants.data.length} · claimed and refused over the last ${duration(tenants.window_seconds)}`;
+  $('tenants-summary').textContent = `${tenants.data.length} · claimed, their wait and refused over the last ${duration(tenants.window_seconds)}`;
   syncRows(
     $('tenants-body'),
     tenants.data,
     (t) => t.tenant,
-    (t) => [t.tenant, t.ready, t.held, t.running, t.claimed, t.refused, limitsText(t.limits)],
+    (t) => [
+      t.tenant, t.ready, t.held, t.running, t.claimed,
+      t.mean_wait_seconds == null ? '–' : duration(t.mean_wait_seconds),
+      t.refused, limitsText(t.limits),
+    ],
     'no tenant',
   );
 

@@ -22,10 +22,16 @@ if ARGV[6] ~= '' then
     return {'limited'}
   end
 end
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 0 then
+local queued_at = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not queued_at then
   redis.call('ZREM', KEYS[5], ARGV[1])  -- never left in the turn order without its entry
   return {'gone'}
 end
+redis.call('ZREM', KEYS[3], ARGV[1])
+-- How long it waited since it was queued (or, deferred, since its start time): summed per
+-- minute beside the claims, for each tenant's mean wait (queueview/tenants.py).
+local now = now_ms()
+local waited = math.max(0, now - tonumber(queued_at))
 local fields = redis.call('HGETALL', KEYS[1])
 local status, attempt, tenant, held = nil, 0, 'default', nil
 for i = 1, #fields, 2 do
@@ -56,6 +62,7 @@ if attempt == 1 then
 end
 if tenant ~= 'default' then
   count(KEYS[4], 'claimed:' .. tenant)
+  redis.call('HINCRBY', KEYS[4], 'waited_ms:' .. tenant, waited)
   redis.call('HINCRBY', KEYS[6], 'r:' .. tenant, 1)
   for _, v in ipairs({'running_in', KEYS[6], 'held_key', KEYS[7] .. tenant,
       'order_key', KEYS[5], 'wake_channel', ARGV[7]}) do
@@ -63,8 +70,9 @@ if tenant ~= 'default' then
   end
 end
 redis.call('HSET', KEYS[1], unpack(written))
-redis.call('ZADD', KEYS[2], now_ms() + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 count(KEYS[4], 'claimed')
+redis.call('HINCRBY', KEYS[4], 'waited_ms', waited)  -- the bucket's TTL: set by count
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 local out = {'claimed'}
 for i = 1, #fields do out[#out + 1] = fields[i] end
