@@ -24,6 +24,7 @@ import logging
 import uuid
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.health import OutageLog
@@ -167,19 +168,26 @@ class ReaderPresence:
             await self._write_each(changes)
             return
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for run_id, present in changes.items():
-                    key = self.keys.readers(run_id)
-                    if present:
-                        await self._vouch(
-                            keys=[key], args=[self.reader_id, self.ttl_ms], client=pipe
-                        )
-                    else:
-                        pipe.zrem(key, self.reader_id)
-                await pipe.execute()
+            try:
+                await self._pipelined(changes)
+            except NoScriptError:  # Redis lost its scripts (a restart, a failover): load it
+                await self.redis.script_load(_VOUCH)
+                await self._pipelined(changes)  # ZADD, PEXPIRE and ZREM: the same again
             self._outage.ok()
         except Exception as exc:  # advisory: the next renewal writes every present run again
             self._outage.failed(exc)
+
+    async def _pipelined(self, changes: dict[str, bool]) -> None:
+        # EVALSHA as a plain command: a redis-py pipeline that knows it runs a script first asks
+        # SCRIPT EXISTS, one more round trip (and Redis command) on every write.
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for run_id, present in changes.items():
+                key = self.keys.readers(run_id)
+                if present:
+                    pipe.evalsha(self._vouch.sha, 1, key, self.reader_id, str(self.ttl_ms))
+                else:
+                    pipe.zrem(key, self.reader_id)
+            await pipe.execute()
 
     async def _write_each(self, changes: dict[str, bool]) -> None:
         """On a cluster: a call per run, concurrently (a cluster pipeline takes no scripts
