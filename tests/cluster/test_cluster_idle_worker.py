@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
 from hermes_queue.redisio.cluster import TRIM_SECONDS
@@ -25,48 +26,59 @@ def node_clients(cluster: RedisCluster) -> list[Callable[[], redis.Redis]]:
     return [lambda node=node: node.client(timeout=2) for node in cluster.primary_nodes()]
 
 
-def clients(node: Callable[[], redis.Redis]) -> dict[int, str]:
+async def connections_of(node: aioredis.Redis) -> dict[int, str]:
     """The node's connections by id -> name, less the one asking."""
-    with node() as client:
-        me = client.client_id()
-        return {int(c["id"]): c["name"] for c in client.client_list() if int(c["id"]) != me}
+    me = await node.client_id()
+    return {int(c["id"]): c["name"] for c in await node.client_list() if int(c["id"]) != me}
 
 
 @pytest.mark.timeout(90)
 async def test_an_idle_worker_holds_at_most_two_connections_per_node(
     cluster_settings: Settings, redis_cluster: RedisCluster
 ) -> None:
-    nodes = node_clients(redis_cluster)
-    before = [set(clients(node)) for node in nodes]
-    async with running_worker(cluster_settings) as worker:
-        keeper = worker.handler.runtime.keeper  # type: ignore[union-attr]
-
-        pool = worker.pool
-
-        async def workers_connections() -> list[dict[int, str]]:
-            return [
-                {i: n for i, n in clients(node).items() if i not in old}
-                for node, old in zip(nodes, before, strict=True)
-            ]
-
-        # Side tasks meeting on a node: three commands in flight at once on each node open
-        # three connections there; the idle worker's own trim closes the surplus (nobody
-        # calls trim_idle here).
-        surplus = {}
+    # Everything the test asks of the nodes is asked without blocking the event loop the
+    # worker runs on: a loop held for seconds timed the worker's connects out (and redis-py's
+    # cluster client then closes all of its connections, the test's own commands too).
+    nodes = [
+        aioredis.Redis(host=node.host, port=node.port, socket_timeout=5)
+        for node in redis_cluster.primary_nodes()
+    ]
+    # A key on each node, for the side tasks below.
+    surplus: dict[int, str] = {}
+    with redis_cluster.client() as admin:
         for n in range(200):
             key = f"{cluster_settings.redis.namespace}:surplus:{n}"
-            surplus.setdefault(redis_cluster.node_of_slot(pool.keyslot(key)).port, key)
-        assert len(surplus) == len(nodes)
-        await asyncio.gather(
-            *(pool.blpop([key], timeout=0.3) for key in surplus.values() for _ in range(3))
-        )
-        per_node = await eventually(
-            workers_connections,
-            lambda found: all(len(conns) <= 2 for conns in found),
-            within=TRIM_SECONDS / 2,  # sooner than the busy worker's trim could do it
-            what="an idle worker with at most two connections per node",
-        )
-        assert not keeper.renewing
+            node = admin.nodes_manager.get_node_from_slot(admin.keyslot(key))
+            surplus.setdefault(int(node.port), key)
+    assert len(surplus) == len(nodes)
+    try:
+        before = [set(await connections_of(node)) for node in nodes]
+        async with running_worker(cluster_settings) as worker:
+            keeper = worker.handler.runtime.keeper  # type: ignore[union-attr]
+            pool = worker.pool
+
+            async def workers_connections() -> list[dict[int, str]]:
+                return [
+                    {i: n for i, n in (await connections_of(node)).items() if i not in old}
+                    for node, old in zip(nodes, before, strict=True)
+                ]
+
+            # Side tasks meeting on a node: three commands in flight at once on each node open
+            # three connections there; the idle worker's own trim closes the surplus (nobody
+            # calls trim_idle here).
+            await asyncio.gather(
+                *(pool.blpop([key], timeout=0.3) for key in surplus.values() for _ in range(3))
+            )
+            per_node = await eventually(
+                workers_connections,
+                lambda found: all(len(conns) <= 2 for conns in found),
+                within=TRIM_SECONDS / 2,  # sooner than the busy worker's trim could do it
+                what="an idle worker with at most two connections per node",
+            )
+            assert not keeper.renewing
+    finally:
+        for node in nodes:
+            await node.aclose()
     for conns in per_node:
         names = sorted(conns.values())
         # One wake-up listener per node (named), the rest the pool's (unnamed).

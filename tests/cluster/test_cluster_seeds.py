@@ -52,7 +52,8 @@ def key_per_primary(cluster: RedisCluster, namespace: str) -> list[str]:
     with cluster.client() as client:
         for n in range(500):
             key = f"{namespace}:seeds:{n}"
-            by_port.setdefault(cluster.node_of_slot(client.keyslot(key)).port, key)
+            node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+            by_port.setdefault(int(node.port), key)
             if len(by_port) == cluster.primaries:
                 break
     assert len(by_port) == cluster.primaries
