@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from hermes_queue.api.app import create_app
 from hermes_queue.client import iter_sse
 from hermes_queue.config import Settings
-from hermes_queue.runs.placement import RunPlacement
 from hermes_queue.workers.worker import build_worker
 
 
@@ -107,33 +105,3 @@ async def test_stream_of_a_vanished_run_ends_instead_of_waiting_forever(
     await redis.delete(Keys(settings.redis.namespace).run(run_id))  # Redis lost the run
     comments = [frame.comment async for frame in frames]
     assert comments[-1] == "run not found"
-
-
-async def test_a_run_id_found_taken_is_never_handed_out(
-    api: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Drawn ids are fresh, but were one taken, the request fails rather than answer with the
-    other run's id (a different creation of an existing id is refused by create.lua)."""
-    mine = (await (await api.post("/v1/runs", json={"input": "mine"})).json())["run_id"]
-    monkeypatch.setattr(RunPlacement, "new_run_id", lambda self, session_id=None: mine)
-    for path, body in (
-        ("/v1/runs", {"input": "theirs"}),
-        ("/v1/runs", {"input": "theirs", "session_id": "s"}),
-    ):
-        response = await api.post(path, json=body)
-        assert response.status == 500, await response.text()
-        assert (await response.json())["error"]["code"] == "internal_error"
-        assert mine not in await response.text()
-    status = await (await api.get(f"/v1/runs/{mine}")).json()
-    assert status["status"] == "queued"  # the run whose id it was, untouched
-
-
-async def test_a_session_turn_found_taken_is_never_handed_out(
-    session_api: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    mine = (await (await session_api.post("/v1/runs", json={"input": "mine"})).json())["run_id"]
-    monkeypatch.setattr(RunPlacement, "new_run_id", lambda self, session_id=None: mine)
-    assert (await session_api.post("/api/sessions", json={"id": "chat-taken"})).status == 201
-    response = await session_api.post("/api/sessions/chat-taken/chat/stream", json={"message": "x"})
-    assert response.status == 500, await response.text()
-    assert mine not in await response.text()

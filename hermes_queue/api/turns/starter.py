@@ -240,15 +240,10 @@ class TurnStarter:
             webhook=turn.webhook,
             tenant=tenant,
         )
-        # A fresh id found taken by another creation (a resend of this one is recognised as
-        # such) fails the request: never answer with another run's id.
         if isinstance(session, RunSession):
-            if not await self._runs.start(run):
-                raise RuntimeError(f"run id {run_id} is taken")
+            await self._runs.start(run)
             return
         admission = await self._runs.start_in_session(run, session.strategy)
-        if admission.verdict == "exists":
-            raise RuntimeError(f"run id {run_id} is taken")
         if admission.verdict == "busy":
             raise ApiError(
                 409,
