@@ -44,12 +44,7 @@ async def test_an_idle_worker_holds_at_most_two_connections_per_node(
         for node in redis_cluster.primary_nodes()
     ]
     # A key on each node, for the side tasks below.
-    surplus: dict[int, str] = {}
-    with redis_cluster.client() as admin:
-        for n in range(200):
-            key = f"{cluster_settings.redis.namespace}:surplus:{n}"
-            node = admin.nodes_manager.get_node_from_slot(admin.keyslot(key))
-            surplus.setdefault(int(node.port), key)
+    surplus = redis_cluster.key_per_primary(f"{cluster_settings.redis.namespace}:surplus")
     assert len(surplus) == len(nodes)
     try:
         before = [set(await connections_of(node)) for node in nodes]

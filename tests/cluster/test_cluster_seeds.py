@@ -46,20 +46,6 @@ def paused(nodes: list[Node]) -> Iterator[None]:
             os.kill(node.process.pid, signal.SIGCONT)
 
 
-def key_per_primary(cluster: RedisCluster, namespace: str) -> list[str]:
-    """One key served by each primary."""
-    by_port: dict[int, str] = {}
-    with cluster.client() as client:
-        for n in range(500):
-            key = f"{namespace}:seeds:{n}"
-            node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
-            by_port.setdefault(int(node.port), key)
-            if len(by_port) == cluster.primaries:
-                break
-    assert len(by_port) == cluster.primaries
-    return list(by_port.values())
-
-
 @pytest.fixture
 def target(redis_cluster: RedisCluster) -> ClusterTarget:
     parsed = parse_cluster_url(redis_cluster.url)
@@ -69,7 +55,7 @@ def target(redis_cluster: RedisCluster) -> ClusterTarget:
 
 @pytest.fixture
 def keys(redis_cluster: RedisCluster, namespace: str) -> list[str]:
-    return key_per_primary(redis_cluster, namespace)
+    return list(redis_cluster.key_per_primary(f"{namespace}:seeds").values())
 
 
 @pytest.mark.timeout(90)

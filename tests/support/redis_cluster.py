@@ -124,6 +124,19 @@ class RedisCluster:
             ports = {int(node.port) for node in client.get_primaries()}
         return [node for node in self.nodes if node.port in ports and node.alive]
 
+    def key_per_primary(self, prefix: str) -> dict[int, str]:
+        """A key named ``prefix:<n>`` served by each primary, by the primary's port (one
+        client for all of them: a client per key would read ``COMMAND`` each time)."""
+        found: dict[int, str] = {}
+        with self.client() as client:
+            for n in range(1000):
+                key = f"{prefix}:{n}"
+                node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+                found.setdefault(int(node.port), key)
+                if len(found) == self.primaries:
+                    return found
+        raise AssertionError(f"no key of {prefix!r} on every primary")
+
     def node_of_slot(self, slot: int) -> Node:
         with self.client() as client:
             port = int(client.nodes_manager.get_node_from_slot(slot).port)
