@@ -4,8 +4,9 @@ every second one dropping its connection and resuming with ``Last-Event-ID``).
 
 With one replica, the promoted replica has no replica of its own until the killed node is back,
 so acknowledged writes (``WAIT 1``) answer 503 ``redis_unavailable`` meanwhile; the test brings
-the node back as a supervisor would (Sentinel turns it into a replica) and new runs succeed again,
-with no hermes-queue process restarted.
+the node back as a supervisor of a node without persistence must (the promoted primary's
+replica: ``SentinelGroup.restart``) and new runs succeed again, with no hermes-queue process
+restarted.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ ports of one address, without persistence, in a temporary directory. Sentinel's 
 shortened (``down_after_ms``, ``failover_timeout_ms``) so a failover takes a few seconds.
 
 ``group.url`` is the ``redis+sentinel://`` URL processes are configured with; ``kill_primary``
-SIGKILLs the current primary, ``wait_for_new_primary`` awaits the promotion, and ``restart``
-brings a killed node back (Sentinel then turns it into a replica of the new primary, as it would
-a restarted server in production).
+SIGKILLs the current primary, ``wait_for_new_primary`` awaits the end of the failover, and
+``restart`` brings a killed node back as the replica of the primary now (never as an empty
+primary: see ``restart``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,10 +41,11 @@ class Node:
     launcher: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
 
-    def start(self, within: float = 10.0) -> None:
+    def start(self, within: float = 10.0, args: Sequence[str] | None = None) -> None:
+        """Start it with its arguments (``args`` instead, this time only)."""
         log = (self.workdir / f"{self.name}.log").open("ab")
         self.process = subprocess.Popen(
-            [*self.launcher, *self.args],
+            [*self.launcher, *(self.args if args is None else args)],
             cwd=self.workdir,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -88,6 +90,14 @@ class Node:
     def log(self) -> str:
         path = self.workdir / f"{self.name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _without_replicaof(args: list[str]) -> list[str]:
+    """A node's arguments without the primary it was first started to replicate."""
+    if "--replicaof" not in args:
+        return list(args)
+    at = args.index("--replicaof")
+    return args[:at] + args[at + 3 :]
 
 
 @dataclass
@@ -164,12 +174,22 @@ class SentinelGroup:
 
     def primary_address(self) -> tuple[str, int] | None:
         """What the first Sentinel that answers says (None: none answers)."""
+        for address in self._addresses():
+            if address is not None:
+                return address
+        return None
+
+    def _addresses(self) -> list[tuple[str, int] | None]:
+        """The primary each Sentinel names (None: it does not answer)."""
+        named: list[tuple[str, int] | None] = []
         for watcher in self.watchers:
+            address = None
             with contextlib.suppress(redis.RedisError), watcher.client(timeout=1) as client:
                 answer = client.sentinel_get_master_addr_by_name(SERVICE)
                 if answer:
-                    return answer[0].decode(), int(answer[1])
-        return None
+                    address = answer[0].decode(), int(answer[1])
+            named.append(address)
+        return named
 
     def kill_primary(self) -> Node:
         primary = self.primary()
@@ -177,10 +197,15 @@ class SentinelGroup:
         return primary
 
     async def wait_for_new_primary(self, old: Node, within: float = 30.0) -> Node:
-        """Await the promotion of a replica in place of ``old``, writable."""
+        """Await the end of the failover away from ``old``: every Sentinel names the promoted
+        replica, which is writable. (The leader names it first, the others a moment later:
+        one still naming ``old`` would take a node started there meanwhile for the primary.)"""
 
         def promoted() -> Node | None:
-            address = self.primary_address()
+            named = set(self._addresses())
+            if len(named) != 1:
+                return None
+            address = named.pop()
             if address is None or address == (old.host, old.port):
                 return None
             node = self.primary()
@@ -198,12 +223,19 @@ class SentinelGroup:
         return f"a replica promoted; the Sentinels' logs:\n{logs}"
 
     async def restart(self, node: Node, within: float = 30.0) -> None:
-        """Start a killed node again (with its first arguments, as a supervisor would) and await
-        it as a synced replica of the primary. A node that was the primary comes back believing
-        it still is; Sentinel turns it into a replica some 10 s later (it waits that long for an
-        instance to report its role), so this takes that long. Connects from the caller's
-        thread (its network namespace)."""
-        node.start()
+        """Start a killed node again, as the replica of the current primary, and await it
+        synced. A node without persistence (these have none) must never come back as an empty
+        primary (redis.io, replication, "Safety of replication when master has persistence
+        turned off"): started with its first arguments, a killed primary believes it still is
+        one until Sentinel turns it into a replica some 10 s later, and Sentinel lists it as a
+        replica meanwhile, so a failover in that window (a spurious one, when a loaded machine
+        outlasts the 1 s down-after) promotes it and every node resyncs from it, empty: the
+        group's data is gone. A supervisor of such a node starts it as a replica, as this does.
+        Connects from the caller's thread (its network namespace)."""
+        primary = self.primary()
+        node.start(
+            args=[*_without_replicaof(node.args), "--replicaof", primary.host, str(primary.port)]
+        )
         await eventually(
             lambda: self._replicas_online(self.primary()) >= self.replicas,
             within=within,
