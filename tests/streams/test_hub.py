@@ -16,6 +16,7 @@ from hermes_queue.streams.codec import entry_fields, published
 from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import read_range
 from tests.streams.conftest import MakeHub
+from tests.support.polling import eventually
 
 
 async def xadd(
@@ -263,6 +264,7 @@ async def test_connection_count_is_constant(
         async def watch(n: int) -> list[tuple[int, int]]:
             ready = asyncio.Barrier(n + 1)
             counts: list[tuple[int, int]] = []
+            reads = hub.follower.xreads
 
             async def one(i: int) -> None:
                 async with hub.subscribe(f"run{n}-{i}") as sub:
@@ -274,6 +276,9 @@ async def test_connection_count_is_constant(
 
             tasks = [asyncio.create_task(one(i)) for i in range(n)]
             await asyncio.wait_for(ready.wait(), 10)
+            # Live once replayed; the follower's reading connection exists once it read the
+            # streams after their subscriptions took effect, which a loaded machine delays.
+            await eventually(lambda: hub.follower.xreads > reads, what="the follower reading")
             counts.append(await connections())
             assert hub.stats()["streams"] == hub.stats()["reading"] == n
             for i in range(n):
