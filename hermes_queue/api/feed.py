@@ -164,12 +164,17 @@ class RunFeed:
         observe: Callable[[RunEvent], object] | None = None,
         *,
         dialect: str | None = "hermes",
+        fresh: bool = False,
+        reader_written: bool = False,
     ) -> FinalReply:
         """Wait for the run's terminal event, reading it from its first; ``observe`` sees every
         event on the way (a stored response folds them). Raises :class:`RunUnfinished` when the
         events end first, :class:`DrainCut` when the stream-drain bound stopped the wait
-        (counted as ``dialect``'s; None: a wait no client is behind, not counted)."""
-        async with self._hub.subscribe(run_id, None) as subscription:
+        (counted as ``dialect``'s; None: a wait no client is behind, not counted).
+        ``fresh``, ``reader_written``: as :meth:`StreamHub.subscribe` takes them (a run this
+        request just created)."""
+        subscribing = self._hub.subscribe(run_id, None, fresh=fresh, reader_written=reader_written)
+        async with subscribing as subscription:
             forget = self._drain.watch(subscription.abandon)
             try:
                 reply = await self._final(subscription, observe)
@@ -217,6 +222,8 @@ class RunFeed:
         *,
         page: Page | None = None,
         end: bytes | None = None,
+        fresh: bool = False,
+        reader_written: bool = False,
     ) -> bool:
         """Write the run's events after ``cursor`` until its terminal event.
 
@@ -226,9 +233,14 @@ class RunFeed:
         first replay page from :meth:`prefetch` for this ``cursor``. ``end``: bytes to close
         the response with after the terminal event; they leave with its frames and the end of
         the body in one write (the response is then finished: write nothing more).
+        ``fresh``, ``reader_written``: as :meth:`StreamHub.subscribe` takes them (a run this
+        request just created).
         """
+        subscribing = self._hub.subscribe(
+            run_id, cursor, page=page, fresh=fresh, reader_written=reader_written
+        )
         try:
-            async with self._hub.subscribe(run_id, cursor, page=page) as subscription:
+            async with subscribing as subscription:
                 forget = on_client_gone(request, subscription.abandon)
                 unwatch = self._drain.watch(subscription.abandon)
                 try:

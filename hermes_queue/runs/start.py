@@ -40,6 +40,12 @@ class RunStarter:
         self.runs = runs
         self._presence = presence
 
+    @property
+    def read_here(self) -> bool:
+        """A session run this starts has this process's reader entry written by its creating
+        script (``lua/create_session_run.lua``), which vouches until its request follows it."""
+        return self._presence is not None
+
     def new_run_id(self, session_id: str | None = None) -> str:
         """The id of a new run; given the stored session it will run under, one placed where
         that session's keys are (``placement.py``)."""

@@ -190,16 +190,28 @@ class StreamHub:
     # -- for the API -----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def subscribe(
-        self, run_id: str, after: str | None = None, *, page: Page | None = None
+        self,
+        run_id: str,
+        after: str | None = None,
+        *,
+        page: Page | None = None,
+        fresh: bool = False,
+        reader_written: bool = False,
     ) -> AsyncIterator[Subscription]:
         """Events of ``run_id`` with id > ``after`` (None: from the first); raises ValueError
         on a malformed cursor so the API can answer 400. ``page``: the first replay page for
-        exactly this ``after``, from :meth:`prefetch`, saving the subscription that read."""
+        exactly this ``after``, from :meth:`prefetch`, saving the subscription that read.
+        ``fresh``: the run was created just now by the caller's request, so its history is a
+        few entries at most, which the follower reads from the stream's start: no replay read
+        (an empty first page). ``reader_written``: this process's reader entry for the run was
+        written by the script that created it (``ReaderPresence.enter``)."""
         if self.closed:
             raise RuntimeError("StreamHub is closed")
+        if fresh and after is None:
+            page = (None, [])
         sub = Subscription(self, run_id, normalize_cursor(after), page)
         self._subscribers += 1
-        self.presence.enter(run_id)
+        self.presence.enter(run_id, written=reader_written)
         try:
             yield sub
         finally:

@@ -7,9 +7,10 @@ turn on that session should not wait behind it (docs/compatibility.md, "Abandone
 run scripts tell "abandoned" from "a reader is following" with this record: one sorted set per
 run (``keys.readers``) of API process ids, each scored with the time until which it vouches
 for a reader (ms, Redis clock). A process writes its entry when its first subscription to the
-run opens and removes it when its last one closes (at once: that is what lets the next turn
-start without delay), and renews the entries of every run it serves every few seconds, so the
-entries of a process that died lapse by themselves.
+run opens (the request that starts a session run finds it written by the creating script, which
+vouches until the renewals take over) and removes it when its last one closes (at once: that is
+what lets the next turn start without delay), and renews the entries of every run it serves
+every few seconds, so the entries of a process that died lapse by themselves.
 
 Presence is advice, not a guarantee: a failed write is logged and the next renewal repairs it;
 a reader is only ever absent for a moment (between a drop and its reconnect), and then a new
@@ -118,10 +119,13 @@ class ReaderPresence:
             elif not waiter.done():
                 waiter.set_result(None)
 
-    def enter(self, run_id: str) -> None:
+    def enter(self, run_id: str, *, written: bool = False) -> None:
+        """A reader of ``run_id`` here. ``written``: its entry was just written by the script
+        that created the run (it vouches for ``ttl_ms``; the renewals take over from there),
+        so the first reader writes nothing, unless a change of that run is still pending."""
         count = self._counts.get(run_id, 0) + 1
         self._counts[run_id] = count
-        if count == 1:
+        if count == 1 and not (written and run_id not in self._changes):
             self._changed(run_id, True)
 
     def leave(self, run_id: str) -> None:

@@ -6,11 +6,14 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 
 from hermes_queue.client import SSEFrame, iter_sse
 from hermes_queue.config import Settings
-from tests.support.inprocess import running_api
+from hermes_queue.redisio.embedded import EmbeddedRedis
+from tests.support.inprocess import running_api, running_worker
+from tests.support.redis_stats import commands_for
 
 
 async def new_session(api: TestClient, session_id: str = "chat-1") -> str:
@@ -319,3 +322,35 @@ async def test_a_media_tag_in_a_reply_is_inlined_where_upstream_inlines_it(
     deltas = "".join(f.json()["delta"] for f in frames if f.event == "assistant.delta")
     completed = next(f.json() for f in frames if f.event == "assistant.completed")
     assert f"MEDIA:{image}" in deltas and inline in completed["content"]
+
+
+async def test_a_new_turns_stream_reads_no_history_and_a_resume_does(settings: Settings) -> None:
+    """The request that creates a turn follows it from its first event without a replay read
+    (the follower reads the stream from its start); a client resuming the turn replays it. On a
+    private Redis, whose command counts are this turn's alone."""
+    server = EmbeddedRedis.start()
+    private = aioredis.Redis.from_url(server.url)
+    settings = settings.replace(redis_url=server.url)
+    try:
+        async with running_api(settings) as api, running_worker(settings):
+            sid = await new_session(api)
+            created: list[Any] = []
+
+            async def new_turn() -> None:
+                created.append(await stream_turn(api, sid, message="hello"))
+
+            calls = await commands_for(private, new_turn)
+            response, frames = created[0]
+            assert frames[-1].event == "done" and "Echo: hello" in frames[-2].data
+            assert calls["xrange"] == 0
+            run_id = response.headers["X-Hermes-Run-Id"]
+
+            async def resume() -> None:
+                got = await api.get(f"/api/sessions/{sid}/chat/stream", params={"run_id": run_id})
+                assert got.status == 200
+                assert (await frames_of(got))[-1].event == "done"
+
+            assert (await commands_for(private, resume))["xrange"] > 0
+    finally:
+        await private.aclose()
+        server.stop()

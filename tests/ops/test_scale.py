@@ -9,7 +9,7 @@ keeps the count free of other tests' traffic.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -19,6 +19,7 @@ from hermes_queue.config import Settings
 from hermes_queue.keys import Keys
 from hermes_queue.queueview.snapshot import admission, snapshot
 from hermes_queue.redisio.embedded import EmbeddedRedis
+from tests.support.redis_stats import commands_for
 
 PAGE = 50
 
@@ -79,18 +80,6 @@ def queue_snapshot(redis: aioredis.Redis, settings: Settings, limit: int = 0) ->
     )
 
 
-async def commands_for(redis: aioredis.Redis, action: Callable[[], Awaitable[Any]]) -> int:
-    """Commands Redis executed while ``action`` ran (INFO and CONFIG themselves excluded)."""
-    await redis.config_resetstat()
-    await action()
-    stats = await redis.info("commandstats")
-    return sum(
-        int(entry["calls"])
-        for name, entry in stats.items()
-        if name not in ("cmdstat_info", "cmdstat_config")
-    )
-
-
 async def test_snapshot_command_count_does_not_grow_with_the_queue(
     private: aioredis.Redis, private_redis_url: str, namespace: str
 ) -> None:
@@ -122,9 +111,9 @@ async def test_snapshot_command_count_does_not_grow_with_the_queue(
                 )
 
             counts[keys.namespace] = [
-                await commands_for(client, full),
-                await commands_for(client, scrape),
-                await commands_for(client, admit),
+                (await commands_for(client, full)).total(),
+                (await commands_for(client, scrape)).total(),
+                (await commands_for(client, admit)).total(),
             ]
         finally:
             await client.aclose()

@@ -69,6 +69,11 @@ class Started:
     headers: dict[str, str]
     steered_at: str | None = None
 
+    @property
+    def fresh(self) -> bool:
+        """The request created the turn's run (it did not steer a running one)."""
+        return self.steered_at is None
+
 
 async def start_turn(request: web.Request, state: ApiState) -> Started:
     """Validate, admit and enqueue one turn, or steer the running one (``session_steer.py``)."""
@@ -93,7 +98,9 @@ async def chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
     started = await start_turn(request, state)
     turn = started.turn
-    reply = await state.feed.final_reply(turn.run_id)
+    reply = await state.feed.final_reply(
+        turn.run_id, fresh=started.fresh, reader_written=turn.reader_written
+    )
     event = reply.terminal
     return _completion(event.type, event.data, reply.shown, turn.session_id, started.headers)
 
@@ -130,7 +137,16 @@ async def chat_stream(request: web.Request) -> web.StreamResponse:
     response = await open_stream(request, started.headers)
     # A steered turn is followed from its run.steered frame on, numbered as its own stream.
     after = just_before(started.steered_at) if started.steered_at else None
-    await state.feed.pump(request, response, started.turn.run_id, None, SessionStream(after))
+    turn = started.turn
+    await state.feed.pump(
+        request,
+        response,
+        turn.run_id,
+        None,
+        SessionStream(after),
+        fresh=started.fresh,
+        reader_written=turn.reader_written,
+    )
     return response
 
 

@@ -36,7 +36,13 @@ from hermes_queue.api.openai.chat_render import (
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body
-from hermes_queue.api.turns.starter import NewTurn, RunSession, StoredSession, turn_headers
+from hermes_queue.api.turns.starter import (
+    Enqueued,
+    NewTurn,
+    RunSession,
+    StoredSession,
+    turn_headers,
+)
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.events import EventType
 from hermes_queue.keyguard import KEY_SETTING
@@ -154,14 +160,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     # The response names the model the client asked for (upstream echoes its alias).
     model = turn.named_model or state.settings.routing.model_name
     replayed: dict[str, str] = {}
+    enqueued: Enqueued | None = None  # None: a retry of an earlier request (a replay)
     idempotency = state.idempotency
     async with await idempotency.begin(
         request.headers, "chat", body, tenant=tenant(request), headers=(SESSION_HEADER,)
     ) as idem:
         if idem.replay_of is None:
-            run_id = (
-                await state.turns.enqueue_turn(turn, tenant=tenant(request), created=idem.record)
-            ).run_id
+            enqueued = await state.turns.enqueue_turn(
+                turn, tenant=tenant(request), created=idem.record
+            )
+            run_id = enqueued.run_id
     if idem.replay_of is not None:
         # A retry: the same run, rendered the same way (a stream replays from its start).
         run_id = idem.replay_of
@@ -174,8 +182,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if stream:
         renderer = ChatStream(completion_id_for(run_id), created, model)
         cancel = _cancel_on_disconnect(request, body)
-        return await _stream(request, state, run_id, renderer, headers, cancel)
-    return await _complete(state.feed, run_id, created, model, headers)
+        return await _stream(request, state, run_id, renderer, headers, cancel, enqueued)
+    return await _complete(state.feed, run_id, created, model, headers, enqueued)
 
 
 async def _stream(
@@ -185,11 +193,21 @@ async def _stream(
     renderer: Renderer,
     headers: dict[str, str],
     cancel: bool,
+    enqueued: Enqueued | None,
 ) -> web.StreamResponse:
-    """The completion as chunks; with ``cancel`` a client that leaves stops the run."""
+    """The completion as chunks; with ``cancel`` a client that leaves stops the run.
+    ``enqueued``: the run as this request created it (None: a replay)."""
     response = await open_stream(request, headers)
     try:
-        finished = await state.feed.pump(request, response, run_id, None, renderer)
+        finished = await state.feed.pump(
+            request,
+            response,
+            run_id,
+            None,
+            renderer,
+            fresh=enqueued is not None,
+            reader_written=enqueued is not None and enqueued.reader_written,
+        )
     except asyncio.CancelledError:  # aiohttp cancels the handler when the client leaves
         if cancel:
             await asyncio.shield(state.runs.request_stop(run_id))
@@ -209,9 +227,19 @@ def _unfinished_headers(*, partial: bool, error: str) -> dict[str, str]:
 
 
 async def _complete(
-    feed: RunFeed, run_id: str, created: int, model: str, headers: dict[str, str]
+    feed: RunFeed,
+    run_id: str,
+    created: int,
+    model: str,
+    headers: dict[str, str],
+    enqueued: Enqueued | None,
 ) -> web.Response:
-    reply = await feed.final_reply(run_id, dialect="openai")
+    reply = await feed.final_reply(
+        run_id,
+        dialect="openai",
+        fresh=enqueued is not None,
+        reader_written=enqueued is not None and enqueued.reader_written,
+    )
     event, data = reply.terminal, reply.terminal.data
     if event.type == EventType.RUN_FAILED and is_controlled_reply(data):
         data = controlled_reply(data)  # upstream answers it as an ordinary reply

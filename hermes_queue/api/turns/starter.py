@@ -99,6 +99,9 @@ class Enqueued:
     run_id: str
     # The session the turn runs on (a stored session's live tip).
     session_id: str
+    # The script that created the run wrote this process's reader entry for it
+    # (``runs/start.py``): the request that follows it need not write it again.
+    reader_written: bool = False
 
 
 def with_trace(turn: NewTurn, carrier: dict[str, str]) -> NewTurn:
@@ -163,7 +166,7 @@ class TurnStarter:
         if beside is not None:
             await beside.write(run_id, session_id)
         try:
-            await self._create(turn, run_id, session_id, tenant)
+            reader_written = await self._create(turn, run_id, session_id, tenant)
         except NotReplicated:
             if created is not None:
                 created(run_id)
@@ -174,7 +177,7 @@ class TurnStarter:
             raise
         if created is not None:
             created(run_id)
-        return Enqueued(run_id, session_id)
+        return Enqueued(run_id, session_id, reader_written)
 
     async def _place(self, turn: NewTurn, tenant: str) -> tuple[str, str]:
         """The new run's id and the session it runs on. A run beside any other names its
@@ -221,7 +224,8 @@ class TurnStarter:
         if row is not None and row.tenant != tenant:
             raise session_not_found(session_id)
 
-    async def _create(self, turn: NewTurn, run_id: str, session_id: str, tenant: str) -> None:
+    async def _create(self, turn: NewTurn, run_id: str, session_id: str, tenant: str) -> bool:
+        """Create the run; whether its script wrote this process's reader entry for it."""
         session = turn.session
         if isinstance(session, RunSession):
             persist = Persist.TURN if session.persisted else None
@@ -242,7 +246,7 @@ class TurnStarter:
         )
         if isinstance(session, RunSession):
             await self._runs.start(run)
-            return
+            return False
         admission = await self._runs.start_in_session(run, session.strategy)
         if admission.verdict == "busy":
             raise ApiError(
@@ -251,3 +255,4 @@ class TurnStarter:
                 "This session already has a turn in progress",
                 extra={"run_id": admission.blocking_run_id},
             )
+        return admission.verdict != "exists" and self._runs.read_here
