@@ -174,6 +174,9 @@ class RunRecord:
     lost: int = 0
     # The run's own webhook URL ("": none).
     webhook: str = ""
+    # The outbox its end queues webhook deliveries in ("": it wants none): its own webhook, or
+    # the deployment's subscriptions when it was created.
+    webhook_outbox: str = ""
     # When its first attempt was claimed (unix seconds; 0 before): where its run budget starts,
     # the time it waited in the queue left out.
     first_started_at: float = 0.0
@@ -219,6 +222,7 @@ class RunRecord:
             openai_stream=_text(raw, "openai_stream") == "1",
             lost=int(_text(raw, "lost") or 0),
             webhook=_text(raw, "webhook"),
+            webhook_outbox=_text(raw, "webhook_outbox"),
             first_started_at=float(_text(raw, "first_started_at") or _text(raw, "started_at") or 0),
             pending_steers=decode_steers(_text(raw, "steers_pending")),
             pending_steer=_text(raw, "pending_steer") or None,

@@ -79,6 +79,9 @@ class WorkerRuntime:
     tracing: Tracing | None = None
     # The agent's Hermes home, whose secret files a reply's MEDIA: tags may never deliver.
     hermes_home: str = ""
+    # Told the id of a run this process settled that wants webhook deliveries (its end
+    # queued them): the webhook sender reads that outbox at once.
+    deliveries_queued: Callable[[str], None] | None = None
 
     def signal(self, run_id: str, verdict: int) -> None:
         """A stop request or a lost lease reached this worker (pub/sub or heartbeat)."""
@@ -137,6 +140,8 @@ async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
             del runtime.active[run_id]
         if runtime.keeper is not None:
             runtime.keeper.untrack(attempt)
+        if runtime.deliveries_queued is not None and attempt.record.webhook_outbox:
+            runtime.deliveries_queued(run_id)
     if runtime.metrics is not None and ended in OUTCOMES:
         runtime.metrics.ended(ended, time.monotonic() - claimed)
     return ended

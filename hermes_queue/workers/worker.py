@@ -207,6 +207,9 @@ class WorkerProcess:
         )
         self._sender = sender
         self._background.append(asyncio.create_task(sender.run_forever()))
+        if self.runtime is not None:  # a run of ours that queued deliveries: send them now
+            keys = settings.redis.keys
+            self.runtime.deliveries_queued = lambda run_id: sender.wake(keys.shard_of(run_id))
 
     async def start(self, worker: WakeableWorker) -> None:
         settings, metrics = self.settings, self.metrics
@@ -281,11 +284,7 @@ class WorkerProcess:
 
     async def run(self, run_id: str) -> str:
         assert self.runtime is not None, "a job before the worker started"
-        try:
-            return await run_turn(self.runtime, run_id)
-        finally:
-            if self._sender is not None:  # its terminal event may want deliveries
-                self._sender.wake(self.settings.redis.keys.shard_of(run_id))
+        return await run_turn(self.runtime, run_id)
 
     async def stop(self) -> None:
         """Stop the side tasks, the lease keeper, the backend, the store and the clients."""

@@ -280,3 +280,22 @@ async def _wait_finished(api: Any, run_id: str) -> dict[str, Any]:
     async for _ in response.content:
         pass
     return dict(await (await api.get(f"/v1/runs/{run_id}")).json())
+
+
+async def test_only_a_run_that_wants_webhook_deliveries_wakes_the_sender(
+    redis: Any, settings: Settings
+) -> None:
+    """The webhook sender reads a shard's outbox at once after a run of this worker ended
+    there only when that run's end queued deliveries (a webhook of its own): a worker without
+    webhooks costs Redis no outbox read per run."""
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
+    told: list[str] = []
+    runtime = WorkerRuntime(
+        worker_id="w", repository=repo, backend=EchoBackend(0), deliveries_queued=told.append
+    )
+    plain, hooked = new_run_id(), new_run_id()
+    await repo.create(NewRun(plain, plain, TurnRequest("hi")))
+    await repo.create(NewRun(hooked, hooked, TurnRequest("hi"), webhook="http://127.0.0.1:9/hook"))
+    assert await run_turn(runtime, plain) == "completed"
+    assert await run_turn(runtime, hooked) == "completed"
+    assert told == [hooked]
