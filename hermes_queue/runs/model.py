@@ -111,11 +111,14 @@ class NewRun:
     # The tenant that started it (tenancy/keys.py): the only one that sees, follows, stops, steers
     # or answers it.
     tenant: str = DEFAULT_TENANT
+    # When it was made (unix seconds): its record's ``created_at``, known to its starter without
+    # reading the record back.
+    created_at: float = field(default_factory=time.time)
 
     def fields(self) -> dict[str, str]:
         """The record's fields at creation, as the create scripts write them (``RunRecord``
         reads them back)."""
-        now = repr(time.time())
+        now = repr(self.created_at)
         fields = {
             "run_id": self.run_id,
             "session_id": self.session_id,

@@ -36,6 +36,7 @@ async def test_non_stream_completion(api: TestClient, worker: Any) -> None:
     assert response.headers["X-Hermes-Session-Id"].startswith("api-")
     run = await (await api.get(f"/v1/runs/{response.headers['X-Hermes-Run-Id']}")).json()
     assert run["status"] == "completed"
+    assert payload["created"] == int(run["created_at"])  # the run's own creation time
 
 
 async def test_derived_session_id_is_stable_and_history_comes_from_the_request(

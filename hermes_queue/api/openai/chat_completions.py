@@ -170,15 +170,17 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 turn, tenant=tenant(request), created=idem.record
             )
             run_id = enqueued.run_id
-    if idem.replay_of is not None:
-        # A retry: the same run, rendered the same way (a stream replays from its start).
+    if enqueued is not None:
+        created, session_id = int(enqueued.created_at), enqueued.session_id
+    else:  # a retry: the same run, rendered the same way (a stream replays from its start)
+        assert idem.replay_of is not None  # only a replay enqueues nothing
         run_id = idem.replay_of
         replayed[REPLAYED_HEADER] = "true"
-    record = await state.runs.get(run_id)
-    if record is None:  # only a replay can miss it: records expire before their runs
-        raise replay_gone(run_id)
-    created = int(record.created_at)
-    headers = {**turn_headers(record.session_id, run_id, session_key), **replayed}
+        record = await state.runs.get(run_id)
+        if record is None:  # only a replay can miss it: records expire before their runs
+            raise replay_gone(run_id)
+        created, session_id = int(record.created_at), record.session_id
+    headers = {**turn_headers(session_id, run_id, session_key), **replayed}
     if stream:
         renderer = ChatStream(completion_id_for(run_id), created, model)
         cancel = _cancel_on_disconnect(request, body)

@@ -32,7 +32,7 @@ from hermes_queue.api.openai.responses_render import ResponseMeta, stream_render
 from hermes_queue.api.state import STATE, ApiState
 from hermes_queue.api.turns.idempotency import REPLAYED_HEADER, replay_gone
 from hermes_queue.api.turns.runtime_selection import select_for_body
-from hermes_queue.api.turns.starter import NewTurn, RunSession, turn_headers
+from hermes_queue.api.turns.starter import Enqueued, NewTurn, RunSession, turn_headers
 from hermes_queue.booleans import coerce_bool
 from hermes_queue.runs.turn_request import ResponseSettings, TurnRequest
 from hermes_queue.store import ResponseRow
@@ -131,30 +131,41 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             turn, request=dataclasses.replace(turn.request, response=settings), openai_stream=True
         )
     replayed: dict[str, str] = {}
+    enqueued: Enqueued | None = None  # None: a retry of an earlier request (a replay)
     async with await state.idempotency.begin(
         request.headers, "responses", body, tenant=tenant(request)
     ) as idem:
         if idem.replay_of is None:
             queued = responses.queued(turn.request, tenant(request))
-            run_id = (
-                await state.turns.enqueue_turn(
-                    turn, tenant=tenant(request), beside=queued, created=idem.record
-                )
-            ).run_id
-    if idem.replay_of is not None:
+            enqueued = await state.turns.enqueue_turn(
+                turn, tenant=tenant(request), beside=queued, created=idem.record
+            )
+    if enqueued is not None:
+        run_id, session_id, turn_request = enqueued.run_id, enqueued.session_id, turn.request
+    else:
+        assert idem.replay_of is not None  # only a replay enqueues nothing
         run_id = idem.replay_of
         replayed[REPLAYED_HEADER] = "true"
-    record = await state.runs.get(run_id)
-    if record is None:
-        raise replay_gone(run_id)
-    headers = {**turn_headers(record.session_id, run_id, session_key), **replayed}
-    info = ResponseMeta.from_request(run_id, record.request)
+        record = await state.runs.get(run_id)
+        if record is None:
+            raise replay_gone(run_id)
+        session_id, turn_request = record.session_id, record.request
+    headers = {**turn_headers(session_id, run_id, session_key), **replayed}
+    info = ResponseMeta.from_request(run_id, turn_request)
     watcher = responses.watch(run_id) if info.store else None
     if info.background:
         return web.json_response(info.envelope("queued"), headers=headers)
     if stream:
         response = await open_stream(request, headers)
-        await state.feed.pump(request, response, run_id, None, stream_renderer(info))
+        await state.feed.pump(
+            request,
+            response,
+            run_id,
+            None,
+            stream_renderer(info),
+            fresh=enqueued is not None,
+            reader_written=enqueued is not None and enqueued.reader_written,
+        )
         return response
     final = await (asyncio.shield(watcher) if watcher else responses.settle(run_id))
     if final["status"] == "failed":

@@ -19,6 +19,7 @@ and returns the run id and the session id, which the endpoint renders in its own
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -102,6 +103,8 @@ class Enqueued:
     # The script that created the run wrote this process's reader entry for it
     # (``runs/start.py``): the request that follows it need not write it again.
     reader_written: bool = False
+    # The run record's ``created_at`` (unix seconds).
+    created_at: float = 0.0
 
 
 def with_trace(turn: NewTurn, carrier: dict[str, str]) -> NewTurn:
@@ -165,8 +168,9 @@ class TurnStarter:
         run_id, session_id = await self._place(turn, tenant)
         if beside is not None:
             await beside.write(run_id, session_id)
+        created_at = time.time()
         try:
-            reader_written = await self._create(turn, run_id, session_id, tenant)
+            reader_written = await self._create(turn, run_id, session_id, tenant, created_at)
         except NotReplicated:
             if created is not None:
                 created(run_id)
@@ -177,7 +181,7 @@ class TurnStarter:
             raise
         if created is not None:
             created(run_id)
-        return Enqueued(run_id, session_id, reader_written)
+        return Enqueued(run_id, session_id, reader_written, created_at)
 
     async def _place(self, turn: NewTurn, tenant: str) -> tuple[str, str]:
         """The new run's id and the session it runs on. A run beside any other names its
@@ -224,7 +228,9 @@ class TurnStarter:
         if row is not None and row.tenant != tenant:
             raise session_not_found(session_id)
 
-    async def _create(self, turn: NewTurn, run_id: str, session_id: str, tenant: str) -> bool:
+    async def _create(
+        self, turn: NewTurn, run_id: str, session_id: str, tenant: str, created_at: float
+    ) -> bool:
         """Create the run; whether its script wrote this process's reader entry for it."""
         session = turn.session
         if isinstance(session, RunSession):
@@ -243,6 +249,7 @@ class TurnStarter:
             openai_stream=turn.openai_stream,
             webhook=turn.webhook,
             tenant=tenant,
+            created_at=created_at,
         )
         if isinstance(session, RunSession):
             await self._runs.start(run)
