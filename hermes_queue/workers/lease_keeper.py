@@ -37,6 +37,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 import redis.cluster
+from redis.exceptions import NoScriptError
 
 from hermes_queue.config import RedisSettings
 from hermes_queue.redisio.connect import connect_sync
@@ -217,17 +218,37 @@ class LeaseKeeper:
         if self.keys.cluster:
             verdicts = self._renew_per_node(client, runs)
         else:
-            with client.pipeline(transaction=False) as pipe:
-                for run_id, attempt in runs:
-                    keys, args = self.leases.renew_args(run_id, attempt)
-                    self._renew(keys=keys, args=args, client=pipe)
-                self._register(pipe, len(runs))
-                results = pipe.execute()
+            results = self._send(client, runs, registry=True)
             verdicts = dict(zip((run_id for run_id, _ in runs), results, strict=False))
         for run_id, _attempt in runs:
             verdict = verdicts.get(run_id)
             if verdict in (LEASE_LOST, STOP_REQUESTED):
                 self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))
+
+    def _send(self, client: Any, runs: list[tuple[str, int]], *, registry: bool) -> list[Any]:
+        """One pipelined round trip to ``client``'s node: a renewal per run, then the registry
+        entry when ``registry``; their replies. The renewals go as plain ``EVALSHA``: a
+        redis-py pipeline that knows it runs a script asks ``SCRIPT EXISTS`` first, a second
+        round trip on every beat. A node that lacks the script (a restart, a promoted replica)
+        has it loaded and the beat sent once more: renewals and registry writes are
+        idempotent."""
+        for tries in (1, 2):
+            with client.pipeline(transaction=False) as pipe:
+                for run_id, attempt in runs:
+                    keys, args = self.leases.renew_args(run_id, attempt)
+                    pipe.evalsha(self._renew.sha, len(keys), *keys, *args)
+                if registry:
+                    self._register(pipe, len(runs))
+                results: list[Any] = pipe.execute(raise_on_error=False)
+            missing = any(isinstance(result, NoScriptError) for result in results)
+            if missing and tries == 1:
+                client.script_load(self.leases.renew_script)
+                continue
+            break
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
 
     def _register(self, pipe: Any, busy: int) -> None:
         """This worker's entry in the registry (``keys.workers``, ``keys.worker``)."""
@@ -260,13 +281,7 @@ class LeaseKeeper:
         for name in sorted(by_node, key=lambda name: name in self._failed_nodes):
             connection = client.get_redis_connection(nodes[name])
             try:
-                with connection.pipeline(transaction=False) as pipe:
-                    for run_id, attempt in by_node[name]:
-                        keys, args = self.leases.renew_args(run_id, attempt)
-                        self._renew(keys=keys, args=args, client=pipe)
-                    if name == registry.name:
-                        self._register(pipe, len(runs))
-                    results = pipe.execute()
+                results = self._send(connection, by_node[name], registry=name == registry.name)
             except redis.RedisError as exc:
                 log.warning("lease heartbeat to %s failed: %s", name, exc)
                 failed.add(name)

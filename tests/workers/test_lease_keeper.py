@@ -4,12 +4,22 @@ it lets go of its connection once it has had nothing to renew for a while."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from hermes_queue.config import Settings
+from hermes_queue.redisio.embedded import EmbeddedRedis
+from hermes_queue.runs.model import NewRun
+from hermes_queue.runs.placement import new_run_id
+from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers import lease_keeper
+from hermes_queue.workers.lease_keeper import LeaseKeeper
 from tests.support.blocked_loop import LINGER, check_leases_renewed_while_blocked
+from tests.support.redis_stats import commands_for
 
 
 @pytest.mark.timeout(60)
@@ -24,3 +34,53 @@ async def test_leases_are_renewed_while_the_loop_is_blocked_from_an_idle_keeper(
         )
     finally:
         admin.close()
+
+
+async def test_a_beat_is_one_round_trip_even_on_a_redis_that_lost_its_scripts(
+    settings: Settings,
+) -> None:
+    """Each beat is one pipelined round trip (no ``SCRIPT EXISTS`` before the renewals), and a
+    Redis without the renewal script (restarted, or a promoted replica) has it loaded and the
+    lease renewed in the same beat. On a private Redis, whose command counts are the beat's."""
+    server = EmbeddedRedis.start()
+    private = aioredis.Redis.from_url(server.url)
+    settings = settings.replace(redis_url=server.url)
+    keeper: LeaseKeeper | None = None
+    try:
+        repository = RunRepository(private, settings.redis.keys, settings.runs)
+        run_id = new_run_id()
+        await repository.create(NewRun(run_id, run_id, TurnRequest("hi")))
+        attempt = await repository.claim(run_id, "w")
+        assert attempt is not None
+        signals: list[tuple[str, int]] = []
+        keeper = LeaseKeeper(
+            settings.redis,
+            repository.leases,
+            "w",
+            asyncio.get_running_loop(),
+            lambda run, verdict: signals.append((run, verdict)),
+            4,
+            presence=private,
+        )
+        runs = [(run_id, attempt.number)]
+        lease = settings.redis.keys.leases_of(run_id)
+
+        async def beat() -> None:
+            await asyncio.to_thread(keeper.beat, runs)
+
+        await beat()  # its connection made, the script loaded where it was missing
+        calls = await commands_for(private, beat)
+        assert calls["evalsha"] == 1
+        assert calls["script"] + calls["script|exists"] + calls["script|load"] == 0
+        await private.script_flush()
+        renewed = await private.zscore(lease, run_id)
+        calls = await commands_for(private, beat)
+        assert calls["script"] + calls["script|load"] == 1 and calls["evalsha"] == 2
+        assert (await private.zscore(lease, run_id) or 0) >= (renewed or 0) > 0
+        await asyncio.sleep(0)  # a verdict would be handed to the loop: none is due
+        assert signals == []
+    finally:
+        if keeper is not None:
+            keeper._drop_connections()
+        await private.aclose()
+        server.stop()
