@@ -301,24 +301,26 @@ async def test_a_terminal_write_redis_refuses_is_logged_not_raised(
     assert record is not None and record.status == "running"
 
 
-async def test_a_live_runs_events_outlast_retention_and_expire_after_it_ends(
+async def test_a_live_runs_record_and_events_outlast_retention_and_expire_after_it_ends(
     repo: RunRepository, redis: Any, keys: Keys, settings: Settings
 ) -> None:
     """The first append gives the stream its TTL; later appends leave it, the lease heartbeat
-    renews it (so a run longer than the retention never loses its events mid-run) and the
-    terminal transition restarts it."""
+    renews it and the record's (so a run longer than the retention never loses its record or
+    events mid-run) and the terminal transition restarts both."""
     run_id = await create(repo)
     attempt = await claimed(repo, run_id)
     stream = keys.events(run_id)
     assert await attempt.append([("run.started", {})])
     assert 0 < await redis.ttl(stream) <= settings.runs.retention_seconds
     await redis.expire(stream, 5)  # the retention nearly over, the run still going
+    await redis.expire(keys.run(run_id), 5)
     assert await attempt.append([("message.delta", {"delta": "a"})])
     assert await redis.ttl(stream) <= 5
     renew = redis.register_script(repo.leases.renew_script)
     renew_keys, renew_args = repo.leases.renew_args(run_id, attempt.number)
     assert await renew(keys=renew_keys, args=renew_args) == 0
     assert await redis.ttl(stream) > settings.runs.retention_seconds - 5
+    assert await redis.ttl(keys.run(run_id)) > settings.runs.retention_seconds - 5
     await redis.expire(stream, 5)
     assert await attempt.complete(output="a", usage={}, messages=[], runtime=None)
     assert await redis.ttl(stream) > settings.runs.retention_seconds - 5
