@@ -16,6 +16,7 @@ chunked body leave in one write.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import ZERO_ID, Page
 
 if TYPE_CHECKING:
+    from hermes_queue.api.turns.starter import Enqueued
     from hermes_queue.tracing.spans import Tracing
 
 # Events taken from a subscription per write: bounds one write, never splits an event's frames.
@@ -164,17 +166,14 @@ class RunFeed:
         observe: Callable[[RunEvent], object] | None = None,
         *,
         dialect: str | None = "hermes",
-        fresh: bool = False,
-        reader_written: bool = False,
+        created: Enqueued | None = None,
     ) -> FinalReply:
         """Wait for the run's terminal event, reading it from its first; ``observe`` sees every
         event on the way (a stored response folds them). Raises :class:`RunUnfinished` when the
         events end first, :class:`DrainCut` when the stream-drain bound stopped the wait
         (counted as ``dialect``'s; None: a wait no client is behind, not counted).
-        ``fresh``, ``reader_written``: as :meth:`StreamHub.subscribe` takes them (a run this
-        request just created)."""
-        subscribing = self._hub.subscribe(run_id, None, fresh=fresh, reader_written=reader_written)
-        async with subscribing as subscription:
+        ``created``: the run as this request created it (see :meth:`_subscribe`)."""
+        async with self._subscribe(run_id, None, None, created) as subscription:
             forget = self._drain.watch(subscription.abandon)
             try:
                 reply = await self._final(subscription, observe)
@@ -202,6 +201,21 @@ class RunFeed:
                 return FinalReply(event, reply.text, reply.shown)
         return None
 
+    def _subscribe(
+        self, run_id: str, cursor: str | None, page: Page | None, created: Enqueued | None
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """The hub's subscription; for a run this request has just ``created`` (None: any other
+        run), without a replay read and, when its creating script wrote it, without writing
+        this process's reader entry again (``StreamHub.subscribe``'s ``fresh`` and
+        ``reader_written``)."""
+        return self._hub.subscribe(
+            run_id,
+            cursor,
+            page=page,
+            fresh=created is not None,
+            reader_written=created is not None and created.reader_written,
+        )
+
     async def _exists(self, run_id: str) -> bool:
         return bool(await self._redis.exists(self._keys.run(run_id)))
 
@@ -222,8 +236,7 @@ class RunFeed:
         *,
         page: Page | None = None,
         end: bytes | None = None,
-        fresh: bool = False,
-        reader_written: bool = False,
+        created: Enqueued | None = None,
     ) -> bool:
         """Write the run's events after ``cursor`` until its terminal event.
 
@@ -233,12 +246,9 @@ class RunFeed:
         first replay page from :meth:`prefetch` for this ``cursor``. ``end``: bytes to close
         the response with after the terminal event; they leave with its frames and the end of
         the body in one write (the response is then finished: write nothing more).
-        ``fresh``, ``reader_written``: as :meth:`StreamHub.subscribe` takes them (a run this
-        request just created).
+        ``created``: the run as this request created it (see :meth:`_subscribe`).
         """
-        subscribing = self._hub.subscribe(
-            run_id, cursor, page=page, fresh=fresh, reader_written=reader_written
-        )
+        subscribing = self._subscribe(run_id, cursor, page, created)
         try:
             async with subscribing as subscription:
                 forget = on_client_gone(request, subscription.abandon)

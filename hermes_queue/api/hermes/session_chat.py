@@ -70,9 +70,9 @@ class Started:
     steered_at: str | None = None
 
     @property
-    def fresh(self) -> bool:
-        """The request created the turn's run (it did not steer a running one)."""
-        return self.steered_at is None
+    def created(self) -> Enqueued | None:
+        """The run as the request created it; None when it steered a running one."""
+        return self.turn if self.steered_at is None else None
 
 
 async def start_turn(request: web.Request, state: ApiState) -> Started:
@@ -98,9 +98,7 @@ async def chat(request: web.Request) -> web.Response:
     state = request.app[STATE]
     started = await start_turn(request, state)
     turn = started.turn
-    reply = await state.feed.final_reply(
-        turn.run_id, fresh=started.fresh, reader_written=turn.reader_written
-    )
+    reply = await state.feed.final_reply(turn.run_id, created=started.created)
     event = reply.terminal
     return _completion(event.type, event.data, reply.shown, turn.session_id, started.headers)
 
@@ -137,15 +135,8 @@ async def chat_stream(request: web.Request) -> web.StreamResponse:
     response = await open_stream(request, started.headers)
     # A steered turn is followed from its run.steered frame on, numbered as its own stream.
     after = just_before(started.steered_at) if started.steered_at else None
-    turn = started.turn
     await state.feed.pump(
-        request,
-        response,
-        turn.run_id,
-        None,
-        SessionStream(after),
-        fresh=started.fresh,
-        reader_written=turn.reader_written,
+        request, response, started.turn.run_id, None, SessionStream(after), created=started.created
     )
     return response
 

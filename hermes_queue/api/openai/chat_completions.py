@@ -202,13 +202,7 @@ async def _stream(
     response = await open_stream(request, headers)
     try:
         finished = await state.feed.pump(
-            request,
-            response,
-            run_id,
-            None,
-            renderer,
-            fresh=enqueued is not None,
-            reader_written=enqueued is not None and enqueued.reader_written,
+            request, response, run_id, None, renderer, created=enqueued
         )
     except asyncio.CancelledError:  # aiohttp cancels the handler when the client leaves
         if cancel:
@@ -236,12 +230,7 @@ async def _complete(
     headers: dict[str, str],
     enqueued: Enqueued | None,
 ) -> web.Response:
-    reply = await feed.final_reply(
-        run_id,
-        dialect="openai",
-        fresh=enqueued is not None,
-        reader_written=enqueued is not None and enqueued.reader_written,
-    )
+    reply = await feed.final_reply(run_id, dialect="openai", created=enqueued)
     event, data = reply.terminal, reply.terminal.data
     if event.type == EventType.RUN_FAILED and is_controlled_reply(data):
         data = controlled_reply(data)  # upstream answers it as an ordinary reply

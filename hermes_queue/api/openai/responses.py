@@ -158,13 +158,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if stream:
         response = await open_stream(request, headers)
         await state.feed.pump(
-            request,
-            response,
-            run_id,
-            None,
-            stream_renderer(info),
-            fresh=enqueued is not None,
-            reader_written=enqueued is not None and enqueued.reader_written,
+            request, response, run_id, None, stream_renderer(info), created=enqueued
         )
         return response
     final = await (asyncio.shield(watcher) if watcher else responses.settle(run_id))
