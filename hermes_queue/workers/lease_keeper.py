@@ -232,23 +232,23 @@ class LeaseKeeper:
         round trip on every beat. A node that lacks the script (a restart, a promoted replica)
         has it loaded and the beat sent once more: renewals and registry writes are
         idempotent."""
-        for tries in (1, 2):
-            with client.pipeline(transaction=False) as pipe:
-                for run_id, attempt in runs:
-                    keys, args = self.leases.renew_args(run_id, attempt)
-                    pipe.evalsha(self._renew.sha, len(keys), *keys, *args)
-                if registry:
-                    self._register(pipe, len(runs))
-                results: list[Any] = pipe.execute(raise_on_error=False)
-            missing = any(isinstance(result, NoScriptError) for result in results)
-            if missing and tries == 1:
-                client.script_load(self.leases.renew_script)
-                continue
-            break
+        results = self._pipelined(client, runs, registry)
+        if any(isinstance(result, NoScriptError) for result in results):
+            client.script_load(self.leases.renew_script)
+            results = self._pipelined(client, runs, registry)
         for result in results:
             if isinstance(result, Exception):
                 raise result
         return results
+
+    def _pipelined(self, client: Any, runs: list[tuple[str, int]], registry: bool) -> list[Any]:
+        with client.pipeline(transaction=False) as pipe:
+            for run_id, attempt in runs:
+                keys, args = self.leases.renew_args(run_id, attempt)
+                pipe.evalsha(self._renew.sha, len(keys), *keys, *args)
+            if registry:
+                self._register(pipe, len(runs))
+            return list(pipe.execute(raise_on_error=False))
 
     def _register(self, pipe: Any, busy: int) -> None:
         """This worker's entry in the registry (``keys.workers``, ``keys.worker``)."""
