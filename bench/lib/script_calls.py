@@ -112,7 +112,9 @@ class _RecordedAppends(PipelinedConnection):
         super().__init__(recorder, "bench-recorder")
         self.recorder = recorder
 
-    async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
+    async def evalsha(
+        self, script: AsyncScript, keys: list[Any], args: list[Any], *, asking: bool = False
+    ) -> Any:
         return await self.recorder.evalsha(script.sha, len(keys), *keys, *args)
 
 

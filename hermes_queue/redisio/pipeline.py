@@ -31,7 +31,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from hermes_queue.redisio.cluster import connect_node
+from hermes_queue.redisio.addresses import host_and_port
+from hermes_queue.redisio.cluster import DEFAULT_PORT, Address, connect_address, connect_node
+
+# Error replies of a node that does not serve a key's slot now: nothing ran, send it on.
+_REDIRECTIONS = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN")
 
 log = logging.getLogger(__name__)
 
@@ -70,21 +74,53 @@ class PipelinedConnection:
 
     async def call(self, *args: Any) -> Any:
         """Send one command and return its reply; an error reply raises as redis-py would."""
+        return await self._await((await self._send(args))[0])
+
+    async def call_asking(self, *args: Any) -> Any:
+        """``ASKING`` then one command, back to back on this connection (``ASKING`` holds for
+        the next command the connection sends, and another caller's could come between two
+        sends): the command's reply. A node importing a slot serves its keys only so."""
+        asking, reply = await self._send(("ASKING",), args)
+        await self._await(asking)
+        return await self._await(reply)
+
+    async def evalsha(
+        self, script: AsyncScript, keys: list[Any], args: list[Any], *, asking: bool = False
+    ) -> Any:
+        """Run a registered script; one that the node no longer has (a restart, ``SCRIPT
+        FLUSH``, a replica just promoted: scripts are not replicated) is loaded on this
+        connection, so on the very node that answered ``NOSCRIPT``, and sent again (nothing
+        ran on ``NOSCRIPT``). Through the process's pooled client it could be loaded on
+        another node than the one the call reaches while a slot table is being refreshed.
+        ``asking``: sent after ``ASKING`` (a slot being migrated here, ``SlotPipelines``)."""
+        send = self.call_asking if asking else self.call
+        try:
+            return await send("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self.call("SCRIPT", "LOAD", script.script)
+            return await send("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    async def _send(self, *commands: tuple[Any, ...]) -> list[asyncio.Future[Any]]:
+        """Write ``commands`` in one send; a future per command for its reply."""
         conn = self._conn
         if conn is None or self._reader is None:
             conn = await self._connected()
         # Encoded before anything is queued: an argument that cannot be encoded (a lone surrogate,
         # a value of no Redis type) fails this call alone, never the connection others share.
-        packed = conn.pack_command(*args)
-        reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        # Queue the future and write the bytes with no await in between, so the futures are in
+        packed = conn.pack_commands(commands)
+        loop = asyncio.get_running_loop()
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in commands]
+        # Queue the futures and write the bytes with no await in between, so the futures are in
         # the order the commands reach the socket whatever other callers do.
-        self._pending.append(reply)
+        self._pending.extend(replies)
         try:
             await conn.send_packed_command(packed, check_health=False)
         except Exception as exc:
             self._fail_all(exc)
             raise RedisConnectionError(f"send failed: {exc!r}") from exc
+        return replies
+
+    async def _await(self, reply: asyncio.Future[Any]) -> Any:
         try:
             async with asyncio.timeout(self.timeout):
                 return await reply  # a cancelled caller's reply is skipped by the reader
@@ -92,18 +128,6 @@ class PipelinedConnection:
             # The replies on this connection can no longer be matched to their calls.
             self._fail_all(RedisTimeoutError(f"no reply within {self.timeout}s"))
             raise RedisTimeoutError(f"no reply within {self.timeout}s") from None
-
-    async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
-        """Run a registered script; one that the node no longer has (a restart, ``SCRIPT
-        FLUSH``, a replica just promoted: scripts are not replicated) is loaded on this
-        connection, so on the very node that answered ``NOSCRIPT``, and sent again (nothing
-        ran on ``NOSCRIPT``). Through the process's pooled client it could be loaded on
-        another node than the one the call reaches while a slot table is being refreshed."""
-        try:
-            return await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await self.call("SCRIPT", "LOAD", script.script)
-            return await self.call("EVALSHA", script.sha, len(keys), *keys, *args)
 
     async def aclose(self) -> None:
         self.closed = True
@@ -165,8 +189,11 @@ class PipelinedConnection:
                 waiter.set_exception(error or RedisConnectionError(f"connection lost: {exc!r}"))
 
 
-# Error replies of a node that no longer serves a key's slot: nothing ran, ask again.
-_MOVED = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN")
+# A slot being moved (``CLUSTER SETSLOT … MIGRATING``, ``redis-cli --cluster reshard``): how long
+# a call keeps asking again while the slot's keys are split between two nodes (``TRYAGAIN``)
+# or the cluster is settling (``CLUSTERDOWN``), and how often; nothing ran on such a reply.
+SETTLE_SECONDS = 10.0
+SETTLE_EVERY = 0.05
 
 
 class SlotPipelines:
@@ -174,8 +201,15 @@ class SlotPipelines:
     slot written to (one per shard, keys.py), to the primary serving it, so the worker's appends
     keep their latency there. A connection lost (a failover) fails its calls as on one primary
     (the callers retry; every call is idempotent) and the next call connects to the node serving
-    the slot then (``redisio.cluster.connect_node`` refreshes the slot table); a reply saying the
-    slot moved (nothing ran) is retried once on a new connection, to the node the reply names."""
+    the slot then (``redisio.cluster.connect_node`` refreshes the slot table).
+
+    A reply that the slot is elsewhere means nothing ran, and the call is sent on as Redis
+    Cluster's redirections say (redis.io, cluster spec, "ASK redirection"): ``MOVED`` (the slot
+    has a new owner) on a new connection to the node it names; ``ASK`` (a slot being migrated,
+    this key already gone to the node it names) to that node after ``ASKING``, this call only,
+    the slot's connection left where it is (its other keys are still served here); ``TRYAGAIN``
+    (a call whose keys are split by the migration) and ``CLUSTERDOWN`` again after a pause,
+    for up to :data:`SETTLE_SECONDS`."""
 
     def __init__(self, cluster: Any, client_name: str) -> None:
         self.cluster = cluster
@@ -183,21 +217,35 @@ class SlotPipelines:
         self._by_slot: dict[int, PipelinedConnection] = {}
         # Kept across dropped connections: its resolver knows where a MOVED said the slot went.
         self._nodes: dict[int, Redis] = {}
+        # A slot's connection to the node importing it, for ASK, while it is migrated.
+        self._asked: dict[int, tuple[Address, PipelinedConnection]] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        self.redirections: collections.Counter[str] = collections.Counter()
 
     async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
         slot = int(key_slot(str(keys[0]).encode()))
-        for attempt in range(2):
-            conn = self._connection(slot)
+        loop = asyncio.get_running_loop()
+        settle_by = loop.time() + SETTLE_SECONDS
+        ask: Address | None = None
+        while True:
+            conn = self._connection(slot) if ask is None else self._ask_connection(slot, ask)
             try:
-                return await conn.evalsha(script, keys, args)
+                return await conn.evalsha(script, keys, args, asking=ask is not None)
             except ResponseError as exc:
-                if str(exc).split(" ", 1)[0] not in _MOVED or attempt:
+                kind, _, rest = str(exc).partition(" ")
+                if kind not in _REDIRECTIONS or loop.time() > settle_by:
                     raise
-                await self._drop(slot, conn)
+                self.redirections[kind] += 1
+                ask = None
+                if kind == "MOVED":  # the migration is over: both connections go
+                    self._retire_connections(slot)
+                elif kind == "ASK":
+                    ask = host_and_port(rest.split()[-1], DEFAULT_PORT, "ASK address")
+                else:
+                    await asyncio.sleep(SETTLE_EVERY)
             except (RedisConnectionError, RedisTimeoutError):
                 await self._drop(slot, conn)
                 raise
-        raise AssertionError("unreachable")
 
     def _connection(self, slot: int) -> PipelinedConnection:
         conn = self._by_slot.get(slot)
@@ -208,14 +256,60 @@ class SlotPipelines:
             conn = self._by_slot[slot] = PipelinedConnection(node, f"{self.client_name}:{slot}")
         return conn
 
+    def _ask_connection(self, slot: int, address: Address) -> PipelinedConnection:
+        held = self._asked.get(slot)
+        if held is not None and held[0] == address:
+            return held[1]
+        if held is not None:
+            self._retire(self._asked.pop(slot)[1], asked=True)
+        node = connect_address(self.cluster, address)
+        conn = PipelinedConnection(node, f"{self.client_name}:{slot}:asked")
+        self._asked[slot] = (address, conn)
+        return conn
+
+    def _retire_connections(self, slot: int) -> None:
+        """Close the slot's connections once the calls in flight on them have their replies:
+        they were sent before the move, are answered ``MOVED`` too and sent on as this one
+        was (closing at once would fail them as a lost connection)."""
+        conn = self._by_slot.pop(slot, None)
+        if conn is not None:
+            self._retire(conn)
+        held = self._asked.pop(slot, None)
+        if held is not None:
+            self._retire(held[1], asked=True)
+
+    def _retire(self, conn: PipelinedConnection, *, asked: bool = False) -> None:
+        task = asyncio.create_task(self._close(conn, asked=asked, after=conn.timeout))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    @staticmethod
+    async def _close(conn: PipelinedConnection, *, asked: bool, after: float = 0.0) -> None:
+        try:
+            await asyncio.sleep(after)  # by then every call on it has a reply or timed out
+        finally:
+            await conn.aclose()
+            if asked:  # its client is its own (connect_address); a slot's is kept in _nodes
+                await conn.redis.aclose()
+
     async def _drop(self, slot: int, conn: PipelinedConnection) -> None:
+        """A connection lost: its calls have failed already."""
         if self._by_slot.get(slot) is conn:
             del self._by_slot[slot]
-        await conn.aclose()
+        held = self._asked.get(slot)
+        asked = held is not None and held[1] is conn
+        if asked:
+            del self._asked[slot]
+        await self._close(conn, asked=asked)
 
     async def aclose(self) -> None:
         for slot, conn in list(self._by_slot.items()):
             await self._drop(slot, conn)
+        for slot, (_, conn) in list(self._asked.items()):
+            await self._drop(slot, conn)
+        for task in list(self._retiring):
+            task.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
         for node in self._nodes.values():
             await node.aclose()
         self._nodes.clear()

@@ -1,0 +1,162 @@
+"""The worker's appends while a slot is migrated key by key (``CLUSTER SETSLOT … MIGRATING`` /
+``IMPORTING``, ``MIGRATE``: what ``redis-cli --cluster reshard`` does), driven a step at a time:
+a call whose key already moved is answered ``ASK`` and must run on the importing node after
+``ASKING``; a call whose keys the migration has split is answered ``TRYAGAIN`` and must run once
+they are together again; each runs exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import cast
+
+import pytest
+import redis
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.commands.core import AsyncScript
+from redis.crc import key_slot
+
+from hermes_queue.redisio.connect import connect_url
+from hermes_queue.redisio.pipeline import SlotPipelines
+from tests.support.polling import eventually
+from tests.support.redis_cluster import RedisCluster
+from tests.support.redis_group import Node
+
+# Appends an entry to every key, then counts the entries of all of them.
+APPEND_AND_COUNT = """
+local total = 0
+for _, key in ipairs(KEYS) do
+    redis.call('XADD', key, '*', 'n', ARGV[1])
+    total = total + redis.call('XLEN', key)
+end
+return total
+"""
+
+
+@pytest.fixture
+async def cluster(redis_cluster: RedisCluster) -> AsyncIterator[AsyncRedisCluster]:
+    client = connect_url(redis_cluster.url)
+    assert isinstance(client, AsyncRedisCluster)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def appends(cluster: AsyncRedisCluster) -> AsyncIterator[SlotPipelines]:
+    pipelines = SlotPipelines(cluster, "test-appends")
+    try:
+        yield pipelines
+    finally:
+        await pipelines.aclose()
+
+
+class Migration:
+    """One slot moved from its primary to another, a step at a time."""
+
+    def __init__(self, cluster: RedisCluster, slot: int) -> None:
+        self.cluster = cluster
+        self.slot = slot
+        self.source = cluster.node_of_slot(slot)
+        self.target = next(n for n in cluster.primary_nodes() if n.port != self.source.port)
+
+    def begin(self) -> None:
+        self._setslot(self.target, "IMPORTING", _node_id(self.source))
+        self._setslot(self.source, "MIGRATING", _node_id(self.target))
+
+    def move(self, *keys: str) -> None:
+        with self.source.client() as client:
+            client.execute_command(
+                "MIGRATE", self.target.host, self.target.port, "", 0, 5000, "KEYS", *keys
+            )
+
+    def finish(self) -> None:
+        """The slot the target's, told to the two nodes and then the rest (as redis-cli does)."""
+        owner = _node_id(self.target)
+        for node in (self.target, self.source, *self.cluster.primary_nodes()):
+            self._setslot(node, "NODE", owner)
+
+    def _setslot(self, node: Node, *args: str) -> None:
+        with node.client() as client:
+            client.execute_command("CLUSTER", "SETSLOT", self.slot, *args)
+
+
+def _registered(cluster: AsyncRedisCluster) -> AsyncScript:
+    return AsyncScript(cast(Redis, cluster), APPEND_AND_COUNT)  # what the worker's scripts are
+
+
+def _node_id(node: Node) -> str:
+    with node.client() as client:
+        raw = client.execute_command("CLUSTER", "MYID")
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _asked_connections(node: Node) -> int:
+    with node.client() as client:
+        return sum(1 for c in client.client_list() if c.get("name", "").endswith(":asked"))
+
+
+async def test_an_append_to_a_key_already_migrated_runs_on_the_importing_node(
+    redis_cluster: RedisCluster, cluster: AsyncRedisCluster, appends: SlotPipelines
+) -> None:
+    key = "{hq-ask-one}:stream"
+    script = _registered(cluster)
+    migration = Migration(redis_cluster, int(key_slot(key.encode())))
+    assert await appends.evalsha(script, [key], ["1"]) == 1  # on the source
+
+    migration.begin()
+    migration.move(key)
+    # The source answers ASK: run on the target, which has the first entry, after ASKING.
+    assert await appends.evalsha(script, [key], ["2"]) == 2
+    assert await appends.evalsha(script, [key], ["3"]) == 3
+    assert appends.redirections["ASK"] == 2
+    assert _asked_connections(migration.target) == 1  # one kept for the migration
+
+    migration.finish()
+    # The source answers MOVED: the slot's connection now goes to the target.
+    assert await appends.evalsha(script, [key], ["4"]) == 4
+    assert appends.redirections["MOVED"] == 1
+    assert await appends.evalsha(script, [key], ["5"]) == 5
+    assert appends.redirections["MOVED"] == 1
+    with redis_cluster.client() as client:
+        assert [fields[b"n"] for _, fields in client.xrange(key)] == [b"1", b"2", b"3", b"4", b"5"]
+    # The ASK connection closes once the migration is over.
+    await eventually(lambda: _asked_connections(migration.target) == 0, within=15)
+
+
+async def test_an_append_whose_keys_the_migration_split_runs_once_they_are_together(
+    redis_cluster: RedisCluster, cluster: AsyncRedisCluster, appends: SlotPipelines
+) -> None:
+    keys = ["{hq-ask-split}:a", "{hq-ask-split}:b"]
+    script = _registered(cluster)
+    migration = Migration(redis_cluster, int(key_slot(keys[0].encode())))
+    assert await appends.evalsha(script, keys, ["1"]) == 1 + 1
+
+    migration.begin()
+    migration.move(keys[0])
+    call = asyncio.ensure_future(appends.evalsha(script, keys, ["2"]))
+    # Split between the nodes, the keys cannot be used together: asked again, nothing run.
+    await eventually(lambda: appends.redirections["TRYAGAIN"] >= 2, within=10)
+    assert not call.done()
+    migration.move(keys[1])
+    migration.finish()
+    assert await call == 2 + 2  # run once, on the target
+
+    with redis_cluster.client() as client:
+        assert [client.xlen(key) for key in keys] == [2, 2]
+        assert client.nodes_manager.get_node_from_slot(migration.slot).port == migration.target.port
+
+
+async def test_a_reply_that_is_no_redirection_fails_the_call_alone(
+    cluster: AsyncRedisCluster, appends: SlotPipelines
+) -> None:
+    key = "{hq-ask-wrong}:string"
+    await cluster.set(key, "not a stream")
+    script = _registered(cluster)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        await appends.evalsha(script, [key], ["1"])
+    assert not appends.redirections
+    other = "{hq-ask-wrong}:stream"
+    assert await appends.evalsha(script, [other], ["1"]) == 1
