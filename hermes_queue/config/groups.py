@@ -86,7 +86,8 @@ class RunSettings(Group):
     retention_seconds: int = 86_400
     stream_maxlen: int = 10_000
     # A reply's deltas go out at most once per stream_coalesce_ms, merged (the first at once,
-    # so time to first token is unchanged; other events never wait): fewer stream entries,
+    # so time to first token is unchanged; other events never wait, but for the agent's
+    # progress note, which goes with the deltas or the event after it): fewer stream entries,
     # frames and Redis commands per token, for up to this much added latency per delta. 80 ms
     # is below what a reader can tell apart (a perceptual moment is ~100 ms; a word takes a
     # reader ~240 ms) and halves Redis CPU per token at 50 tokens/s (docs/performance.md,

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -201,20 +201,22 @@ class Attempt:
         shown: str | None = None,
         streamed: bool = True,
         truncated: bool = False,
+        unwritten: Sequence[tuple[str, dict[str, Any]]] = (),
     ) -> bool:
         """``assistant.completed`` with the reply as shown to a person (``shown``, default the
         output), then ``run.completed`` with the run's output; the record keeps output and
         usage. ``streamed``: the reply's text went out as ``message.delta`` events (else a
         dialect that shows text only from deltas takes it from ``assistant.completed``).
         ``truncated``: the reply stopped at the model's output limit (``finish_reason``
-        ``length`` on ``run.completed``)."""
+        ``length`` on ``run.completed``). ``unwritten``: the turn's events not in the stream
+        yet (``RunEventSink.take_unwritten``), written first in the same script call."""
         reply = _reply(output if shown is None else shown, runtime, streamed)
         data = {"output": output, "usage": usage, "messages": messages, "runtime": runtime}
         fields = {"output": output, "usage": json.dumps(usage)}
         if truncated:
             data["finish_reason"] = reply[1]["finish_reason"] = "length"
         return await self._end(
-            RunStatus.COMPLETED, EventType.RUN_COMPLETED, data, fields, before=[reply]
+            RunStatus.COMPLETED, EventType.RUN_COMPLETED, data, fields, [*unwritten, reply]
         )
 
     async def fail(self, reason: FailReason, error: str, *, as_reply: bool = False) -> bool:

@@ -15,6 +15,10 @@ delta emitted meanwhile. The first delta and every other event go at once (an ev
 not a delta takes the waiting deltas with it), and so does everything once ``flush()`` is
 called. It trades up to that much latency per delta for fewer stream entries, frames and Redis
 commands per token, where tokens arrive spaced out and nothing is in flight to merge them with.
+The agent's progress note (``progress.note``, Hermes' ``reasoning.available``) waits like a
+delta: Hermes tells one right after a reply, so it either goes with the ``tool.started`` that
+follows at once or, at the end of a turn that writes no transcript, with the terminal events
+(``take_unwritten``): one append less per reply, never more than the window late.
 
 Publishing events is the product, not an observer: a failed append is retried with backoff
 (with the same batch token, so a lost reply never duplicates events) and, if Redis stays away,
@@ -45,6 +49,8 @@ from hermes_queue.workers.approval_wait import Wakeup, await_approval
 # Largest batch per script call, and the backlog at which emit() waits for the flusher.
 MAX_BATCH = 64
 MAX_BACKLOG = 512
+# What may wait for the coalescing window (module docstring); anything else goes at once.
+_MAY_WAIT = frozenset({EventType.MESSAGE_DELTA, EventType.PROGRESS_NOTE})
 
 
 class RunEventSink:
@@ -105,7 +111,7 @@ class RunEventSink:
         if self._failure is not None:
             raise self._failure
         self._backlog.append((event_type, data))
-        if event_type != EventType.MESSAGE_DELTA:
+        if event_type not in _MAY_WAIT:
             self._hurry.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_backlog())
@@ -123,6 +129,27 @@ class RunEventSink:
             self._flushing -= 1
         if self._failure is not None:
             raise self._failure
+
+    async def take_unwritten(self) -> list[Event]:
+        """The events emitted and not yet in the stream, taken off the sink for the run's
+        terminal write (``Attempt.complete``): at the end of a turn that writes no transcript
+        first, the agent's last note or deltas and the terminal events go in one script call,
+        not two (one wake-up less for every process on the path, docs/performance.md). Raises
+        what stopped an earlier batch."""
+        if self._failure is not None:
+            raise self._failure
+        return await self._take_backlog()
+
+    async def _take_backlog(self) -> list[Event]:
+        """The backlog, coalesced, once a batch the flusher already took is written (so the
+        stream keeps emit order); raises what stopped that batch."""
+        batch, self._backlog = coalesce_deltas(self._backlog), []
+        self._hurry.set()
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        if self._failure is not None:
+            raise self._failure
+        return batch
 
     async def _flush_backlog(self) -> None:
         loop = asyncio.get_running_loop()
@@ -143,13 +170,14 @@ class RunEventSink:
                 self._backlog.clear()
 
     async def _hold_deltas(self, loop: asyncio.AbstractEventLoop) -> None:
-        """With a coalescing window, hold a backlog of nothing but deltas until the window
-        since the last delta batch ends, or something that may not wait arrives. The wake-up
-        is cleared before the conditions are read, so none set after the read is missed."""
+        """With a coalescing window, hold a backlog of nothing but deltas and notes until the
+        window since the last delta batch ends, or something that may not wait arrives. The
+        wake-up is cleared before the conditions are read, so none set after the read is
+        missed."""
         if self._coalesce_s <= 0 or self._last_delta_append is None:
             return
         self._hurry.clear()
-        if self._flushing or any(kind != EventType.MESSAGE_DELTA for kind, _ in self._backlog):
+        if self._flushing or any(kind not in _MAY_WAIT for kind, _ in self._backlog):
             return
         wait = self._last_delta_append + self._coalesce_s - loop.time()
         if wait > 0:
@@ -196,14 +224,8 @@ class RunEventSink:
         step, hand the run back (``HandBack``)."""
         if self._failure is not None:
             raise self._failure
-        # The events not yet taken go with the step (one round trip, not two); a batch the
-        # flusher already took is written first, so the stream keeps emit order.
-        batch, self._backlog = coalesce_deltas(self._backlog), []
-        self._hurry.set()
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
-        if self._failure is not None:
-            raise self._failure
+        # The events not yet taken go with the step (one round trip, not two).
+        batch = await self._take_backlog()
         token = f"{self._batch_prefix}.{next(self._batches)}"
         applied = applied_steers(record)
         written = await retrying(

@@ -38,7 +38,7 @@ from hermes_queue.runs.model import FailReason
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.store.base import StoreError
 from hermes_queue.store.protocol import SessionStore
-from hermes_queue.workers.appends import EventPublishFailed, LeaseLost
+from hermes_queue.workers.appends import Event, EventPublishFailed, LeaseLost
 from hermes_queue.workers.approval_wait import Wakeup
 from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
@@ -189,9 +189,14 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         request = await start_attempt(attempt, runtime.repository, sink, turn_log)
         result = await runtime.backend.run_turn(request, sink, active.token)
         result = _checked_runtime(attempt, result)
-        await sink.flush()
+        unwritten: list[Event] = []
         if turn_log:
+            # A fenced append first: an attempt that lost its lease (a frozen process, thawed)
+            # stops here, before it writes the reply into the session's transcript.
+            await sink.flush()
             await turn_log.record_reply(result)
+        else:  # nothing to write before the terminal events: they take the rest along
+            unwritten = await sink.take_unwritten()
     except TurnCancelled as stopped:
         return await _end_cancelled(sink, active, turn_log, stopped.messages)
     except HandBack:
@@ -236,6 +241,7 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         shown=inline_media(result.output, hermes_home=runtime.hermes_home),
         streamed=sink.text_streamed,
         truncated=result.finish_reason == "length",
+        unwritten=unwritten,
     )
     return "completed"
 

@@ -159,6 +159,75 @@ async def test_coalescing_window_holds_only_deltas_that_follow_a_delta(
     assert [e.seq for e in got] == [1, 2, 3, 4, 5]
 
 
+async def test_a_progress_note_waits_for_the_next_event_or_the_terminal_write(
+    redis: Any, settings: Settings
+) -> None:
+    """The agent's progress note (told right after a reply) waits in the delta window: it goes
+    out in the same append as the ``tool.started`` that follows, or, at the end of a turn that
+    writes no transcript, in the terminal script with the deltas still held: one round trip
+    less per reply, for the worker, Redis and every API process following the run."""
+    settings = settings.replace(stream_coalesce_ms=30_000)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
+    stream = Keys(settings.redis.namespace).events
+    appends: list[str] = []
+
+    async def claimed_sink(run_id: str) -> RunEventSink:
+        await repo.create(NewRun(run_id, "s", TurnRequest()))
+        attempt = await repo.claim(run_id, "w")
+        assert attempt is not None
+        original = attempt.scripts.appends.evalsha
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            appends.append(run_id)
+            return await original(*args, **kwargs)
+
+        attempt.scripts.appends.evalsha = counting  # type: ignore[method-assign]
+        return RunEventSink(attempt)
+
+    async def events(run_id: str) -> list[tuple[str, Any]]:
+        entries = await redis.xrange(stream(run_id))
+        decoded = [decode_entry(run_id, i, f) for i, f in entries]
+        assert [e.seq for e in decoded] == list(range(1, len(decoded) + 1))
+        return [(e.type, e.data.get("delta") or e.data.get("text")) for e in decoded]
+
+    with_tools = new_run_id()
+    sink = await claimed_sink(with_tools)
+    await sink.delta("a")
+    await sink.flush()
+    await sink.thinking("calling a tool")
+    await asyncio.sleep(0.2)
+    assert await redis.xlen(stream(with_tools)) == 2  # the note waits
+    written = len(appends)
+    await sink.tool_started("search", "call_1")
+    await asyncio.wait_for(sink.flush(), 10)
+    assert len(appends) == written + 1  # one append for the two
+    assert [kind for kind, _ in await events(with_tools)][2:] == ["progress.note", "tool.started"]
+
+    completed = new_run_id()
+    sink = await claimed_sink(completed)
+    await sink.delta("a")
+    await sink.flush()
+    written = len(appends)
+    await sink.delta("b")
+    await sink.delta("c")
+    await sink.thinking("done thinking")
+    await asyncio.sleep(0.2)
+    assert await redis.xlen(stream(completed)) == 2  # the note waits with the deltas
+    unwritten = await sink.take_unwritten()
+    assert await sink.attempt.complete(
+        output="abc", usage={}, messages=[], runtime=None, unwritten=unwritten
+    )
+    assert len(appends) == written  # no append after the first delta's
+    assert await events(completed) == [
+        ("message.started", None),
+        ("message.delta", "a"),
+        ("message.delta", "bc"),
+        ("progress.note", "done thinking"),
+        ("assistant.completed", None),
+        ("run.completed", None),
+    ]
+
+
 async def test_a_windowed_sink_tells_its_watcher_when_each_deltas_window_ends(
     redis: Any, settings: Settings
 ) -> None:
