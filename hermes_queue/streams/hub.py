@@ -216,7 +216,7 @@ class StreamHub:
             yield sub
         finally:
             self._subscribers -= 1
-            self.presence.leave(run_id)
+            self.presence.leave(run_id, ended=sub.ended)
             sub.close()
 
     async def prefetch(

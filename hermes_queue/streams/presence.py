@@ -8,9 +8,10 @@ run scripts tell "abandoned" from "a reader is following" with this record: one 
 run (``keys.readers``) of API process ids, each scored with the time until which it vouches
 for a reader (ms, Redis clock). A process writes its entry when its first subscription to the
 run opens (the request that starts a session run finds it written by the creating script, which
-vouches until the renewals take over) and removes it when its last one closes (at once: that is
-what lets the next turn start without delay), and renews the entries of every run it serves
-every few seconds, so the entries of a process that died lapse by themselves.
+vouches until the renewals take over) and removes it when its last one closes before the run
+ended (at once: that is what lets the next turn start without delay; an ended run's entry is
+left to lapse), and renews the entries of every run it serves every few seconds, so the entries
+of a process that died lapse by themselves.
 
 Presence is advice, not a guarantee: a failed write is logged and the next renewal repairs it;
 a reader is only ever absent for a moment (between a drop and its reconnect), and then a new
@@ -128,13 +129,21 @@ class ReaderPresence:
         if count == 1 and not (written and run_id not in self._changes):
             self._changed(run_id, True)
 
-    def leave(self, run_id: str) -> None:
+    def leave(self, run_id: str, *, ended: bool = False) -> None:
+        """A reader of ``run_id`` here gone. ``ended``: it saw the run's terminal event. The
+        entry of an ended run is read by nothing (an ended run is never "abandoned",
+        ``lua/prelude.lua``), so it is not removed but left to lapse (``ttl_ms``): the session's
+        next turn, whose request flushes the changes before it creates the run
+        (``runs/start.py``), then waits for no removal, one round trip less per turn."""
         count = self._counts.get(run_id, 0) - 1
         if count > 0:
             self._counts[run_id] = count
             return
         self._counts.pop(run_id, None)
-        self._changed(run_id, False)
+        if ended:
+            self._changes.pop(run_id, None)  # an entry not written yet need not be
+        else:
+            self._changed(run_id, False)
 
     def reading(self, run_id: str) -> bool:
         return run_id in self._counts

@@ -99,6 +99,7 @@ class Subscription:
         self._prefetched = page  # the first replay page, already read (StreamHub.prefetch)
         self._ending = False  # terminal event queued: no more reads
         self.finished = False  # terminal event delivered (or hub closed)
+        self.ended = False  # the run's terminal event delivered: the run is over
         self._overflows = 0  # of the taps before the current one
 
     @property
@@ -151,7 +152,7 @@ class Subscription:
             self._wakeup.clear()
             if self._out:
                 event = self._out.popleft()
-                self.finished = event.terminal
+                self.finished = self.ended = event.terminal
                 return event
             if self._ending or self._hub.closed:
                 self.finished = True
@@ -217,7 +218,7 @@ class Subscription:
             if not self._out:
                 return None
         event = self._out.popleft()
-        self.finished = event.terminal
+        self.finished = self.ended = event.terminal
         return event
 
     def _take_live(self) -> None:

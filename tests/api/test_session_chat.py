@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -324,33 +326,62 @@ async def test_a_media_tag_in_a_reply_is_inlined_where_upstream_inlines_it(
     assert f"MEDIA:{image}" in deltas and inline in completed["content"]
 
 
-async def test_a_new_turns_stream_reads_no_history_and_a_resume_does(settings: Settings) -> None:
-    """The request that creates a turn follows it from its first event without a replay read
-    (the follower reads the stream from its start); a client resuming the turn replays it. On a
-    private Redis, whose command counts are this turn's alone."""
+@contextlib.asynccontextmanager
+async def on_private_redis(
+    settings: Settings,
+) -> AsyncIterator[tuple[TestClient, aioredis.Redis, Settings]]:
+    """An API and a worker on a Redis of their own, and a client of it: its command counts
+    and keys are these turns' alone."""
     server = EmbeddedRedis.start()
     private = aioredis.Redis.from_url(server.url)
     settings = settings.replace(redis_url=server.url)
     try:
         async with running_api(settings) as api, running_worker(settings):
-            sid = await new_session(api)
-            created: list[Any] = []
-
-            async def new_turn() -> None:
-                created.append(await stream_turn(api, sid, message="hello"))
-
-            calls = await commands_for(private, new_turn)
-            response, frames = created[0]
-            assert frames[-1].event == "done" and "Echo: hello" in frames[-2].data
-            assert calls["xrange"] == 0
-            run_id = response.headers["X-Hermes-Run-Id"]
-
-            async def resume() -> None:
-                got = await api.get(f"/api/sessions/{sid}/chat/stream", params={"run_id": run_id})
-                assert got.status == 200
-                assert (await frames_of(got))[-1].event == "done"
-
-            assert (await commands_for(private, resume))["xrange"] > 0
+            yield api, private, settings
     finally:
         await private.aclose()
         server.stop()
+
+
+async def test_a_new_turns_stream_reads_no_history_and_a_resume_does(settings: Settings) -> None:
+    """The request that creates a turn follows it from its first event without a replay read
+    (the follower reads the stream from its start); a client resuming the turn replays it. On a
+    private Redis, whose command counts are this turn's alone."""
+    async with on_private_redis(settings) as (api, private, _):
+        sid = await new_session(api)
+        created: list[Any] = []
+
+        async def new_turn() -> None:
+            created.append(await stream_turn(api, sid, message="hello"))
+
+        calls = await commands_for(private, new_turn)
+        response, frames = created[0]
+        assert frames[-1].event == "done" and "Echo: hello" in frames[-2].data
+        assert calls["xrange"] == 0
+        run_id = response.headers["X-Hermes-Run-Id"]
+
+        async def resume() -> None:
+            got = await api.get(f"/api/sessions/{sid}/chat/stream", params={"run_id": run_id})
+            assert got.status == 200
+            assert (await frames_of(got))[-1].event == "done"
+
+        assert (await commands_for(private, resume))["xrange"] > 0
+
+
+async def test_a_turn_read_to_its_end_leaves_its_reader_entry_to_lapse(
+    settings: Settings,
+) -> None:
+    """A reader that saw its run end removes nothing from the run's readers set (an ended run
+    is never judged abandoned): the entry lapses by itself, and the session's next turn waits
+    for no removal before its create (which flushes this process's pending presence changes
+    first, ``runs/start.py``)."""
+    async with on_private_redis(settings) as (api, private, settings):
+        sid = await new_session(api)
+        run_ids: list[str] = []
+        for message in ("one", "two"):
+            response, frames = await stream_turn(api, sid, message=message)
+            assert frames[-1].event == "done"
+            run_ids.append(response.headers["X-Hermes-Run-Id"])
+        keys = settings.redis.keys
+        assert await private.zcard(keys.readers(run_ids[0])) == 1  # lapses, not removed
+        assert await private.pttl(keys.readers(run_ids[0])) > 0

@@ -101,3 +101,29 @@ async def test_a_written_entry_does_not_skip_a_change_still_pending(
         assert await private.zscore(key, "api-one") is not None
     finally:
         await presence.aclose()
+
+
+async def test_a_reader_that_saw_its_run_end_leaves_its_entry_to_lapse(
+    private: aioredis.Redis,
+) -> None:
+    """An ended run is never judged abandoned, so a reader leaving it writes nothing: its
+    entry lapses by itself (no renewal here); an entry not written yet is not written at all."""
+    keys = Keys("presence")
+    presence = ReaderPresence(private, keys, "api-one", ttl_ms=500, renew_seconds=60)
+    presence.start()
+    try:
+        presence.enter("run_done")
+        await presence.flush()
+
+        async def leave_ended() -> None:
+            presence.leave("run_done", ended=True)
+            presence.enter("run_brief")  # pending, then its reader sees the end at once
+            presence.leave("run_brief", ended=True)
+            await presence.flush()
+
+        assert (await commands_for(private, leave_ended)).total() == 0
+        assert await private.zscore(keys.readers("run_done"), "api-one") is not None
+        await eventually(lambda: private.exists(keys.readers("run_done")), lambda n: n == 0)
+        assert not await private.exists(keys.readers("run_brief"))
+    finally:
+        await presence.aclose()
