@@ -219,7 +219,9 @@ class SlotPipelines:
         self._nodes: dict[int, Redis] = {}
         # A slot's connection to the node importing it, for ASK, while it is migrated.
         self._asked: dict[int, tuple[Address, PipelinedConnection]] = {}
-        self._retiring: set[asyncio.Task[None]] = set()
+        # Connections retired after a MOVED, closed a timeout later (their closers).
+        self._retiring: set[PipelinedConnection] = set()
+        self._closers: set[asyncio.Task[None]] = set()
         self.redirections: collections.Counter[str] = collections.Counter()
 
     async def evalsha(self, script: AsyncScript, keys: list[Any], args: list[Any]) -> Any:
@@ -236,12 +238,14 @@ class SlotPipelines:
                 if kind not in _REDIRECTIONS or loop.time() > settle_by:
                     raise
                 self.redirections[kind] += 1
-                ask = None
-                if kind == "MOVED":  # the migration is over: both connections go
-                    self._retire_connections(slot)
+                asked, ask = ask is not None, None
+                if kind == "MOVED":  # the slot has another owner: this connection goes
+                    self._retire(slot, conn, asked=asked)
                 elif kind == "ASK":
                     ask = host_and_port(rest.split()[-1], DEFAULT_PORT, "ASK address")
                 else:
+                    if kind == "CLUSTERDOWN":  # a node cut off: ask the cluster again
+                        await self._drop(slot, conn)
                     await asyncio.sleep(SETTLE_EVERY)
             except (RedisConnectionError, RedisTimeoutError):
                 await self._drop(slot, conn)
@@ -261,55 +265,62 @@ class SlotPipelines:
         if held is not None and held[0] == address:
             return held[1]
         if held is not None:
-            self._retire(self._asked.pop(slot)[1], asked=True)
+            self._retire(slot, held[1], asked=True)
         node = connect_address(self.cluster, address)
         conn = PipelinedConnection(node, f"{self.client_name}:{slot}:asked")
         self._asked[slot] = (address, conn)
         return conn
 
-    def _retire_connections(self, slot: int) -> None:
-        """Close the slot's connections once the calls in flight on them have their replies:
-        they were sent before the move, are answered ``MOVED`` too and sent on as this one
-        was (closing at once would fail them as a lost connection)."""
-        conn = self._by_slot.pop(slot, None)
-        if conn is not None:
-            self._retire(conn)
-        held = self._asked.pop(slot, None)
-        if held is not None:
-            self._retire(held[1], asked=True)
+    def _retire(self, slot: int, conn: PipelinedConnection, *, asked: bool) -> None:
+        """``conn`` answered that the slot moved: the slot's next call gets a new connection
+        (and a ``MOVED`` on the slot's own connection ends its migration: its ``ASK``
+        connection goes too). A connection is closed once the calls in flight on it have their
+        replies (they were sent before the move, are answered ``MOVED`` too and sent on as
+        this one was; closing at once would fail them as a lost connection). Only the
+        connection that answered is retired, not one another caller has opened since."""
+        retired: list[PipelinedConnection] = []
+        if not asked and self._by_slot.get(slot) is conn:
+            retired.append(self._by_slot.pop(slot))
+            if slot in self._asked:
+                retired.append(self._asked.pop(slot)[1])
+        held = self._asked.get(slot)
+        if asked and held is not None and held[1] is conn:
+            retired.append(self._asked.pop(slot)[1])
+        for old in retired:
+            self._retiring.add(old)
+            task = asyncio.create_task(self._close_later(old))
+            self._closers.add(task)
+            task.add_done_callback(self._closers.discard)
 
-    def _retire(self, conn: PipelinedConnection, *, asked: bool = False) -> None:
-        task = asyncio.create_task(self._close(conn, asked=asked, after=conn.timeout))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+    async def _close_later(self, conn: PipelinedConnection) -> None:
+        await asyncio.sleep(conn.timeout)  # by then every call on it has a reply or timed out
+        await self._close(conn)
 
-    @staticmethod
-    async def _close(conn: PipelinedConnection, *, asked: bool, after: float = 0.0) -> None:
-        try:
-            await asyncio.sleep(after)  # by then every call on it has a reply or timed out
-        finally:
-            await conn.aclose()
-            if asked:  # its client is its own (connect_address); a slot's is kept in _nodes
-                await conn.redis.aclose()
+    async def _close(self, conn: PipelinedConnection) -> None:
+        self._retiring.discard(conn)
+        await conn.aclose()
+        if not any(conn.redis is node for node in self._nodes.values()):  # an ASK one's own
+            await conn.redis.aclose()
 
     async def _drop(self, slot: int, conn: PipelinedConnection) -> None:
-        """A connection lost: its calls have failed already."""
+        """``conn`` closed at once (lost, or its node cut off): its calls fail as lost."""
         if self._by_slot.get(slot) is conn:
             del self._by_slot[slot]
         held = self._asked.get(slot)
-        asked = held is not None and held[1] is conn
-        if asked:
+        if held is not None and held[1] is conn:
             del self._asked[slot]
-        await self._close(conn, asked=asked)
+        await self._close(conn)
 
     async def aclose(self) -> None:
         for slot, conn in list(self._by_slot.items()):
             await self._drop(slot, conn)
         for slot, (_, conn) in list(self._asked.items()):
             await self._drop(slot, conn)
-        for task in list(self._retiring):
+        for task in list(self._closers):
             task.cancel()
-        await asyncio.gather(*self._retiring, return_exceptions=True)
+        await asyncio.gather(*self._closers, return_exceptions=True)
+        for conn in list(self._retiring):
+            await self._close(conn)
         for node in self._nodes.values():
             await node.aclose()
         self._nodes.clear()

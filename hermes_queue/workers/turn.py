@@ -191,8 +191,10 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         result = _checked_runtime(attempt, result)
         unwritten: list[Event] = []
         if turn_log:
-            # A fenced append first: an attempt that lost its lease (a frozen process, thawed)
-            # stops here, before it writes the reply into the session's transcript.
+            # What is still waiting goes first, in a fenced append of its own: when there is
+            # any, an attempt that lost its lease (a frozen process, thawed) stops here, before
+            # its reply reaches the session's transcript. (With nothing waiting nothing is
+            # checked: the transcript write itself is not fenced, docs/performance.md.)
             await sink.flush()
             await turn_log.record_reply(result)
         else:  # nothing to write before the terminal events: they take the rest along

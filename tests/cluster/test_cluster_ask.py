@@ -160,3 +160,54 @@ async def test_a_reply_that_is_no_redirection_fails_the_call_alone(
     assert not appends.redirections
     other = "{hq-ask-wrong}:stream"
     assert await appends.evalsha(script, [other], ["1"]) == 1
+
+
+def _connections_named(node: Node, name: str) -> int:
+    with node.client() as client:
+        return sum(1 for c in client.client_list() if c.get("name", "") == name)
+
+
+async def test_calls_in_flight_when_a_slot_moves_reconnect_once(
+    redis_cluster: RedisCluster, cluster: AsyncRedisCluster, appends: SlotPipelines
+) -> None:
+    """Every call in flight on the old owner's connection is answered ``MOVED``; they all go
+    on over one new connection, not one each (a caller must not retire the connection
+    another caller has just opened), and each runs once."""
+    key = "{hq-ask-burst}:stream"
+    script = _registered(cluster)
+    migration = Migration(redis_cluster, int(key_slot(key.encode())))
+    assert await appends.evalsha(script, [key], ["0"]) == 1
+    migration.begin()
+    migration.move(key)
+    migration.finish()
+    results = await asyncio.gather(
+        *(appends.evalsha(script, [key], [str(n)]) for n in range(1, 21))
+    )
+    assert sorted(results) == list(range(2, 22))  # each ran once, on the new owner
+    name = f"test-appends:{migration.slot}"
+    assert _connections_named(migration.target, name) == 1
+    assert appends.redirections["MOVED"] == 20
+
+
+async def test_a_slot_no_node_serves_is_asked_again_of_the_cluster(
+    redis_cluster: RedisCluster, cluster: AsyncRedisCluster, appends: SlotPipelines
+) -> None:
+    """``CLUSTERDOWN`` (here: the owner stopped serving the slot): the call waits and runs
+    once, when the slot is served again; the connection it dropped at each answer (the
+    cluster may name another node by then) is closed, one left."""
+    key = "{hq-ask-down}:stream"
+    script = _registered(cluster)
+    slot = int(key_slot(key.encode()))
+    owner = redis_cluster.node_of_slot(slot)
+    assert await appends.evalsha(script, [key], ["1"]) == 1
+    with owner.client() as client:
+        client.execute_command("CLUSTER", "DELSLOTS", slot)
+    try:
+        call = asyncio.ensure_future(appends.evalsha(script, [key], ["2"]))
+        await eventually(lambda: appends.redirections["CLUSTERDOWN"] >= 2, within=10)
+        assert not call.done()
+    finally:
+        with owner.client() as client:
+            client.execute_command("CLUSTER", "ADDSLOTS", slot)
+    assert await call == 2
+    assert _connections_named(owner, f"test-appends:{slot}") == 1
