@@ -238,9 +238,9 @@ class SlotPipelines:
                 if kind not in _REDIRECTIONS or loop.time() > settle_by:
                     raise
                 self.redirections[kind] += 1
-                asked, ask = ask is not None, None
+                ask = None
                 if kind == "MOVED":  # the slot has another owner: this connection goes
-                    self._retire(slot, conn, asked=asked)
+                    self._retire(slot, conn)
                 elif kind == "ASK":
                     ask = host_and_port(rest.split()[-1], DEFAULT_PORT, "ASK address")
                 else:
@@ -265,13 +265,13 @@ class SlotPipelines:
         if held is not None and held[0] == address:
             return held[1]
         if held is not None:
-            self._retire(slot, held[1], asked=True)
+            self._retire(slot, held[1])
         node = connect_address(self.cluster, address)
         conn = PipelinedConnection(node, f"{self.client_name}:{slot}:asked")
         self._asked[slot] = (address, conn)
         return conn
 
-    def _retire(self, slot: int, conn: PipelinedConnection, *, asked: bool) -> None:
+    def _retire(self, slot: int, conn: PipelinedConnection) -> None:
         """``conn`` answered that the slot moved: the slot's next call gets a new connection
         (and a ``MOVED`` on the slot's own connection ends its migration: its ``ASK``
         connection goes too). A connection is closed once the calls in flight on it have their
@@ -279,12 +279,12 @@ class SlotPipelines:
         this one was; closing at once would fail them as a lost connection). Only the
         connection that answered is retired, not one another caller has opened since."""
         retired: list[PipelinedConnection] = []
-        if not asked and self._by_slot.get(slot) is conn:
-            retired.append(self._by_slot.pop(slot))
-            if slot in self._asked:
-                retired.append(self._asked.pop(slot)[1])
         held = self._asked.get(slot)
-        if asked and held is not None and held[1] is conn:
+        if self._by_slot.get(slot) is conn:
+            retired.append(self._by_slot.pop(slot))
+            if held is not None:
+                retired.append(self._asked.pop(slot)[1])
+        elif held is not None and held[1] is conn:
             retired.append(self._asked.pop(slot)[1])
         for old in retired:
             self._retiring.add(old)

@@ -131,18 +131,11 @@ class RunEventSink:
             raise self._failure
 
     async def take_unwritten(self) -> list[Event]:
-        """The events emitted and not yet in the stream, taken off the sink for the run's
-        terminal write (``Attempt.complete``): at the end of a turn that writes no transcript
-        first, the agent's last note or deltas and the terminal events go in one script call,
-        not two (one wake-up less for every process on the path, docs/performance.md). Raises
-        what stopped an earlier batch."""
-        if self._failure is not None:
-            raise self._failure
-        return await self._take_backlog()
-
-    async def _take_backlog(self) -> list[Event]:
-        """The backlog, coalesced, once a batch the flusher already took is written (so the
-        stream keeps emit order); raises what stopped that batch."""
+        """The events emitted and not yet in the stream, coalesced and taken off the sink for
+        a write that carries them along (a step's record; at the end of a turn that writes no
+        transcript, the terminal write, ``Attempt.complete``): one script call, not two. A
+        batch the flusher already took is written first, so the stream keeps emit order;
+        raises what stopped that batch."""
         batch, self._backlog = coalesce_deltas(self._backlog), []
         self._hurry.set()
         while self._flusher is not None and not self._flusher.done():
@@ -224,8 +217,7 @@ class RunEventSink:
         step, hand the run back (``HandBack``)."""
         if self._failure is not None:
             raise self._failure
-        # The events not yet taken go with the step (one round trip, not two).
-        batch = await self._take_backlog()
+        batch = await self.take_unwritten()  # they go with the step
         token = f"{self._batch_prefix}.{next(self._batches)}"
         applied = applied_steers(record)
         written = await retrying(

@@ -189,16 +189,7 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         request = await start_attempt(attempt, runtime.repository, sink, turn_log)
         result = await runtime.backend.run_turn(request, sink, active.token)
         result = _checked_runtime(attempt, result)
-        unwritten: list[Event] = []
-        if turn_log:
-            # What is still waiting goes first, in a fenced append of its own: when there is
-            # any, an attempt that lost its lease (a frozen process, thawed) stops here, before
-            # its reply reaches the session's transcript. (With nothing waiting nothing is
-            # checked: the transcript write itself is not fenced, docs/performance.md.)
-            await sink.flush()
-            await turn_log.record_reply(result)
-        else:  # nothing to write before the terminal events: they take the rest along
-            unwritten = await sink.take_unwritten()
+        unwritten = await _reply_recorded(sink, turn_log, result)
     except TurnCancelled as stopped:
         return await _end_cancelled(sink, active, turn_log, stopped.messages)
     except HandBack:
@@ -246,6 +237,23 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         unwritten=unwritten,
     )
     return "completed"
+
+
+async def _reply_recorded(
+    sink: RunEventSink, turn_log: SessionTurnLog | None, result: AgentResult
+) -> list[Event]:
+    """The reply in the session's transcript, if the turn keeps one; the events still
+    waiting that the terminal write is to carry along (none when there is a transcript).
+
+    With a transcript, what is still waiting goes first, in a fenced append of its own: when
+    there is any, an attempt that lost its lease (a frozen process, thawed) stops there,
+    before its reply reaches the transcript. (With nothing waiting nothing is checked: the
+    transcript write itself is not fenced, docs/performance.md.)"""
+    if turn_log is None:
+        return await sink.take_unwritten()
+    await sink.flush()
+    await turn_log.record_reply(result)
+    return []
 
 
 def _budget_deadline(attempt: Attempt) -> float | None:
