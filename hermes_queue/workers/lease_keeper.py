@@ -22,6 +22,14 @@ its listener, nothing more. The hand-over, both ways, is decided under one lock:
   nothing to renew for ``linger_seconds``; then it drops its connections (the client, and its
   cluster slot table, are kept for the next run) and the event loop writes the entry again.
   A run tracked meanwhile finds the thread renewing, or wakes it.
+
+The keeper also knows, without asking Redis, when a run's lease is surely still held
+(``surely_held``): the reaper acts on a run only once its lease deadline passed (``reap.lua``),
+and every renewal that landed set that deadline ``lease_seconds`` after it was sent. So until
+then, less a margin, no other attempt can own the run, and a write that an attempt must only
+make while it holds the run (the reply into the session's transcript) needs no fenced round
+trip first; a process that froze past that time finds out it may not hold the run any longer
+and asks Redis.
 """
 
 from __future__ import annotations
@@ -53,6 +61,19 @@ STOP_REQUESTED = 1
 # runs now and then does not reconnect for each, and an idle one holds none (as its pool's
 # surplus is trimmed, redisio.cluster.TRIM_SECONDS).
 LINGER_SECONDS = 30.0
+# How many heartbeats short of its lease a renewal counts as surely held: one for a renewal that
+# a failover lost (a promoted replica may not have it), one for the clocks and the thread's
+# scheduling. lease_seconds > 2 heartbeats (config/groups.py), so some time is always left.
+HELD_MARGIN_BEATS = 2
+
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def lease_clock() -> float:
+    """The clock ``surely_held`` counts by: Linux's boot-time clock, which unlike the
+    monotonic one keeps counting while the machine is suspended (a host that slept past its
+    leases must not believe it still holds them); the monotonic clock elsewhere."""
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
 
 
 class LeaseKeeper:
@@ -84,6 +105,9 @@ class LeaseKeeper:
         if metrics_port:
             self._record["metrics_port"] = metrics_port
         self._runs: dict[str, int] = {}
+        # Under _lock: per run, its attempt and when the last renewal of its lease that landed
+        # (or its claim) was sent, by lease_clock().
+        self._renewed: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
         # Under _lock: whether the thread renews (and writes the registry entry), and when it
         # last had a run to renew.
@@ -129,10 +153,12 @@ class LeaseKeeper:
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
 
-    def track(self, attempt: Attempt) -> None:
-        """Renew ``attempt``'s lease from now on (from the thread: it is woken if idle)."""
+    def track(self, attempt: Attempt, claimed_at: float) -> None:
+        """Renew ``attempt``'s lease from now on (from the thread: it is woken if idle).
+        ``claimed_at``: when its claim (which set the lease) was sent, by ``lease_clock``."""
         with self._lock:
             self._runs[attempt.run_id] = attempt.number
+            self._renewed[attempt.run_id] = (attempt.number, claimed_at)
             self._busy_at = time.monotonic()
             if not self._renewing:
                 self._renewing = True
@@ -143,6 +169,20 @@ class LeaseKeeper:
         with self._lock:
             if self._runs.get(attempt.run_id) == attempt.number:
                 del self._runs[attempt.run_id]
+                self._renewed.pop(attempt.run_id, None)
+
+    def surely_held(self, attempt: Attempt) -> bool:
+        """Whether ``attempt`` surely still holds its run's lease, by this process's clock
+        alone (see the module docstring). False is no verdict: ask Redis (a fenced call)."""
+        settings = self.settings
+        window = settings.lease_seconds - HELD_MARGIN_BEATS * settings.heartbeat_seconds
+        with self._lock:
+            renewed = self._renewed.get(attempt.run_id)
+        return (
+            renewed is not None
+            and renewed[0] == attempt.number
+            and lease_clock() < renewed[1] + window
+        )
 
     # -- the event loop's side: the registry entry while idle ----------------------------------
     async def _presence_forever(self) -> None:
@@ -215,15 +255,33 @@ class LeaseKeeper:
 
     def beat(self, runs: list[tuple[str, int]]) -> None:
         client = self._connected()
+        sent = lease_clock()
         if self.keys.cluster:
             verdicts = self._renew_per_node(client, runs)
         else:
             results = self._send(client, runs, registry=True)
             verdicts = dict(zip((run_id for run_id, _ in runs), results, strict=False))
+        self._note_renewed(runs, verdicts, sent)
         for run_id, _attempt in runs:
             verdict = verdicts.get(run_id)
             if verdict in (LEASE_LOST, STOP_REQUESTED):
                 self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))
+
+    def _note_renewed(
+        self, runs: list[tuple[str, int]], verdicts: dict[str, Any], sent: float
+    ) -> None:
+        """Keep when each renewal that landed was sent (``surely_held``); a lost lease is
+        never held again. A run untracked meanwhile, or taken over by a later attempt, keeps
+        what it has."""
+        with self._lock:
+            for run_id, attempt in runs:
+                verdict = verdicts.get(run_id)
+                if self._runs.get(run_id) != attempt or verdict is None:
+                    continue
+                if verdict == LEASE_LOST:
+                    self._renewed.pop(run_id, None)
+                elif verdict in (0, STOP_REQUESTED):
+                    self._renewed[run_id] = (attempt, sent)
 
     def _send(self, client: Any, runs: list[tuple[str, int]], *, registry: bool) -> list[Any]:
         """One pipelined round trip to ``client``'s node: a renewal per run, then the registry

@@ -144,6 +144,11 @@ class RunEventSink:
             raise self._failure
         return batch
 
+    async def write_fenced(self, events: list[Event]) -> None:
+        """``events`` (taken with ``take_unwritten``; none is fine) in one fenced append: it
+        raises ``LeaseLost`` when this attempt no longer holds the run, written or not."""
+        await self._append(events)
+
     async def _flush_backlog(self) -> None:
         loop = asyncio.get_running_loop()
         while self._backlog and self._failure is None:

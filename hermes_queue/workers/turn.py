@@ -40,7 +40,7 @@ from hermes_queue.store.base import StoreError
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.workers.appends import Event, EventPublishFailed, LeaseLost
 from hermes_queue.workers.approval_wait import Wakeup
-from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
+from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper, lease_clock
 from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.resume import Unresumable, start_attempt
 from hermes_queue.workers.sink import RunEventSink
@@ -106,6 +106,7 @@ async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
     run_id_var.set(run_id)
     traced = runtime.tracing
     claim_started = time.time_ns() if traced is not None else 0
+    claim_sent = lease_clock()  # the lease the claim sets runs from after this
     attempt = await _claim(runtime, run_id)
     if attempt is None:
         return "skipped"
@@ -126,7 +127,7 @@ async def run_turn(runtime: WorkerRuntime, run_id: str) -> str:
     active = ActiveRun(attempt=attempt, token=CancelToken())
     runtime.active[run_id] = active
     if runtime.keeper is not None:
-        runtime.keeper.track(attempt)
+        runtime.keeper.track(attempt, claim_sent)
     timer = asyncio.get_running_loop().call_later(runtime.turn_timeout, _time_out, active)
     ended = "interrupted"
     try:
@@ -189,7 +190,7 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
         request = await start_attempt(attempt, runtime.repository, sink, turn_log)
         result = await runtime.backend.run_turn(request, sink, active.token)
         result = _checked_runtime(attempt, result)
-        unwritten = await _reply_recorded(sink, turn_log, result)
+        unwritten = await _reply_recorded(sink, turn_log, result, _lease_held(runtime, attempt))
     except TurnCancelled as stopped:
         return await _end_cancelled(sink, active, turn_log, stopped.messages)
     except HandBack:
@@ -240,20 +241,33 @@ async def _drive(runtime: WorkerRuntime, active: ActiveRun) -> str:
 
 
 async def _reply_recorded(
-    sink: RunEventSink, turn_log: SessionTurnLog | None, result: AgentResult
+    sink: RunEventSink,
+    turn_log: SessionTurnLog | None,
+    result: AgentResult,
+    lease_held: Callable[[], bool],
 ) -> list[Event]:
     """The reply in the session's transcript, if the turn keeps one; the events still
-    waiting that the terminal write is to carry along (none when there is a transcript).
+    waiting, which the terminal write is to carry along: one script call, not two.
 
-    With a transcript, what is still waiting goes first, in a fenced append of its own: when
-    there is any, an attempt that lost its lease (a frozen process, thawed) stops there,
-    before its reply reaches the transcript. (With nothing waiting nothing is checked: the
-    transcript write itself is not fenced, docs/performance.md.)"""
+    An attempt writes its reply into the transcript only while it holds the run. When the
+    lease keeper cannot vouch for that by the clock (``LeaseKeeper.surely_held``: a process
+    that froze past its lease, thawed, or no keeper), a fenced call first writes what is
+    waiting (or nothing) and stops the attempt (``LeaseLost``) if it lost the run. The events
+    are taken first either way, so a failure of an append already in flight stops the turn
+    before the transcript write too."""
+    unwritten = await sink.take_unwritten()
     if turn_log is None:
-        return await sink.take_unwritten()
-    await sink.flush()
+        return unwritten
+    if not lease_held():
+        await sink.write_fenced(unwritten)
+        unwritten = []
     await turn_log.record_reply(result)
-    return []
+    return unwritten
+
+
+def _lease_held(runtime: WorkerRuntime, attempt: Attempt) -> Callable[[], bool]:
+    keeper = runtime.keeper
+    return functools.partial(keeper.surely_held, attempt) if keeper else lambda: False
 
 
 def _budget_deadline(attempt: Attempt) -> float | None:

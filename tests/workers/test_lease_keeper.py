@@ -84,3 +84,50 @@ async def test_a_beat_is_one_round_trip_even_on_a_redis_that_lost_its_scripts(
             keeper._drop_connections()
         await private.aclose()
         server.stop()
+
+
+async def test_a_lease_is_surely_held_by_the_clock_only_while_no_reaper_could_act(
+    redis: aioredis.Redis, settings: Settings
+) -> None:
+    """``surely_held`` vouches for a lease from the time its claim or last renewal that landed
+    was sent, up to ``lease_seconds`` less two heartbeats (the reaper acts only once the deadline
+    that renewal set has passed); a lease that a beat found lost, or a run taken over by a later
+    attempt, is never vouched for again."""
+    repository = RunRepository(redis, settings.redis.keys, settings.runs)
+    run_id = new_run_id()
+    await repository.create(NewRun(run_id, run_id, TurnRequest("hi")))
+    first = await repository.claim(run_id, "w")
+    assert first is not None
+    keeper = LeaseKeeper(
+        settings.redis,
+        repository.leases,
+        "w",
+        asyncio.get_running_loop(),
+        lambda run, verdict: None,
+        4,
+        presence=redis,
+    )  # its thread is not started: each beat is the test's
+    try:
+        window = settings.runs.lease_seconds - 2 * settings.runs.heartbeat_seconds
+        keeper.track(first, lease_keeper.lease_clock() - window - 0.5)  # a claim long sent
+        assert not keeper.surely_held(first)
+        await asyncio.to_thread(keeper.beat, [(run_id, first.number)])  # renewed just now
+        assert keeper.surely_held(first)
+
+        # Its worker froze: the lease lapsed, the reaper put the run back, another claim took
+        # it. The first attempt's next beat finds its lease lost.
+        await redis.zadd(settings.redis.keys.leases_of(run_id), {run_id: 0})
+        assert await repository.leases.reap(run_id) == "requeued"
+        second = await repository.claim(run_id, "w2")
+        assert second is not None and second.number == first.number + 1
+        await asyncio.to_thread(keeper.beat, [(run_id, first.number)])
+        assert not keeper.surely_held(first)
+
+        keeper.track(second, lease_keeper.lease_clock())
+        assert keeper.surely_held(second) and not keeper.surely_held(first)
+        keeper.untrack(first)  # an earlier attempt ending leaves the later one alone
+        assert keeper.surely_held(second)
+        keeper.untrack(second)
+        assert not keeper.surely_held(second)
+    finally:
+        await keeper.aclose()

@@ -14,11 +14,13 @@ from hermes_queue.config import Settings
 from hermes_queue.events import RunEvent
 from hermes_queue.keys import Keys
 from hermes_queue.redisio.embedded import EmbeddedRedis, free_port
-from hermes_queue.runs.model import NewRun
+from hermes_queue.runs.model import NewRun, Persist
 from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.store import open_store
 from hermes_queue.streams.codec import decode_entry
+from hermes_queue.workers.lease_keeper import LeaseKeeper
 from hermes_queue.workers.sink import RunEventSink
 from hermes_queue.workers.turn import WorkerRuntime, run_turn
 from tests.support.inprocess import running_api, running_worker
@@ -226,6 +228,103 @@ async def test_a_progress_note_waits_for_the_next_event_or_the_terminal_write(
         ("assistant.completed", None),
         ("run.completed", None),
     ]
+
+
+class NotingEcho(EchoBackend):
+    """Echo whose turn, once its reply streamed, tells a progress note (it waits in the delta
+    window) and then, if ``hold`` is set, holds until the test releases it: a state in which
+    nothing is left to send, where the test can take the run's lease away."""
+
+    def __init__(self, hold: bool = False) -> None:
+        super().__init__(0.0)
+        self.hold = hold
+        self.streamed = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def run_turn(self, request: Any, sink: Any, cancel: CancelToken) -> Any:
+        result = await super().run_turn(request, sink, cancel)
+        if self.hold:
+            await sink.flush()
+            self.streamed.set()
+            await self.release.wait()
+        else:
+            await sink.thinking("all done")
+        return result
+
+
+async def test_a_reply_reaches_the_transcript_only_while_its_attempt_holds_the_run(
+    redis: Any, settings: Settings
+) -> None:
+    """While the lease keeper vouches for the lease by the clock (``surely_held``), a turn
+    that writes a transcript sends what is still waiting with its terminal write, not in an
+    append of its own before the transcript write (one script call less per turn). When it
+    cannot vouch (a process that froze past its lease, thawed), a fenced call comes first, even
+    with nothing left to send: an attempt that lost its run never writes its reply into the
+    session."""
+    settings = settings.replace(stream_coalesce_ms=30_000)
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
+    store = await open_store(settings.store, redis_url=settings.redis.url)
+    appends: list[str] = []
+    scripts = repo._fenced  # what every attempt of this repository writes through
+    original = scripts.appends.evalsha
+
+    async def counting(script: Any, *args: Any, **kwargs: Any) -> Any:
+        if script is scripts.append:
+            appends.append("append")
+        return await original(script, *args, **kwargs)
+
+    scripts.appends.evalsha = counting  # type: ignore[method-assign]
+
+    def keeper() -> LeaseKeeper:
+        loop = asyncio.get_running_loop()
+        return LeaseKeeper(
+            settings.redis, repo.leases, "w", loop, lambda *_: None, 4, presence=redis
+        )  # not started: the claim alone vouches for the lease, for the window after it
+
+    async def turn(backend: EchoBackend, vouching: LeaseKeeper | None) -> tuple[str, str, int]:
+        runtime = WorkerRuntime("w", repo, backend, keeper=vouching, store=store)
+        run_id = new_run_id()
+        await repo.create(NewRun(run_id, run_id, TurnRequest("a b c"), persist=Persist.TURN))
+        before = len(appends)
+        return run_id, await run_turn(runtime, run_id), len(appends) - before
+
+    async def replies(session_id: str) -> list[Any]:
+        rows = await store.get_messages(session_id)
+        return [row.content for row in rows if row.role == "assistant"]
+
+    watching = keeper()
+    try:
+        vouched, ended, vouched_appends = await turn(NotingEcho(), watching)
+        assert ended == "completed" and await replies(vouched) == ["Echo: a b c"]
+        unvouched, ended, unvouched_appends = await turn(NotingEcho(), None)
+        assert ended == "completed" and await replies(unvouched) == ["Echo: a b c"]
+        assert unvouched_appends == vouched_appends + 1
+        for run_id in (vouched, unvouched):
+            events = await _stream_types(redis, settings, run_id)
+            assert events[-3:] == ["progress.note", "assistant.completed", "run.completed"]
+
+        # Frozen after its reply streamed: the lease lapsed and the run went back to the queue.
+        backend = NotingEcho(hold=True)
+        runtime = WorkerRuntime("w", repo, backend, keeper=watching, store=store)
+        lost = new_run_id()
+        await repo.create(NewRun(lost, lost, TurnRequest("d e f"), persist=Persist.TURN))
+        running = asyncio.create_task(run_turn(runtime, lost))
+        await backend.streamed.wait()
+        attempt = runtime.active[lost].attempt
+        await redis.zadd(settings.redis.keys.leases_of(lost), {lost: 0})
+        assert await repo.leases.reap(lost) == "requeued"
+        await eventually(lambda: not watching.surely_held(attempt), within=10)
+        backend.release.set()
+        assert await running == "lease_lost"
+        assert await replies(lost) == []
+    finally:
+        await watching.aclose()
+        await store.close()
+
+
+async def _stream_types(redis: Any, settings: Settings, run_id: str) -> list[str]:
+    stream = Keys(settings.redis.namespace).events(run_id)
+    return [decode_entry(run_id, i, fields).type for i, fields in await redis.xrange(stream)]
 
 
 async def test_a_windowed_sink_tells_its_watcher_when_each_deltas_window_ends(
