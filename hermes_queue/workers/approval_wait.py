@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
 
 from hermes_queue.agents.base import ApprovalRequest, CancelToken, TurnCancelled
 from hermes_queue.runs.attempt import Attempt
@@ -45,10 +44,9 @@ async def await_approval(
     request: ApprovalRequest,
     cancel: CancelToken,
     wakeup: Wakeup,
-    written: Callable[[], None],
 ) -> str:
     """Ask for consent and wait for the answer, a stop (``TurnCancelled``) or the timeout (then
-    deny); ``written`` is told of each event this writes (the request, the timeout's denial)."""
+    deny)."""
     run_id = attempt.run_id
     request_id = f"apr_{uuid.uuid4().hex}"
     data = request.as_event_data(request_id)
@@ -59,7 +57,6 @@ async def await_approval(
         raise LeaseLost(run_id)
     if verdict == "stopping":
         raise TurnCancelled("Stop requested via API")
-    written()
     settings = attempt.settings
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.approval_timeout_seconds
@@ -75,7 +72,7 @@ async def await_approval(
                     return choice
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    return await _time_out(attempt, request_id, written)
+                    return await _time_out(attempt, request_id)
                 # Pub/sub wakes us at once; the poll covers a lost message.
                 poll = min(settings.heartbeat_seconds, remaining)
                 await asyncio.wait(
@@ -89,7 +86,7 @@ async def await_approval(
         stopped.cancel()
 
 
-async def _time_out(attempt: Attempt, request_id: str, written: Callable[[], None]) -> str:
+async def _time_out(attempt: Attempt, request_id: str) -> str:
     """Silence is not consent: deny, unless an answer won the race."""
     settled = await retrying(
         "approval timeout", attempt.run_id, lambda: attempt.settle_approval(request_id)
@@ -98,6 +95,5 @@ async def _time_out(attempt: Attempt, request_id: str, written: Callable[[], Non
         raise LeaseLost(attempt.run_id)
     verdict, choice = settled
     if verdict == "timed_out":
-        written()
         log.info("run %s: approval %s timed out; denied", attempt.run_id, request_id)
     return choice

@@ -80,7 +80,6 @@ class RunEventSink:
         self.cancel = cancel or CancelToken()
         self.wakeup = wakeup or Wakeup()
         self.message_id = message_id_for(self.run_id)
-        self.events_written = 0
         self._message_started = False
         # Whether this attempt streamed any of the reply's text (message.delta), and the text.
         self.text_streamed = False
@@ -188,7 +187,6 @@ class RunEventSink:
         ids = await retrying("append", self.run_id, lambda: self.attempt.append(batch, token))
         if ids is None:
             raise LeaseLost(self.run_id)
-        self.events_written += len(ids)
 
     async def _ensure_message(self) -> None:
         if not self._message_started:
@@ -230,7 +228,6 @@ class RunEventSink:
         )
         if written is None:
             raise LeaseLost(self.run_id)
-        self.events_written += len(written.event_ids)
         self._steers = tuple(Steer(s.id, s.text) for s in written.pending_steers)
         if last:
             return
@@ -331,9 +328,4 @@ class RunEventSink:
         if self.cancel.cancelled:
             raise TurnCancelled(self.cancel.reason)
         await self.flush()  # the request follows everything the agent emitted before it
-        return await await_approval(
-            self.attempt, request, self.cancel, self.wakeup, self._count_written
-        )
-
-    def _count_written(self) -> None:
-        self.events_written += 1
+        return await await_approval(self.attempt, request, self.cancel, self.wakeup)
