@@ -38,19 +38,21 @@ order and once, to the :class:`Sink` it was given with the stream (the hub's fan
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 
-from hermes_queue.events import RunEvent
 from hermes_queue.redisio.health import OutageLog
 from hermes_queue.redisio.pipeline import dedicated_connection
-from hermes_queue.streams.codec import decode_flat, split_published
+from hermes_queue.streams.codec import split_published
+from hermes_queue.streams.followed import Followed, Sink, dispatch, pack_xread, xread_head
 from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, id_key
 
 log = logging.getLogger(__name__)
@@ -60,38 +62,8 @@ log = logging.getLogger(__name__)
 _RECEIVED_MAX = 1_000
 
 
-class Sink(Protocol):
-    """Where the entries of one followed stream go."""
-
-    def deliver(self, event: RunEvent) -> None:
-        """The stream's next entry: every entry after the cursor it was followed from, in
-        order, once."""
-
-    def undecodable(self) -> None:
-        """The stream's next entry cannot be decoded. The follower does not skip it (the
-        stream stays the truth), so the sink is expected to stop following the stream."""
-
-
 _MESSAGES = (b"message", b"smessage")
 _CONFIRMATIONS = (b"subscribe", b"ssubscribe")
-
-
-def _bulk(value: bytes) -> bytes:
-    """One RESP bulk string."""
-    return b"$%d\r\n%s\r\n" % (len(value), value)
-
-
-class _Followed:
-    """One followed stream: how far it has been read, and where its entries go."""
-
-    __slots__ = ("cursor", "packed_key", "run_id", "seq", "sink")
-
-    def __init__(self, key: str, run_id: str, cursor: str, seq: int | None, sink: Sink) -> None:
-        self.packed_key = _bulk(key.encode())  # as it goes into every XREAD
-        self.run_id = run_id
-        self.cursor = cursor  # last id read
-        self.seq = seq  # that entry's seq (None: unknown): the next published one must follow it
-        self.sink = sink
 
 
 class Follower:
@@ -117,10 +89,8 @@ class Follower:
         self.client_name = client_name
         # An XREAD names only the streams to read, each with its cursor: pack it by hand
         # from pre-encoded pieces rather than through redis-py's generic pack_command.
-        self._xread_head = b"".join(
-            _bulk(str(arg).encode()) for arg in ("XREAD", "COUNT", count, "STREAMS")
-        )
-        self._streams: dict[str, _Followed] = {}
+        self._xread_head = xread_head(count)
+        self._streams: dict[str, Followed] = {}
         self._dirty: set[str] = set()  # followed streams to read from their cursor
         self._changed = asyncio.Event()  # a stream was followed
         self._subscribed: set[str] = set()  # channels SUBSCRIBE was sent for, this connection
@@ -131,6 +101,9 @@ class Follower:
         self._task: asyncio.Task[None] | None = None
         self._syncer: asyncio.Task[None] | None = None
         self.xreads = 0
+        # XREADs answered with an error, by its first word (ASK, TRYAGAIN, MOVED: a slot on
+        # the move).
+        self.unreadable: collections.Counter[str] = collections.Counter()
         self.listener_client_id: int | None = None
         # Connections to Redis lost so far: Redis may come back without its data (a restart
         # without persistence), so readers re-check that their runs still exist (api/feed.py).
@@ -155,7 +128,7 @@ class Follower:
         messages heard while it was not followed were dropped, and Redis confirms a repeated
         SUBSCRIBE too, so the read after the confirmation covers them as it covers the rest.
         """
-        self._streams[key] = _Followed(key, run_id, cursor, seq, sink)
+        self._streams[key] = Followed(key, run_id, cursor, seq, sink)
         self._to_subscribe.add(key)
         self._sync_subscriptions()
         self._changed.set()
@@ -347,16 +320,31 @@ class Follower:
         try:
             packed = b"".join(self._pack_xread(group) for group in groups)
             await self._conn.send_packed_command(packed, check_health=False)
-            replies = [
-                await self._conn.read_response(timeout=self.poll_seconds + 10) for _ in groups
-            ]
+            replies = [await self._reply(self._conn) for _ in groups]
         except BaseException:
             self._dirty.update(reading)  # read them again once reconnected
             raise
         for group, reply in zip(groups, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                # A slot being migrated (ASK, TRYAGAIN) or just moved (MOVED): its streams
+                # are read again at the next poll, and the follower of the node that serves
+                # it now takes them once the move is over (Redis then unsubscribes their
+                # channels here). The other slots' streams go on; nothing reconnects.
+                self.unreadable[str(reply).partition(" ")[0]] += 1
+                continue
             for key, count in self._dispatch(group, reply).items():
                 if count >= self.count:
                     self._dirty.add(key)
+
+    async def _reply(self, conn: AbstractConnection) -> Any:
+        """One XREAD's reply; an error reply is returned, not raised: it concerns that
+        command's slot alone, and the connection stays in step for the next reply."""
+        try:
+            return await conn.read_response(
+                timeout=self.poll_seconds + 10, disconnect_on_error=False
+            )
+        except ResponseError as error:
+            return error
 
     def _by_slot(self, keys: Iterable[str]) -> list[list[str]]:
         """``keys`` in groups one command may name: one group without a cluster; on a cluster
@@ -373,36 +361,11 @@ class Follower:
         moves to another follower when a cluster's shards are grouped anew (``sharded.py``)."""
         return [(key, s.run_id, s.cursor, s.seq, s.sink) for key, s in list(self._streams.items())]
 
-    def _pack_xread(self, reading: dict[str, _Followed]) -> bytes:
-        """``XREAD COUNT n STREAMS <keys…> <cursors…>`` in RESP."""
-        streams = list(reading.values())
-        parts = [b"*%d\r\n" % (4 + 2 * len(streams)), self._xread_head]
-        parts += [s.packed_key for s in streams]
-        parts += [_bulk(s.cursor.encode()) for s in streams]
-        return b"".join(parts)
+    def _pack_xread(self, reading: dict[str, Followed]) -> bytes:
+        return pack_xread(self._xread_head, reading.values())
 
-    def _dispatch(self, reading: dict[str, _Followed], reply: Any) -> dict[str, int]:
-        """Hand the entries of an XREAD reply to their sinks; entries read per stream."""
-        counts: dict[str, int] = {}
-        if not reply:
-            return counts  # nothing new
-        for raw_key, entries in reply.items() if isinstance(reply, dict) else reply:
-            key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
-            stream = reading.get(key)
-            if stream is None or self._streams.get(key) is not stream:
-                continue  # unfollowed (or unfollowed and followed again) while being read
-            counts[key] = len(entries)
-            for raw_id, flat in entries:
-                try:
-                    event = decode_flat(stream.run_id, raw_id, flat)
-                except (ValueError, TypeError):
-                    # A malformed entry must not kill the reader for every run.
-                    log.exception("undecodable entry %r in %s", raw_id, key)
-                    stream.sink.undecodable()
-                    break
-                stream.cursor, stream.seq = event.id, event.seq
-                stream.sink.deliver(event)
-        return counts
+    def _dispatch(self, reading: dict[str, Followed], reply: Any) -> dict[str, int]:
+        return dispatch(reading, reply, self._streams)
 
 
 __all__ = ["Follower", "Sink"]

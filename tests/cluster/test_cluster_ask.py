@@ -22,6 +22,7 @@ from hermes_queue.redisio.pipeline import SlotPipelines
 from tests.support.polling import eventually
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_group import Node
+from tests.support.slot_migration import Migration
 
 # Appends an entry to every key, then counts the entries of all of them.
 APPEND_AND_COUNT = """
@@ -53,44 +54,8 @@ async def appends(cluster: AsyncRedisCluster) -> AsyncIterator[SlotPipelines]:
         await pipelines.aclose()
 
 
-class Migration:
-    """One slot moved from its primary to another, a step at a time."""
-
-    def __init__(self, cluster: RedisCluster, slot: int) -> None:
-        self.cluster = cluster
-        self.slot = slot
-        self.source = cluster.node_of_slot(slot)
-        self.target = next(n for n in cluster.primary_nodes() if n.port != self.source.port)
-
-    def begin(self) -> None:
-        self._setslot(self.target, "IMPORTING", _node_id(self.source))
-        self._setslot(self.source, "MIGRATING", _node_id(self.target))
-
-    def move(self, *keys: str) -> None:
-        with self.source.client() as client:
-            client.execute_command(
-                "MIGRATE", self.target.host, self.target.port, "", 0, 5000, "KEYS", *keys
-            )
-
-    def finish(self) -> None:
-        """The slot the target's, told to the two nodes and then the rest (as redis-cli does)."""
-        owner = _node_id(self.target)
-        for node in (self.target, self.source, *self.cluster.primary_nodes()):
-            self._setslot(node, "NODE", owner)
-
-    def _setslot(self, node: Node, *args: str) -> None:
-        with node.client() as client:
-            client.execute_command("CLUSTER", "SETSLOT", self.slot, *args)
-
-
 def _registered(cluster: AsyncRedisCluster) -> AsyncScript:
     return AsyncScript(cast(Redis, cluster), APPEND_AND_COUNT)  # what the worker's scripts are
-
-
-def _node_id(node: Node) -> str:
-    with node.client() as client:
-        raw = client.execute_command("CLUSTER", "MYID")
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def _asked_connections(node: Node) -> int:

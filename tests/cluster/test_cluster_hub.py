@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
+from redis.crc import key_slot
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType
@@ -18,7 +20,10 @@ from hermes_queue.redisio.connect import connect_url
 from hermes_queue.runs.placement import new_run_id
 from hermes_queue.streams.codec import entry_fields, published
 from hermes_queue.streams.hub import StreamHub
+from hermes_queue.streams.sharded import ShardedFollower
+from tests.support.polling import eventually
 from tests.support.redis_cluster import RedisCluster
+from tests.support.slot_migration import Migration
 
 
 @pytest.fixture
@@ -73,5 +78,67 @@ async def test_the_hub_follows_every_shards_streams_on_two_connections_per_node(
             per_node.append(sum(1 for n in names if n.startswith(name)))
         assert all(count <= 2 for count in per_node), per_node
         assert hub.stats()["streams"] == 0
+    finally:
+        await hub.aclose()
+
+
+@pytest.mark.timeout(90)
+async def test_a_slot_on_the_move_holds_back_its_own_streams_not_the_nodes_others(
+    cluster_settings: Settings, cluster_client: aioredis.Redis, redis_cluster: RedisCluster
+) -> None:
+    """While a slot is migrated, reading a stream already moved is answered ``ASK``: that
+    stream waits for the move to end (then the follower of its new node takes it), and the
+    other streams the node's follower reads go on, with no reconnect."""
+    keys = cluster_settings.redis.keys
+
+    def slot_of(run_id: str) -> int:
+        return int(key_slot(keys.events(run_id).encode()))
+
+    moving = new_run_id()
+    source = redis_cluster.node_of_slot(slot_of(moving)).port
+    staying = next(
+        r
+        for r in iter(new_run_id, None)
+        if keys.shard_of(r) != keys.shard_of(moving)
+        and redis_cluster.node_of_slot(slot_of(r)).port == source
+    )
+    hub = StreamHub(cluster_client, keys, poll_ms=200, client_name=f"{keys.namespace}-move")
+    await hub.start()
+    followers = cast(ShardedFollower, hub.follower)
+    try:
+        seen: dict[str, list[int]] = {moving: [], staying: []}
+        ready = asyncio.Barrier(3)
+
+        async def read(run_id: str) -> None:
+            async with hub.subscribe(run_id) as sub:
+                assert await sub.get(timeout=0.01) is None  # replayed: now followed
+                await ready.wait()
+                async for event in sub:
+                    seen[run_id].append(event.seq)
+
+        readers = [asyncio.create_task(read(run_id)) for run_id in (moving, staying)]
+        await asyncio.wait_for(ready.wait(), 20)
+        for run_id in (moving, staying):
+            await xadd(cluster_client, keys, run_id, 1, EventType.MESSAGE_DELTA)
+        await eventually(lambda: seen == {moving: [1], staying: [1]}, within=20)
+        losses = hub.connection_losses
+
+        migration = Migration(redis_cluster, slot_of(moving))
+        migration.begin()
+        migration.move(keys.events(moving))
+        # The polls read the moved stream on its old node: ASK, and nothing else happens.
+        await eventually(
+            lambda: sum(f.unreadable["ASK"] for f in followers.followers) >= 2, within=20
+        )
+        await xadd(cluster_client, keys, staying, 2, EventType.MESSAGE_DELTA)
+        await eventually(lambda: seen[staying] == [1, 2], within=20)
+        assert hub.connection_losses == losses
+        assert seen[moving] == [1]
+
+        migration.finish()
+        await xadd(cluster_client, keys, moving, 2, EventType.RUN_COMPLETED)
+        await xadd(cluster_client, keys, staying, 3, EventType.RUN_COMPLETED)
+        await asyncio.wait_for(asyncio.gather(*readers), 30)
+        assert seen == {moving: [1, 2], staying: [1, 2, 3]}
     finally:
         await hub.aclose()
