@@ -47,7 +47,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, ResponseError, TryAgainError
 
 from hermes_queue.redisio.health import OutageLog
 from hermes_queue.redisio.pipeline import dedicated_connection
@@ -57,6 +57,8 @@ from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, id
 
 log = logging.getLogger(__name__)
 
+# How long past a poll an XREAD's reply may take before the connection counts as lost.
+REPLY_GRACE_SECONDS = 10.0
 # Replies heard at most before the streams they mark are read: bounds a read's delay under a
 # flood of messages.
 _RECEIVED_MAX = 1_000
@@ -101,8 +103,7 @@ class Follower:
         self._task: asyncio.Task[None] | None = None
         self._syncer: asyncio.Task[None] | None = None
         self.xreads = 0
-        # XREADs answered with an error, by its first word (ASK, TRYAGAIN, MOVED: a slot on
-        # the move).
+        # XREADs of a slot mid-migration, by Redis' answer (ASK, TRYAGAIN).
         self.unreadable: collections.Counter[str] = collections.Counter()
         self.listener_client_id: int | None = None
         # Connections to Redis lost so far: Redis may come back without its data (a restart
@@ -326,24 +327,29 @@ class Follower:
             raise
         for group, reply in zip(groups, replies, strict=True):
             if isinstance(reply, ResponseError):
-                # A slot being migrated (ASK, TRYAGAIN) or just moved (MOVED): its streams
-                # are read again at the next poll, and the follower of the node that serves
-                # it now takes them once the move is over (Redis then unsubscribes their
-                # channels here). The other slots' streams go on; nothing reconnects.
-                self.unreadable[str(reply).partition(" ")[0]] += 1
+                # That slot is being migrated: its streams are read again at the next poll
+                # (and, once the move is over, Redis unsubscribes their channels here: the
+                # follower reconnects and is regrouped onto the node that serves them). The
+                # other slots' streams go on.
+                self.unreadable[_migrating(reply) or "?"] += 1
                 continue
             for key, count in self._dispatch(group, reply).items():
                 if count >= self.count:
                     self._dirty.add(key)
 
     async def _reply(self, conn: AbstractConnection) -> Any:
-        """One XREAD's reply; an error reply is returned, not raised: it concerns that
-        command's slot alone, and the connection stays in step for the next reply."""
+        """One XREAD's reply. ``ASK`` or ``TRYAGAIN`` (a slot mid-migration) is returned, not
+        raised: it concerns that command's slot alone, and the connection stays in step for
+        the next reply. Any other error, or no reply in time, raises: the follower reconnects
+        (a ``MOVED`` so regroups the streams by node). The timeout is ours, not redis-py's,
+        which would return None for it, as it returns XREAD's "nothing new", and leave the
+        late reply to be taken for the next command's."""
         try:
-            return await conn.read_response(
-                timeout=self.poll_seconds + 10, disconnect_on_error=False
-            )
+            async with asyncio.timeout(self.poll_seconds + REPLY_GRACE_SECONDS):
+                return await conn.read_response(disconnect_on_error=False)
         except ResponseError as error:
+            if _migrating(error) is None:
+                raise
             return error
 
     def _by_slot(self, keys: Iterable[str]) -> list[list[str]]:
@@ -366,6 +372,17 @@ class Follower:
 
     def _dispatch(self, reading: dict[str, Followed], reply: Any) -> dict[str, int]:
         return dispatch(reading, reply, self._streams)
+
+
+def _migrating(error: ResponseError) -> str | None:
+    """``ASK`` or ``TRYAGAIN`` when ``error`` says its slot is being migrated, else None
+    (redis-py's parser may strip the word into the error's class)."""
+    if isinstance(error, AskError):
+        return "ASK"
+    if isinstance(error, TryAgainError):
+        return "TRYAGAIN"
+    word = str(error).partition(" ")[0]
+    return word if word in ("ASK", "TRYAGAIN") else None
 
 
 __all__ = ["Follower", "Sink"]

@@ -130,7 +130,9 @@ async def test_a_slot_on_the_move_holds_back_its_own_streams_not_the_nodes_other
         await eventually(
             lambda: sum(f.unreadable["ASK"] for f in followers.followers) >= 2, within=20
         )
-        await xadd(cluster_client, keys, staying, 2, EventType.MESSAGE_DELTA)
+        # Not published: only a read finds it, in the same polls as the moved stream's.
+        fields = entry_fields(EventType.MESSAGE_DELTA, 2, 1, time.time(), "sess", {"n": 2})
+        await cluster_client.xadd(keys.events(staying), dict(fields))
         await eventually(lambda: seen[staying] == [1, 2], within=20)
         assert hub.connection_losses == losses
         assert seen[moving] == [1]

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 
 from hermes_queue.events import EventType, RunEvent
 from hermes_queue.keys import Keys
+from hermes_queue.streams import follower as follower_module
 from hermes_queue.streams.codec import entry_fields, published
 from hermes_queue.streams.hub import StreamHub, Subscription
 from hermes_queue.streams.reader import read_range
@@ -405,3 +406,47 @@ async def test_idle_hub_and_lifecycle(redis_url: str, keys: Keys) -> None:
     with pytest.raises(RuntimeError):
         async with hub.subscribe("r1"):
             pass
+
+
+async def test_an_error_reading_a_stream_is_a_lost_connection_unless_its_slot_is_moving(
+    redis: aioredis.Redis, keys: Keys, make_hub: MakeHub
+) -> None:
+    """An ``XREAD`` answered with an error that is not a slot mid-migration (``ASK``,
+    ``TRYAGAIN``: tests/cluster/test_cluster_hub.py) is an outage: the hub reconnects and reads
+    again, and its reader then gets every entry once."""
+    hub = await make_hub(poll_ms=100)
+    async with hub.subscribe("typed") as sub:
+        assert await sub.get(timeout=0.01) is None
+        first = await xadd(redis, keys, "typed", 1)
+        assert [e.id for e in await take(sub, 1)] == [first]
+        losses = hub.connection_losses
+        async with redis.pipeline(transaction=True) as pipe:  # the key is no stream for a while
+            pipe.rename(keys.events("typed"), keys.events("typed-aside"))
+            pipe.set(keys.events("typed"), "not a stream")
+            await pipe.execute()
+        await eventually(lambda: hub.connection_losses > losses, within=10)  # WRONGTYPE
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.events("typed"))
+            pipe.rename(keys.events("typed-aside"), keys.events("typed"))
+            await pipe.execute()
+        rest = await write_run(redis, keys, "typed", 1, start=2, end=True)
+        assert [e.id for e in await drain(sub, within=15)] == rest
+
+
+async def test_an_xread_reply_that_never_comes_is_a_lost_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py answers a read that timed out with None, which is also ``XREAD``'s "nothing
+    new", and the late reply would then be taken for the next command's: the follower times
+    its reads itself, and a reply that does not come raises (then it reconnects)."""
+    monkeypatch.setattr(follower_module, "REPLY_GRACE_SECONDS", 0.05)
+
+    class Silent:
+        async def read_response(self, **_: Any) -> Any:
+            await asyncio.Event().wait()
+
+    follower = follower_module.Follower(
+        aioredis.Redis(), count=10, poll_seconds=0.05, client_name="silent"
+    )
+    with pytest.raises(TimeoutError):
+        await follower._reply(Silent())  # type: ignore[arg-type]
