@@ -26,10 +26,13 @@ its listener, nothing more. The hand-over, both ways, is decided under one lock:
 The keeper also knows, without asking Redis, when a run's lease is surely still held
 (``surely_held``): the reaper acts on a run only once its lease deadline passed (``reap.lua``),
 and every renewal that landed set that deadline ``lease_seconds`` after it was sent. So until
-then, less a margin, no other attempt can own the run, and a write that an attempt must only
-make while it holds the run (the reply into the session's transcript) needs no fenced round
-trip first; a process that froze past that time finds out it may not hold the run any longer
-and asks Redis.
+then, less a margin of two heartbeats, no other attempt can own the run, and a write that an
+attempt must only make while it holds the run (the reply into the session's transcript) needs
+no fenced round trip first; a process that froze past that time finds out it may not hold the
+run any longer and asks Redis. What the margin assumes: a failover loses at most a heartbeat's
+renewals, and the Redis hosts' clocks agree within a heartbeat (a deadline set by one primary's
+clock is judged by its successor's); the process's own pauses are counted by two clocks
+(``Instant``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -57,6 +61,12 @@ log = logging.getLogger(__name__)
 
 LEASE_LOST = -1
 STOP_REQUESTED = 1
+
+
+class RenewalsRefused(redis.RedisError):
+    """Redis refused some renewals of a beat (the others went through)."""
+
+
 # How long the thread keeps its connection once it has nothing left to renew: a worker taking
 # runs now and then does not reconnect for each, and an idle one holds none (as its pool's
 # surplus is trimmed, redisio.cluster.TRIM_SECONDS).
@@ -69,11 +79,30 @@ HELD_MARGIN_BEATS = 2
 _BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 
 
-def lease_clock() -> float:
-    """The clock ``surely_held`` counts by: Linux's boot-time clock, which unlike the
-    monotonic one keeps counting while the machine is suspended (a host that slept past its
-    leases must not believe it still holds them); the monotonic clock elsewhere."""
-    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+@dataclass(frozen=True)
+class Instant:
+    """A moment by two clocks, for ``surely_held``: a lease counts as held only while both
+    say it has not lapsed. Linux's boot-time clock, unlike the monotonic one, keeps counting
+    while the machine is suspended (elsewhere the monotonic clock stands in); the wall clock,
+    corrected from outside, also moves for a virtual machine that was paused or a process
+    restored from a snapshot, which the first may not count."""
+
+    boot: float
+    wall: float
+
+    def earlier(self, seconds: float) -> Instant:
+        return Instant(self.boot - seconds, self.wall - seconds)
+
+    def within(self, seconds: float) -> bool:
+        """Whether less than ``seconds`` have passed since this moment, by both clocks."""
+        now = lease_clock()
+        return now.boot < self.boot + seconds and now.wall < self.wall + seconds
+
+
+def lease_clock() -> Instant:
+    """Now, as ``surely_held`` counts."""
+    boot = time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+    return Instant(boot, time.time())
 
 
 class LeaseKeeper:
@@ -107,7 +136,7 @@ class LeaseKeeper:
         self._runs: dict[str, int] = {}
         # Under _lock: per run, its attempt and when the last renewal of its lease that landed
         # (or its claim) was sent, by lease_clock().
-        self._renewed: dict[str, tuple[int, float]] = {}
+        self._renewed: dict[str, tuple[int, Instant]] = {}
         self._lock = threading.Lock()
         # Under _lock: whether the thread renews (and writes the registry entry), and when it
         # last had a run to renew.
@@ -153,7 +182,7 @@ class LeaseKeeper:
         if self._client is not None:
             await asyncio.to_thread(self._client.close)
 
-    def track(self, attempt: Attempt, claimed_at: float) -> None:
+    def track(self, attempt: Attempt, claimed_at: Instant) -> None:
         """Renew ``attempt``'s lease from now on (from the thread: it is woken if idle).
         ``claimed_at``: when its claim (which set the lease) was sent, by ``lease_clock``."""
         with self._lock:
@@ -178,11 +207,7 @@ class LeaseKeeper:
         window = settings.lease_seconds - HELD_MARGIN_BEATS * settings.heartbeat_seconds
         with self._lock:
             renewed = self._renewed.get(attempt.run_id)
-        return (
-            renewed is not None
-            and renewed[0] == attempt.number
-            and lease_clock() < renewed[1] + window
-        )
+        return renewed is not None and renewed[0] == attempt.number and renewed[1].within(window)
 
     # -- the event loop's side: the registry entry while idle ----------------------------------
     async def _presence_forever(self) -> None:
@@ -254,21 +279,40 @@ class LeaseKeeper:
                 pool.disconnect()
 
     def beat(self, runs: list[tuple[str, int]]) -> None:
+        """Renew ``runs`` (one round trip per node); a lost lease or a stop request goes to
+        the event loop. A renewal Redis refused (a slot being migrated answers ``ASK`` or
+        ``TRYAGAIN``) leaves that run unrenewed this beat and the others renewed, then raises
+        ``RenewalsRefused`` so the outage is logged."""
         client = self._connected()
         sent = lease_clock()
+        registry: list[Any] = []  # the registry entry's replies (on a cluster: checked there)
         if self.keys.cluster:
             verdicts = self._renew_per_node(client, runs)
         else:
             results = self._send(client, runs, registry=True)
             verdicts = dict(zip((run_id for run_id, _ in runs), results, strict=False))
+            registry = results[len(runs) :]
         self._note_renewed(runs, verdicts, sent)
         for run_id, _attempt in runs:
             verdict = verdicts.get(run_id)
             if verdict in (LEASE_LOST, STOP_REQUESTED):
                 self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))
+        self._check_registry(registry)
+        refused = [v for v in verdicts.values() if isinstance(v, Exception)]
+        if refused:
+            if self.keys.cluster:  # a slot on the move: the next beat asks where it is
+                with contextlib.suppress(redis.RedisError):
+                    client.nodes_manager.initialize()
+            raise RenewalsRefused(f"{len(refused)} of {len(runs)} lease renewals: {refused[0]!r}")
+
+    @staticmethod
+    def _check_registry(results: list[Any]) -> None:
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
 
     def _note_renewed(
-        self, runs: list[tuple[str, int]], verdicts: dict[str, Any], sent: float
+        self, runs: list[tuple[str, int]], verdicts: dict[str, Any], sent: Instant
     ) -> None:
         """Keep when each renewal that landed was sent (``surely_held``); a lost lease is
         never held again. A run untracked meanwhile, or taken over by a later attempt, keeps
@@ -285,7 +329,8 @@ class LeaseKeeper:
 
     def _send(self, client: Any, runs: list[tuple[str, int]], *, registry: bool) -> list[Any]:
         """One pipelined round trip to ``client``'s node: a renewal per run, then the registry
-        entry when ``registry``; their replies. The renewals go as plain ``EVALSHA``: a
+        entry when ``registry``; their replies, an error reply in place (it concerns its own
+        run: on a cluster, its slot). The renewals go as plain ``EVALSHA``: a
         redis-py pipeline that knows it runs a script asks ``SCRIPT EXISTS`` first, a second
         round trip on every beat. A node that lacks the script (a restart, a promoted replica)
         has it loaded and the beat sent once more: renewals and registry writes are
@@ -294,9 +339,6 @@ class LeaseKeeper:
         if any(isinstance(result, NoScriptError) for result in results):
             client.script_load(self.leases.renew_script)
             results = self._pipelined(client, runs, registry)
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
         return results
 
     def _pipelined(self, client: Any, runs: list[tuple[str, int]], registry: bool) -> list[Any]:
@@ -338,13 +380,16 @@ class LeaseKeeper:
         failed: set[str] = set()
         for name in sorted(by_node, key=lambda name: name in self._failed_nodes):
             connection = client.get_redis_connection(nodes[name])
+            node_runs = by_node[name]
             try:
-                results = self._send(connection, by_node[name], registry=name == registry.name)
+                results = self._send(connection, node_runs, registry=name == registry.name)
             except redis.RedisError as exc:
                 log.warning("lease heartbeat to %s failed: %s", name, exc)
                 failed.add(name)
                 continue
-            verdicts.update(zip((run_id for run_id, _ in by_node[name]), results, strict=False))
+            verdicts.update(zip((run_id for run_id, _ in node_runs), results, strict=False))
+            with contextlib.suppress(redis.RedisError):  # the registry's slot is on the move
+                self._check_registry(results[len(node_runs) :])
         self._failed_nodes = failed
         if failed:
             with contextlib.suppress(redis.RedisError):

@@ -109,7 +109,10 @@ async def test_a_lease_is_surely_held_by_the_clock_only_while_no_reaper_could_ac
     )  # its thread is not started: each beat is the test's
     try:
         window = settings.runs.lease_seconds - 2 * settings.runs.heartbeat_seconds
-        keeper.track(first, lease_keeper.lease_clock() - window - 0.5)  # a claim long sent
+        keeper.track(first, lease_keeper.lease_clock().earlier(window + 0.5))  # a claim long sent
+        assert not keeper.surely_held(first)
+        now = lease_keeper.lease_clock()  # the wall clock alone moved on (a paused VM, say)
+        keeper.track(first, lease_keeper.Instant(now.boot, now.wall - window - 0.5))
         assert not keeper.surely_held(first)
         await asyncio.to_thread(keeper.beat, [(run_id, first.number)])  # renewed just now
         assert keeper.surely_held(first)

@@ -261,8 +261,10 @@ async def test_a_reply_reaches_the_transcript_only_while_its_attempt_holds_the_r
     cannot vouch (a process that froze past its lease, thawed), a fenced call comes first, even
     with nothing left to send: an attempt that lost its run never writes its reply into the
     session."""
-    settings = settings.replace(stream_coalesce_ms=30_000)
-    repo = RunRepository(redis, settings.redis.keys, settings.runs)
+    # A lease the keeper vouches for long after the claim (its thread is not started: the
+    # claim alone vouches); the lost attempt's below is the tests' 3 s one.
+    long = settings.replace(stream_coalesce_ms=30_000, lease_seconds=600)
+    repo = RunRepository(redis, long.redis.keys, long.runs)
     store = await open_store(settings.store, redis_url=settings.redis.url)
     appends: list[str] = []
     scripts = repo._fenced  # what every attempt of this repository writes through
@@ -275,11 +277,11 @@ async def test_a_reply_reaches_the_transcript_only_while_its_attempt_holds_the_r
 
     scripts.appends.evalsha = counting  # type: ignore[method-assign]
 
-    def keeper() -> LeaseKeeper:
+    def keeper(repository: RunRepository) -> LeaseKeeper:
         loop = asyncio.get_running_loop()
         return LeaseKeeper(
-            settings.redis, repo.leases, "w", loop, lambda *_: None, 4, presence=redis
-        )  # not started: the claim alone vouches for the lease, for the window after it
+            settings.redis, repository.leases, "w", loop, lambda *_: None, 4, presence=redis
+        )
 
     async def turn(backend: EchoBackend, vouching: LeaseKeeper | None) -> tuple[str, str, int]:
         runtime = WorkerRuntime("w", repo, backend, keeper=vouching, store=store)
@@ -292,7 +294,11 @@ async def test_a_reply_reaches_the_transcript_only_while_its_attempt_holds_the_r
         rows = await store.get_messages(session_id)
         return [row.content for row in rows if row.role == "assistant"]
 
-    watching = keeper()
+    watching = keeper(repo)
+    short = RunRepository(
+        redis, settings.redis.keys, settings.replace(stream_coalesce_ms=30_000).runs
+    )
+    lapsing = keeper(short)
     try:
         vouched, ended, vouched_appends = await turn(NotingEcho(), watching)
         assert ended == "completed" and await replies(vouched) == ["Echo: a b c"]
@@ -305,20 +311,21 @@ async def test_a_reply_reaches_the_transcript_only_while_its_attempt_holds_the_r
 
         # Frozen after its reply streamed: the lease lapsed and the run went back to the queue.
         backend = NotingEcho(hold=True)
-        runtime = WorkerRuntime("w", repo, backend, keeper=watching, store=store)
+        runtime = WorkerRuntime("w", short, backend, keeper=lapsing, store=store)
         lost = new_run_id()
-        await repo.create(NewRun(lost, lost, TurnRequest("d e f"), persist=Persist.TURN))
+        await short.create(NewRun(lost, lost, TurnRequest("d e f"), persist=Persist.TURN))
         running = asyncio.create_task(run_turn(runtime, lost))
         await backend.streamed.wait()
         attempt = runtime.active[lost].attempt
         await redis.zadd(settings.redis.keys.leases_of(lost), {lost: 0})
-        assert await repo.leases.reap(lost) == "requeued"
-        await eventually(lambda: not watching.surely_held(attempt), within=10)
+        assert await short.leases.reap(lost) == "requeued"
+        await eventually(lambda: not lapsing.surely_held(attempt), within=10)
         backend.release.set()
         assert await running == "lease_lost"
         assert await replies(lost) == []
     finally:
         await watching.aclose()
+        await lapsing.aclose()
         await store.close()
 
 
