@@ -11,7 +11,6 @@ from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
-from redis.crc import key_slot
 
 from hermes_queue.config import Settings
 from hermes_queue.events import EventType
@@ -23,7 +22,7 @@ from hermes_queue.streams.hub import StreamHub
 from hermes_queue.streams.sharded import ShardedFollower
 from tests.support.polling import eventually
 from tests.support.redis_cluster import RedisCluster
-from tests.support.slot_migration import Migration
+from tests.support.slot_migration import Migration, neighbours, run_slot
 
 
 @pytest.fixture
@@ -91,17 +90,7 @@ async def test_a_slot_on_the_move_holds_back_its_own_streams_not_the_nodes_other
     other streams the node's follower reads go on, with no reconnect."""
     keys = cluster_settings.redis.keys
 
-    def slot_of(run_id: str) -> int:
-        return int(key_slot(keys.events(run_id).encode()))
-
-    moving = new_run_id()
-    source = redis_cluster.node_of_slot(slot_of(moving)).port
-    staying = next(
-        r
-        for r in iter(new_run_id, None)
-        if keys.shard_of(r) != keys.shard_of(moving)
-        and redis_cluster.node_of_slot(slot_of(r)).port == source
-    )
+    moving, staying = neighbours(redis_cluster, keys)
     hub = StreamHub(cluster_client, keys, poll_ms=200, client_name=f"{keys.namespace}-move")
     await hub.start()
     followers = cast(ShardedFollower, hub.follower)
@@ -123,7 +112,7 @@ async def test_a_slot_on_the_move_holds_back_its_own_streams_not_the_nodes_other
         await eventually(lambda: seen == {moving: [1], staying: [1]}, within=20)
         losses = hub.connection_losses
 
-        migration = Migration(redis_cluster, slot_of(moving))
+        migration = Migration(redis_cluster, run_slot(keys, moving))
         migration.begin()
         migration.move(keys.events(moving))
         # The polls read the moved stream on its old node: ASK, and nothing else happens.

@@ -9,17 +9,15 @@ import asyncio
 import contextlib
 
 import pytest
-from redis.crc import key_slot
 
 from hermes_queue.config import Settings
 from hermes_queue.redisio.connect import connect
 from hermes_queue.runs.model import NewRun
-from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
 from hermes_queue.workers.lease_keeper import LeaseKeeper, RenewalsRefused, lease_clock
 from tests.support.redis_cluster import RedisCluster
-from tests.support.slot_migration import Migration
+from tests.support.slot_migration import Migration, neighbours, run_slot
 
 
 @pytest.mark.timeout(90)
@@ -30,17 +28,7 @@ async def test_a_run_on_a_moving_slot_costs_only_its_own_renewal(
     redis = connect(cluster_settings.redis)
     repository = RunRepository(redis, keys, cluster_settings.runs)
 
-    def slot_of(run_id: str) -> int:
-        return int(key_slot(keys.run(run_id).encode()))
-
-    moving = new_run_id()
-    node = redis_cluster.node_of_slot(slot_of(moving)).port
-    staying = next(
-        r
-        for r in iter(new_run_id, None)
-        if keys.shard_of(r) != keys.shard_of(moving)
-        and redis_cluster.node_of_slot(slot_of(r)).port == node
-    )
+    moving, staying = neighbours(redis_cluster, keys)
     attempts = []
     for run_id in (moving, staying):
         assert await repository.create(NewRun(run_id, run_id, TurnRequest("hi")))
@@ -66,7 +54,7 @@ async def test_a_run_on_a_moving_slot_costs_only_its_own_renewal(
             keeper.track(attempt, lease_clock())
         await asyncio.to_thread(keeper.beat, runs)
 
-        migration = Migration(redis_cluster, slot_of(moving))
+        migration = Migration(redis_cluster, run_slot(keys, moving))
         migration.begin()
         migration.move(keys.run(moving))  # its record moved, its shard's lease set not yet
         before = {run_id: await deadline(run_id) for run_id in (moving, staying)}

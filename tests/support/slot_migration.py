@@ -4,8 +4,31 @@ moved (``MIGRATE``), then every node told the new owner (``SETSLOT … NODE``)."
 
 from __future__ import annotations
 
+from redis.crc import key_slot
+
+from hermes_queue.keys import Keys
+from hermes_queue.runs.placement import new_run_id
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_group import Node
+
+
+def run_slot(keys: Keys, run_id: str) -> int:
+    """The hash slot of a run's keys (its shard's)."""
+    return int(key_slot(keys.run(run_id).encode()))
+
+
+def neighbours(cluster: RedisCluster, keys: Keys) -> tuple[str, str]:
+    """Two run ids of different shards that one primary serves: moving one's slot leaves the
+    other where it is, on the same node."""
+    first = new_run_id()
+    node = cluster.node_of_slot(run_slot(keys, first)).port
+    second = next(
+        r
+        for r in iter(new_run_id, None)
+        if keys.shard_of(r) != keys.shard_of(first)
+        and cluster.node_of_slot(run_slot(keys, r)).port == node
+    )
+    return first, second
 
 
 class Migration:
