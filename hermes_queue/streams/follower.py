@@ -47,7 +47,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
-from redis.exceptions import AskError, ResponseError, TryAgainError
+from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 
 from hermes_queue.redisio.health import OutageLog
 from hermes_queue.redisio.pipeline import dedicated_connection
@@ -376,7 +376,10 @@ class Follower:
 
 def _migrating(error: ResponseError) -> str | None:
     """``ASK`` or ``TRYAGAIN`` when ``error`` says its slot is being migrated, else None
-    (redis-py's parser may strip the word into the error's class)."""
+    (redis-py's parser may strip the word into the error's class; its ``MovedError`` is an
+    ``AskError``)."""
+    if isinstance(error, MovedError):
+        return None
     if isinstance(error, AskError):
         return "ASK"
     if isinstance(error, TryAgainError):

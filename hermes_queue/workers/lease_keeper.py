@@ -49,7 +49,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 import redis.cluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import MovedError, NoScriptError, RedisClusterException
 
 from hermes_queue.config import RedisSettings
 from hermes_queue.redisio.connect import connect_sync
@@ -280,14 +280,14 @@ class LeaseKeeper:
 
     def beat(self, runs: list[tuple[str, int]]) -> None:
         """Renew ``runs`` (one round trip per node); a lost lease or a stop request goes to
-        the event loop. A renewal Redis refused (a slot being migrated answers ``ASK`` or
-        ``TRYAGAIN``) leaves that run unrenewed this beat and the others renewed, then raises
-        ``RenewalsRefused`` so the outage is logged."""
+        the event loop. A write Redis refused (a slot being migrated answers ``ASK`` or
+        ``TRYAGAIN``) costs only itself: that run stays unrenewed this beat, the others are
+        renewed; then ``RenewalsRefused`` is raised so the outage is logged, and after a
+        ``MOVED`` the slot table is asked for again, so the next beat reaches the new owner."""
         client = self._connected()
         sent = lease_clock()
-        registry: list[Any] = []  # the registry entry's replies (on a cluster: checked there)
         if self.keys.cluster:
-            verdicts = self._renew_per_node(client, runs)
+            verdicts, registry = self._renew_per_node(client, runs)
         else:
             results = self._send(client, runs, registry=True)
             verdicts = dict(zip((run_id for run_id, _ in runs), results, strict=False))
@@ -297,19 +297,14 @@ class LeaseKeeper:
             verdict = verdicts.get(run_id)
             if verdict in (LEASE_LOST, STOP_REQUESTED):
                 self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))
-        self._check_registry(registry)
-        refused = [v for v in verdicts.values() if isinstance(v, Exception)]
-        if refused:
-            if self.keys.cluster:  # a slot on the move: the next beat asks where it is
-                with contextlib.suppress(redis.RedisError):
-                    client.nodes_manager.initialize()
-            raise RenewalsRefused(f"{len(refused)} of {len(runs)} lease renewals: {refused[0]!r}")
-
-    @staticmethod
-    def _check_registry(results: list[Any]) -> None:
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
+        refused = [v for v in (*verdicts.values(), *registry) if isinstance(v, Exception)]
+        if not refused:
+            return
+        moved = any(isinstance(error, MovedError) for error in refused)
+        if self.keys.cluster and moved and not self._failed_nodes:  # else refreshed already
+            with contextlib.suppress(redis.RedisError, RedisClusterException):
+                client.nodes_manager.initialize()
+        raise RenewalsRefused(f"{len(refused)} writes of a lease beat: {refused[0]!r}")
 
     def _note_renewed(
         self, runs: list[tuple[str, int]], verdicts: dict[str, Any], sent: Instant
@@ -360,13 +355,16 @@ class LeaseKeeper:
         )
         pipe.expire(self.keys.worker(self.worker_id), int(self.settings.lease_seconds * 3))
 
-    def _renew_per_node(self, client: Any, runs: list[tuple[str, int]]) -> dict[str, Any]:
+    def _renew_per_node(
+        self, client: Any, runs: list[tuple[str, int]]
+    ) -> tuple[dict[str, Any], list[Any]]:
         """On a Redis Cluster: one pipelined round trip per node serving the runs' shards (the
         registry entry rides with the renewals of its node: its keys share a slot), each
         node's failure its own, so a primary that died leaves the leases on the others renewed.
         Nodes that failed on the last beat go last (a dead host costs a connect timeout), and a
         failure refreshes the slot table, so the next beat reaches the promoted replica. The
-        renewal verdicts by run id (missing: not renewed this beat)."""
+        renewal verdicts by run id (missing: not renewed this beat), and the registry entry's
+        replies (none when its node failed)."""
         by_node: dict[str, list[tuple[str, int]]] = {}
         nodes: dict[str, Any] = {}
         for run_id, attempt in runs:
@@ -377,6 +375,7 @@ class LeaseKeeper:
         by_node.setdefault(registry.name, [])
         nodes.setdefault(registry.name, registry)
         verdicts: dict[str, Any] = {}
+        registered: list[Any] = []
         failed: set[str] = set()
         for name in sorted(by_node, key=lambda name: name in self._failed_nodes):
             connection = client.get_redis_connection(nodes[name])
@@ -388,10 +387,9 @@ class LeaseKeeper:
                 failed.add(name)
                 continue
             verdicts.update(zip((run_id for run_id, _ in node_runs), results, strict=False))
-            with contextlib.suppress(redis.RedisError):  # the registry's slot is on the move
-                self._check_registry(results[len(node_runs) :])
+            registered += results[len(node_runs) :]
         self._failed_nodes = failed
         if failed:
-            with contextlib.suppress(redis.RedisError):
+            with contextlib.suppress(redis.RedisError, RedisClusterException):
                 client.nodes_manager.initialize()
-        return verdicts
+        return verdicts, registered
