@@ -205,9 +205,14 @@ class Follower:
         listener = dedicated_connection(
             self.redis, f"{self.client_name}:entries", decode_responses=False
         )
-        await listener.connect()  # type: ignore[no-untyped-call]
-        await listener.send_command("CLIENT", "ID")
-        self.listener_client_id = int(await listener.read_response(timeout=self.poll_seconds + 10))
+        try:  # timed here: redis-py's own read timeout answers None, not an error
+            async with asyncio.timeout(self.poll_seconds + REPLY_GRACE_SECONDS):
+                await listener.connect()  # type: ignore[no-untyped-call]
+                await listener.send_command("CLIENT", "ID")
+                self.listener_client_id = int(await listener.read_response())
+        except BaseException:
+            await listener.disconnect(nowait=True)  # not the follower's yet: nothing else would
+            raise
         self._subscribed = set()
         self._to_subscribe = set(self._streams)
         self._listener = listener

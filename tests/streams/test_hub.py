@@ -463,3 +463,34 @@ def test_only_a_slot_mid_migration_is_left_to_the_next_poll() -> None:
     assert migrating(MovedError("3999 127.0.0.1:6381")) is None
     assert migrating(ResponseError("MOVED 3999 127.0.0.1:6381")) is None
     assert migrating(ResponseError("WRONGTYPE Operation against a key")) is None
+
+
+async def test_a_listener_that_never_answers_is_closed_and_counts_as_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pub/sub connection asks for its client id first; a reply that does not come fails
+    the connect (the follower then reconnects with backoff) and the connection is closed, not
+    left open beside the next one."""
+    monkeypatch.setattr(follower_module, "REPLY_GRACE_SECONDS", 0.05)
+    closed: list[bool] = []
+
+    class Silent:
+        async def connect(self) -> None:
+            pass
+
+        async def send_command(self, *_: Any) -> None:
+            pass
+
+        async def read_response(self, **_: Any) -> Any:
+            await asyncio.Event().wait()
+
+        async def disconnect(self, nowait: bool = False) -> None:
+            closed.append(nowait)
+
+    monkeypatch.setattr(follower_module, "dedicated_connection", lambda *_, **__: Silent())
+    follower = follower_module.Follower(
+        aioredis.Redis(), count=10, poll_seconds=0.05, client_name="silent"
+    )
+    with pytest.raises(TimeoutError):
+        await follower._connect_listener()
+    assert closed == [True]
