@@ -19,6 +19,9 @@ hermes-queue (API + worker + Redis), on the same traffic, interleaved.
   TTFT** at p50 (target ≤ 10 ms at one client). Every stack turn must end with the fake's reply
   for its turn number (the history went along) and ``done``; failures are reported and make
   the script exit non-zero.
+- model calls per turn, both sides: the fake LLM's count of chat completions over the window
+  (``GET /_stats``): the same on both, or the sides did not do the same work (Hermes' background
+  reviews, every tenth turn of a conversation, are model calls too);
 - rounds alternate the sides level by level; figures are medians over rounds, ratios per round.
 - ``--coalesce-ms N`` runs the stack with ``stream_coalesce_ms = N`` (deltas merged over N ms);
   without it, the deployment's default (80 ms).
@@ -55,6 +58,7 @@ from tests.support.processes import child_env
 from tests.support.upstream import HERMES_PREFIXES
 
 SETTLE_S = 0.5
+CHAT_PATH = "/v1/chat/completions"  # what the fake LLM counts model calls by (GET /_stats)
 FLOOR_AGENT = "bench.lib.floor_agent"
 
 
@@ -148,6 +152,7 @@ def figures(side: str, level: int, raw: dict[str, Any]) -> dict[str, Any]:
         "failures": len(raw["failures"]),
         "failure_samples": raw["failures"][:3],
         "turns_per_s": round(raw["ok"] / raw["wall_s"], 2),
+        "model_calls_per_turn": round(raw.get("model_calls", 0) / ok, 2),
         "cpu_ms_per_turn": round(raw["cpu_s"] * 1000 / ok, 2),
         "ttft_ms": report.summary_ms(raw["ttft_s"]),
         "total_ms": report.summary_ms(raw["total_s"]),
@@ -169,6 +174,7 @@ def summarize(results: list[dict[str, Any]], levels: list[int]) -> list[dict[str
             row[f"{name}_cpu_ms"] = report.median([r["cpu_ms_per_turn"] for r in rs])
             row[f"{name}_ttft_p50_ms"] = report.median([r["ttft_ms"]["p50"] for r in rs])
             row[f"{name}_turns_s"] = report.median([r["turns_per_s"] for r in rs])
+            row[f"{name}_model_calls"] = report.median([r["model_calls_per_turn"] for r in rs])
         if stack:
             row["stack_by_process"] = " · ".join(
                 f"{k} {report.median([r['cpu_ms_by_process'][k] for r in stack])}"
@@ -223,7 +229,10 @@ async def start_stack(args: argparse.Namespace, llm_url: str) -> tuple[deploy.De
 
 
 async def run_rounds(
-    args: argparse.Namespace, floor: FloorProcess | None, stack: Side | None
+    args: argparse.Namespace,
+    llm: FakeLLMProcess,
+    floor: FloorProcess | None,
+    stack: Side | None,
 ) -> list[dict[str, Any]]:
     """Every round, every level, every side in turn (interleaved): each one's figures."""
     results: list[dict[str, Any]] = []
@@ -231,10 +240,14 @@ async def run_rounds(
         for level in args.level_list:
             conversations = max(level, args.min_conversations)
             for name in args.side_list:
+                calls = (await llm.stats()).get(CHAT_PATH, 0)
                 if name == "floor" and floor is not None:
                     raw = await floor.run(conversations, args.turns, level)
                 elif stack is not None:
                     raw = await stack_run(stack, conversations, args.turns, level)
+                # Both sides must make the same model calls (the agent's background reviews
+                # included), or the comparison is not of the same work.
+                raw["model_calls"] = (await llm.stats()).get(CHAT_PATH, 0) - calls
                 row = figures(name, level, raw)
                 row["round"] = index + 1
                 results.append(row)
@@ -242,7 +255,8 @@ async def run_rounds(
                     f"round {index + 1} c={level:<3} {name:5}: {row['turns']} turns, "
                     f"{row['cpu_ms_per_turn']} CPU ms/turn "
                     f"{row.get('cpu_ms_by_process', '')}, TTFT p50 {row['ttft_ms']['p50']} "
-                    f"ms, {row['turns_per_s']} turns/s, failures {row['failures']}",
+                    f"ms, {row['turns_per_s']} turns/s, {row['model_calls_per_turn']} model calls "
+                    f"per turn, failures {row['failures']}",
                     flush=True,
                 )
                 for problem in row["failure_samples"]:
@@ -283,7 +297,7 @@ async def main() -> None:
             await floor.run(2, 2, 2)  # warm-up: imports done, clients and caches built
         if "stack" in args.side_list:
             dep, stack = await start_stack(args, llm.base_url)
-        results = await run_rounds(args, floor, stack)
+        results = await run_rounds(args, llm, floor, stack)
     finally:
         if dep is not None:
             dep.stop()
