@@ -44,6 +44,7 @@ from redis.exceptions import ResponseError
 from hermes_queue.redisio.addresses import host_and_port
 from hermes_queue.redisio.cluster_retry import SafeRetryCluster
 from hermes_queue.redisio.cluster_seeds import keep_seeds, restore_seeds, seeds_of
+from hermes_queue.redisio.redirections import redirection
 
 CLUSTER_SCHEME = "redis+cluster"
 DEFAULT_PORT = 6379
@@ -144,11 +145,9 @@ class NodeConnection(aioredis.Connection):
         try:
             return await super().read_response(*args, **kwargs)
         except ResponseError as error:
-            # A plain connection's parser leaves ``MOVED <slot> <host>:<port>`` a bare
-            # ResponseError.
-            words = str(error).split()
-            if len(words) == 3 and words[0] == "MOVED":
-                self.resolve.moved(host_and_port(words[2], DEFAULT_PORT, "MOVED address"))
+            moved = redirection(error)
+            if moved is not None and moved.kind == "MOVED":
+                self.resolve.moved(host_and_port(moved.address, DEFAULT_PORT, "MOVED address"))
             raise
 
 

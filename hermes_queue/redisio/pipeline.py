@@ -33,9 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.redisio.addresses import host_and_port
 from hermes_queue.redisio.cluster import DEFAULT_PORT, Address, connect_address, connect_node
-
-# Error replies of a node that does not serve a key's slot now: nothing ran, send it on.
-_REDIRECTIONS = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN")
+from hermes_queue.redisio.redirections import redirection
 
 log = logging.getLogger(__name__)
 
@@ -234,17 +232,17 @@ class SlotPipelines:
             try:
                 return await conn.evalsha(script, keys, args, asking=ask is not None)
             except ResponseError as exc:
-                kind, _, rest = str(exc).partition(" ")
-                if kind not in _REDIRECTIONS or loop.time() > settle_by:
+                moved = redirection(exc)
+                if moved is None or loop.time() > settle_by:
                     raise
-                self.redirections[kind] += 1
+                self.redirections[moved.kind] += 1
                 ask = None
-                if kind == "MOVED":  # the slot has another owner: this connection goes
+                if moved.kind == "MOVED":  # the slot has another owner: this connection goes
                     self._retire(slot, conn)
-                elif kind == "ASK":
-                    ask = host_and_port(rest.split()[-1], DEFAULT_PORT, "ASK address")
+                elif moved.kind == "ASK":
+                    ask = host_and_port(moved.address, DEFAULT_PORT, "ASK address")
                 else:
-                    if kind == "CLUSTERDOWN":  # a node cut off: ask the cluster again
+                    if moved.kind == "CLUSTERDOWN":  # a node cut off: ask the cluster again
                         await self._drop(slot, conn)
                     await asyncio.sleep(SETTLE_EVERY)
             except (RedisConnectionError, RedisTimeoutError):

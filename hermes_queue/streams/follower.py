@@ -47,10 +47,11 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
-from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
+from redis.exceptions import ResponseError
 
 from hermes_queue.redisio.health import OutageLog
 from hermes_queue.redisio.pipeline import dedicated_connection
+from hermes_queue.redisio.redirections import Redirection, redirection
 from hermes_queue.streams.codec import split_published
 from hermes_queue.streams.followed import Followed, Sink, dispatch, pack_xread, xread_head
 from hermes_queue.streams.reader import BACKOFF_MAX, BACKOFF_MIN, REDIS_DOWN, id_key
@@ -63,6 +64,9 @@ REPLY_GRACE_SECONDS = 10.0
 # flood of messages.
 _RECEIVED_MAX = 1_000
 
+
+# The redirections of a slot mid-migration: they concern that slot's XREAD alone.
+_MIGRATING = ("ASK", "TRYAGAIN")
 
 _MESSAGES = (b"message", b"smessage")
 _CONFIRMATIONS = (b"subscribe", b"ssubscribe")
@@ -331,12 +335,12 @@ class Follower:
             self._dirty.update(reading)  # read them again once reconnected
             raise
         for group, reply in zip(groups, replies, strict=True):
-            if isinstance(reply, ResponseError):
+            if isinstance(reply, Redirection):
                 # That slot is being migrated: its streams are read again at the next poll
                 # (and, once the move is over, Redis unsubscribes their channels here: the
                 # follower reconnects and is regrouped onto the node that serves them). The
                 # other slots' streams go on.
-                self.unreadable[_migrating(reply) or "?"] += 1
+                self.unreadable[reply.kind] += 1
                 continue
             for key, count in self._dispatch(group, reply).items():
                 if count >= self.count:
@@ -353,9 +357,10 @@ class Follower:
             async with asyncio.timeout(self.poll_seconds + REPLY_GRACE_SECONDS):
                 return await conn.read_response(disconnect_on_error=False)
         except ResponseError as error:
-            if _migrating(error) is None:
+            moving = redirection(error)
+            if moving is None or moving.kind not in _MIGRATING:
                 raise
-            return error
+            return moving
 
     def _by_slot(self, keys: Iterable[str]) -> list[list[str]]:
         """``keys`` in groups one command may name: one group without a cluster; on a cluster
@@ -377,20 +382,6 @@ class Follower:
 
     def _dispatch(self, reading: dict[str, Followed], reply: Any) -> dict[str, int]:
         return dispatch(reading, reply, self._streams)
-
-
-def _migrating(error: ResponseError) -> str | None:
-    """``ASK`` or ``TRYAGAIN`` when ``error`` says its slot is being migrated, else None
-    (redis-py's parser may strip the word into the error's class; its ``MovedError`` is an
-    ``AskError``)."""
-    if isinstance(error, MovedError):
-        return None
-    if isinstance(error, AskError):
-        return "ASK"
-    if isinstance(error, TryAgainError):
-        return "TRYAGAIN"
-    word = str(error).partition(" ")[0]
-    return word if word in ("ASK", "TRYAGAIN") else None
 
 
 __all__ = ["Follower", "Sink"]

@@ -49,11 +49,12 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 import redis.cluster
-from redis.exceptions import MovedError, NoScriptError, RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 
 from hermes_queue.config import RedisSettings
 from hermes_queue.redisio.connect import connect_sync
 from hermes_queue.redisio.health import UNREACHABLE, OutageLog
+from hermes_queue.redisio.redirections import redirection
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
 
@@ -134,9 +135,9 @@ class LeaseKeeper:
         if metrics_port:
             self._record["metrics_port"] = metrics_port
         self._runs: dict[str, int] = {}
-        # Under _lock: per run, its attempt and when the last renewal of its lease that landed
-        # (or its claim) was sent, by lease_clock().
-        self._renewed: dict[str, tuple[int, Instant]] = {}
+        # Under _lock: per run tracked (its attempt is _runs'), when the last renewal of its lease
+        # that landed (or its claim) was sent, by lease_clock().
+        self._renewed: dict[str, Instant] = {}
         self._lock = threading.Lock()
         # Under _lock: whether the thread renews (and writes the registry entry), and when it
         # last had a run to renew.
@@ -187,7 +188,7 @@ class LeaseKeeper:
         ``claimed_at``: when its claim (which set the lease) was sent, by ``lease_clock``."""
         with self._lock:
             self._runs[attempt.run_id] = attempt.number
-            self._renewed[attempt.run_id] = (attempt.number, claimed_at)
+            self._renewed[attempt.run_id] = claimed_at
             self._busy_at = time.monotonic()
             if not self._renewing:
                 self._renewing = True
@@ -206,8 +207,9 @@ class LeaseKeeper:
         settings = self.settings
         window = settings.lease_seconds - HELD_MARGIN_BEATS * settings.heartbeat_seconds
         with self._lock:
+            ours = self._runs.get(attempt.run_id) == attempt.number
             renewed = self._renewed.get(attempt.run_id)
-        return renewed is not None and renewed[0] == attempt.number and renewed[1].within(window)
+        return ours and renewed is not None and renewed.within(window)
 
     # -- the event loop's side: the registry entry while idle ----------------------------------
     async def _presence_forever(self) -> None:
@@ -300,7 +302,7 @@ class LeaseKeeper:
         refused = [v for v in (*verdicts.values(), *registry) if isinstance(v, Exception)]
         if not refused:
             return
-        moved = any(isinstance(error, MovedError) for error in refused)
+        moved = any(_moved(error) for error in refused)
         if self.keys.cluster and moved and not self._failed_nodes:  # else refreshed already
             with contextlib.suppress(redis.RedisError, RedisClusterException):
                 client.nodes_manager.initialize()
@@ -320,7 +322,7 @@ class LeaseKeeper:
                 if verdict == LEASE_LOST:
                     self._renewed.pop(run_id, None)
                 elif verdict in (0, STOP_REQUESTED):
-                    self._renewed[run_id] = (attempt, sent)
+                    self._renewed[run_id] = sent
 
     def _send(self, client: Any, runs: list[tuple[str, int]], *, registry: bool) -> list[Any]:
         """One pipelined round trip to ``client``'s node: a renewal per run, then the registry
@@ -393,3 +395,8 @@ class LeaseKeeper:
             with contextlib.suppress(redis.RedisError, RedisClusterException):
                 client.nodes_manager.initialize()
         return verdicts, registered
+
+
+def _moved(error: Exception) -> bool:
+    found = redirection(error) if isinstance(error, ResponseError) else None
+    return found is not None and found.kind == "MOVED"

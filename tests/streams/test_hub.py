@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 
 from hermes_queue.events import EventType, RunEvent
 from hermes_queue.keys import Keys
@@ -451,18 +450,6 @@ async def test_an_xread_reply_that_never_comes_is_a_lost_connection(
     )
     with pytest.raises(TimeoutError):
         await follower._reply(Silent())  # type: ignore[arg-type]
-
-
-def test_only_a_slot_mid_migration_is_left_to_the_next_poll() -> None:
-    """``ASK`` and ``TRYAGAIN`` concern one slot while it moves; ``MOVED`` (which redis-py's
-    cluster parser makes an ``AskError`` subclass) and any other error are a lost connection."""
-    migrating = follower_module._migrating
-    assert migrating(AskError("3999 127.0.0.1:6381")) == "ASK"
-    assert migrating(TryAgainError("Multiple keys request during rehashing of slot")) == "TRYAGAIN"
-    assert migrating(ResponseError("ASK 3999 127.0.0.1:6381")) == "ASK"
-    assert migrating(MovedError("3999 127.0.0.1:6381")) is None
-    assert migrating(ResponseError("MOVED 3999 127.0.0.1:6381")) is None
-    assert migrating(ResponseError("WRONGTYPE Operation against a key")) is None
 
 
 async def test_a_listener_that_never_answers_is_closed_and_counts_as_lost(
