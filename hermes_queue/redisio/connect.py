@@ -38,7 +38,7 @@ import redis
 import redis.asyncio as aioredis
 import redis.connection
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.asyncio.sentinel import Sentinel
 from redis.sentinel import Sentinel as SyncSentinel
 
 from hermes_queue.config import RedisSettings
@@ -51,6 +51,7 @@ from hermes_queue.redisio.cluster import (
 )
 from hermes_queue.redisio.health import OutageLog, classify
 from hermes_queue.redisio.pool import BoundedPool
+from hermes_queue.redisio.sentinel_pool import BoundedSentinelPool, SentinelPool
 from hermes_queue.redisio.switchover import (
     SwitchoverConnection,
     SwitchoverSentinelConnection,
@@ -137,25 +138,9 @@ def _sentinel_kwargs() -> dict[str, Any]:
     return {"socket_timeout": SENTINEL_TIMEOUT, "socket_connect_timeout": SENTINEL_TIMEOUT}
 
 
-class _SentinelPool(SentinelConnectionPool):
-    """redis-py's Sentinel pool that also closes its Sentinel clients when closed for good
-    (a failover only drops idle connections: ``inuse_connections=False``)."""
-
-    async def disconnect(self, inuse_connections: bool = True) -> None:
-        await super().disconnect(inuse_connections)
-        if inuse_connections:
-            for client in self.sentinel_manager.sentinels:
-                await client.aclose()
-
-
-class _BoundedSentinelPool(_SentinelPool, BoundedPool):
-    """A bounded pool (callers wait for a connection) whose connections find the primary
-    through Sentinel."""
-
-
 def _through_sentinel(target: SentinelTarget, **options: Any) -> aioredis.Redis:
     """An async client of ``target``'s primary; bounded pool when ``max_connections`` is given."""
-    pool_class = _BoundedSentinelPool if "max_connections" in options else _SentinelPool
+    pool_class = BoundedSentinelPool if "max_connections" in options else SentinelPool
     manager = Sentinel(target.sentinels, sentinel_kwargs=_sentinel_kwargs())  # type: ignore[no-untyped-call]
     client: aioredis.Redis = manager.master_for(
         target.service, connection_pool_class=pool_class, **target.node_kwargs(), **options

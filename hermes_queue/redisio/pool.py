@@ -106,9 +106,15 @@ class BoundedPool(aioredis.ConnectionPool):
                 return
         self._available_connections.append(connection)
 
+    def _points_elsewhere(self, connection: AbstractConnection) -> bool:
+        """Whether ``connection`` is connected to a node that is no longer the one to use (a
+        former primary: ``redisio/sentinel_pool.py``); such a connection is made again before
+        it is handed out."""
+        return False
+
     async def _make_ready(self, connection: AbstractConnection) -> None:
         if connection.is_connected:
-            if not _closed_by_server(connection):
+            if not _closed_by_server(connection) and not self._points_elsewhere(connection):
                 return
             await connection.disconnect()
         await _connect(connection)

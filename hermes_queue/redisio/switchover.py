@@ -208,7 +208,14 @@ class _Classifying:
             raise NotApplied(f"connection closed while being made: {exc}") from exc
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except (AttributeError, RuntimeError) as exc:
+            # The connection was closed under its sender (redis-py's cluster client drops every
+            # node's connections when it rebuilds its slot table): the write found no writer
+            # (AttributeError) or a closed transport (uvloop's RuntimeError; asyncio's drops
+            # the bytes and raises ConnectionResetError). Nothing of the command was written.
+            raise NotApplied(f"connection closed before the command was written: {exc}") from exc
         self._replies_read = 0  # after the health check's PING, if any, was answered
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:

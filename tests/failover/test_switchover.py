@@ -69,7 +69,8 @@ async def test_planned_switchover_under_load_fails_nothing(
         finally:
             await load.cancel()
         await load.settle_records(within=30)
-    logs = "\n".join(p.log()[-1500:] for p in deployment.procs)
+    errors = [line for p in deployment.procs for line in p.errors()]
+    logs = "\n".join([*errors, *(p.log()[-1500:] for p in deployment.procs)])
 
     new = group.primary()
     assert new is not old and done.new == (new.host, new.port), said

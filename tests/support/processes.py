@@ -119,6 +119,23 @@ class Proc:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def errors(self) -> list[str]:
+        """Each ERROR it logged, one line: the message and the exception its traceback ended
+        with. A failing test puts these first in its message: a log's tail is cut, and an error
+        of minutes ago is not in it."""
+        found: list[str] = []
+        message, exception = "", ""
+        for line in [*self.log().splitlines(), "0000-"]:  # a last "log line" closes the last
+            if line[:4].isdigit() and line[4:5] == "-":  # a new log line
+                if message:
+                    cause = f" <- {exception}" if exception else ""
+                    found.append(f"{self.name}: {message}{cause}")
+                message = line.split("] ", 1)[-1] if " ERROR " in line else ""
+                exception = ""
+            elif message and line.strip() and not line.startswith(" "):
+                exception = line.strip()  # a traceback's last unindented line is its exception
+        return found
+
     def kill(self) -> None:
         self.process.kill()
         self.process.wait(10)
