@@ -34,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from hermes_queue.redisio.addresses import host_and_port
 from hermes_queue.redisio.cluster import DEFAULT_PORT, Address, connect_address, connect_node
 from hermes_queue.redisio.redirections import redirection
+from hermes_queue.redisio.switchover import NotApplied
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,10 @@ class PipelinedConnection:
             for task in list(self._closing):
                 if task.done():
                     self._closing.discard(task)
-        error = exc if isinstance(exc, RedisConnectionError | RedisTimeoutError) else None
+        # The others' commands were written before: whatever this failure says of its own
+        # command, theirs may have been applied (never NotApplied).
+        lost = isinstance(exc, RedisConnectionError | RedisTimeoutError)
+        error = exc if lost and not isinstance(exc, NotApplied) else None
         while self._pending:
             waiter = self._pending.popleft()
             if not waiter.done():

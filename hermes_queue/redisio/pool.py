@@ -15,7 +15,9 @@ through the event loop. On a busy API each lock hand-off and each check is a loo
 - before use, a connection the server closed (a restart, ``CLIENT KILL``, an idle timeout) is
   recognised by what the loop already read from it (end of stream, or a transport error) and
   reconnected, without polling the socket. A connection left with a reply unread is already
-  closed by redis-py when its command was cancelled or failed, so it reconnects here too.
+  closed by redis-py when its command was cancelled or failed, so it reconnects here too; so
+  does one still connected to a former primary after a Sentinel failover
+  (``redisio/sentinel_pool.py``: re-pointed by the caller that takes it, never closed under one).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class BoundedPool(aioredis.ConnectionPool):
         if connection.is_connected:
             if not _closed_by_server(connection) and not self._points_elsewhere(connection):
                 return
-            await connection.disconnect()
+            await connection.disconnect(nowait=True)  # nothing of anyone's to finish on it
         await _connect(connection)
 
 

@@ -36,12 +36,13 @@ class SentinelPool(SentinelConnectionPool):
         """Whether ``connection`` is connected to a node other than the primary last named."""
         if not self.is_master or self.master_address is None or not connection.is_connected:
             return False
-        here = (getattr(connection, "host", None), getattr(connection, "port", None))
-        return here != tuple(self.master_address)
+        # Both from the same answer: connect_to took the address discover_master gave.
+        here: tuple[Any, Any] = (connection.host, connection.port)  # type: ignore[attr-defined]
+        return bool(here != self.master_address)
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
         if self._points_elsewhere(connection):
-            await connection.disconnect()
+            await connection.disconnect(nowait=True)  # idle: nothing of anyone's to finish
         await super().ensure_connection(connection)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:

@@ -178,6 +178,19 @@ def _readonly(error: BaseException) -> bool:
     return isinstance(error, ResponseError) and _READONLY in str(error)
 
 
+def _closed_before_written(error: BaseException) -> bool:
+    """Whether ``error``, raised by a connection's write, says its connection was closed under it
+    before anything was written: another task closed it (redis-py's Sentinel pool closing idle
+    connections, its cluster client dropping every node's) while this one was between taking it
+    and writing, a window Python 3.11's ``wait_for`` opens by running the write in a task of its
+    own. Then the writer is gone (redis-py's ``_writer`` is None) or the transport is closed, and
+    uvloop refuses the write before buffering anything (asyncio's loop drops the bytes and raises
+    ``ConnectionResetError`` instead: an ambiguous failure, as any lost connection)."""
+    if isinstance(error, AttributeError):
+        return error.obj is None and error.name == "writelines"
+    return isinstance(error, RuntimeError) and "handler is closed" in str(error)
+
+
 class _Classifying:
     """What :class:`SwitchoverConnection` and :class:`SwitchoverSentinelConnection` add to
     redis-py's connections: connection failures and a first-reply ``READONLY`` as
@@ -211,10 +224,8 @@ class _Classifying:
         try:
             await super().send_packed_command(command, check_health)  # type: ignore[misc]
         except (AttributeError, RuntimeError) as exc:
-            # The connection was closed under its sender (redis-py's cluster client drops every
-            # node's connections when it rebuilds its slot table): the write found no writer
-            # (AttributeError) or a closed transport (uvloop's RuntimeError; asyncio's drops
-            # the bytes and raises ConnectionResetError). Nothing of the command was written.
+            if not _closed_before_written(exc):
+                raise  # a fault of its own, not a connection closed under it: never retried
             raise NotApplied(f"connection closed before the command was written: {exc}") from exc
         self._replies_read = 0  # after the health check's PING, if any, was answered
 

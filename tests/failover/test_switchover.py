@@ -69,7 +69,7 @@ async def test_planned_switchover_under_load_fails_nothing(
         finally:
             await load.cancel()
         await load.settle_records(within=30)
-    errors = [line for p in deployment.procs for line in p.errors()]
+    errors = [line for p in deployment.procs for line in p.errors()][:20]
     logs = "\n".join([*errors, *(p.log()[-1500:] for p in deployment.procs)])
 
     new = group.primary()

@@ -6,6 +6,7 @@ connection closed under its sender anyway is a call not applied, not an error of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,9 +21,11 @@ from hermes_queue.redisio.switchover import (
     NotApplied,
     SwitchoverConnection,
     SwitchoverSentinelConnection,
+    _closed_before_written,
 )
 
 SERVICE = "hq"
+POOLS = [BoundedSentinelPool, SentinelPool]
 
 
 class NamedPrimary:
@@ -39,12 +42,20 @@ class NamedPrimary:
 
 @pytest.fixture
 def servers() -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis]]:
-    first, second = EmbeddedRedis.start(), EmbeddedRedis.start()
-    try:
+    with contextlib.ExitStack() as stack:
+        first = EmbeddedRedis.start()
+        stack.callback(first.stop)
+        second = EmbeddedRedis.start()
+        stack.callback(second.stop)
         yield first, second
+
+
+async def _mark(server: EmbeddedRedis, name: bytes) -> None:
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await admin.set("where", name)
     finally:
-        first.stop()
-        second.stop()
+        await admin.aclose()
 
 
 def _pool(kind: type[SentinelPool], named: NamedPrimary) -> SentinelPool:
@@ -54,18 +65,17 @@ def _pool(kind: type[SentinelPool], named: NamedPrimary) -> SentinelPool:
     return kind(SERVICE, named, connection_class=SwitchoverSentinelConnection, **options)
 
 
-@pytest.mark.parametrize("kind", [BoundedSentinelPool, SentinelPool])
+@pytest.mark.parametrize("kind", POOLS)
 async def test_a_new_primary_closes_no_connection_a_caller_took(
     kind: type[SentinelPool], servers: tuple[EmbeddedRedis, EmbeddedRedis]
 ) -> None:
     old, new = servers
-    for server, name in ((old, b"old"), (new, b"new")):
-        admin = aioredis.Redis.from_url(server.url)
-        await admin.set("where", name)
-        await admin.aclose()
+    await _mark(old, b"old")
+    await _mark(new, b"new")
     named = NamedPrimary(old)
     pool = _pool(kind, named)
     client = aioredis.Redis(connection_pool=pool)
+    learning: asyncio.Task[Any] | None = None
     try:
         assert await client.get("where") == b"old"  # one connection, idle now, to the old one
         named.server = new
@@ -78,19 +88,53 @@ async def test_a_new_primary_closes_no_connection_a_caller_took(
         await learning
         assert await client.get("where") == b"new"
     finally:
+        if learning is not None:
+            learning.cancel()
+            with contextlib.suppress(BaseException):
+                await learning
         await client.aclose()
         await pool.disconnect()
 
 
-def test_a_command_on_a_connection_closed_under_it_was_not_applied(redis_url: str) -> None:
+@pytest.mark.parametrize("kind", POOLS)
+async def test_learning_of_a_new_primary_closes_no_idle_connection_and_keeps_a_current_one(
+    kind: type[SentinelPool], servers: tuple[EmbeddedRedis, EmbeddedRedis]
+) -> None:
+    old, new = servers
+    pool = _pool(kind, NamedPrimary(new))
+    client = aioredis.Redis(connection_pool=pool)
+    try:
+        first = await client.client_id()
+        assert await client.client_id() == first  # on the primary: kept, not made again
+        idle = await pool.get_connection()
+        await pool.release(idle)
+        pool.sentinel_manager.server = old  # the primary named changes (back to the old one)
+        await pool.get_master_address()
+        for _ in range(5):  # whatever redis-py would have scheduled has run
+            await asyncio.sleep(0)
+        assert idle.is_connected  # nobody closed it under a caller that might hold it
+        await _mark(old, b"old")
+        assert await client.get("where") == b"old"  # its next taker re-pointed it
+    finally:
+        await client.aclose()
+        await pool.disconnect()
+
+
+@pytest.mark.parametrize("socket_timeout", [None, 5.0])
+def test_a_command_on_a_connection_closed_under_it_was_not_applied(
+    redis_url: str, socket_timeout: float | None
+) -> None:
     """uvloop (the processes' loop) refuses a write to a closed transport with a RuntimeError
-    of its own, before anything is written."""
+    of its own, before anything is written; with a socket timeout the write runs in a task of
+    its own (``asyncio.wait_for``), as it does in every pooled client."""
 
     async def send_after_close() -> None:
-        pool = BoundedPool.from_url(redis_url, connection_class=SwitchoverConnection)
+        pool = BoundedPool.from_url(
+            redis_url, connection_class=SwitchoverConnection, socket_timeout=socket_timeout
+        )
         connection = await pool.get_connection()
         try:
-            connection._writer.transport.close()  # type: ignore[attr-defined]  # by another task
+            connection._writer.transport.close()  # type: ignore[attr-defined]
             await asyncio.sleep(0)
             with pytest.raises(NotApplied, match="closed before the command was written"):
                 await connection.send_command("PING")
@@ -100,3 +144,18 @@ def test_a_command_on_a_connection_closed_under_it_was_not_applied(redis_url: st
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(send_after_close())
+
+
+def test_only_a_write_to_a_closed_connection_is_taken_for_one() -> None:
+    """Any other AttributeError or RuntimeError raised under a send is a fault of its own: it
+    propagates (a 500 with its traceback), never retried as if Redis had refused the call."""
+    writer: Any = None
+    with pytest.raises(AttributeError) as gone:
+        writer.writelines([b"PING"])
+    assert _closed_before_written(gone.value)
+    with pytest.raises(AttributeError) as other:
+        writer.drain()
+    assert not _closed_before_written(other.value)
+    assert not _closed_before_written(
+        RuntimeError("read() called while another coroutine is already waiting for incoming data")
+    )

@@ -120,9 +120,10 @@ class Proc:
         return self.log_path.read_text(errors="replace")
 
     def errors(self) -> list[str]:
-        """Each ERROR it logged, one line: the message and the exception its traceback ended
-        with. A failing test puts these first in its message: a log's tail is cut, and an error
-        of minutes ago is not in it."""
+        """Each ERROR (or CRITICAL) it logged, one line: the message and the exception its
+        traceback ended with (the last unindented line before the next log line). A failing
+        test puts these first in its message: a log's tail is cut, and an error of minutes ago
+        is not in it."""
         found: list[str] = []
         message, exception = "", ""
         for line in [*self.log().splitlines(), "0000-"]:  # a last "log line" closes the last
@@ -130,7 +131,8 @@ class Proc:
                 if message:
                     cause = f" <- {exception}" if exception else ""
                     found.append(f"{self.name}: {message}{cause}")
-                message = line.split("] ", 1)[-1] if " ERROR " in line else ""
+                level = line.split(" ", 3)[2:3]  # "<date> <time> LEVEL logger [context] …"
+                message = line.split("] ", 1)[-1] if level in (["ERROR"], ["CRITICAL"]) else ""
                 exception = ""
             elif message and line.strip() and not line.startswith(" "):
                 exception = line.strip()  # a traceback's last unindented line is its exception
