@@ -116,6 +116,9 @@ class PipelinedConnection:
             await conn.send_packed_command(packed, check_health=False)
         except Exception as exc:
             self._fail_all(exc)
+            for reply in replies:  # this call raises instead of handing them out: taken here
+                if reply.done() and not reply.cancelled():
+                    reply.exception()  # or asyncio logs "exception was never retrieved"
             raise RedisConnectionError(f"send failed: {exc!r}") from exc
         return replies
 

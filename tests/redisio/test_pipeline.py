@@ -4,6 +4,7 @@ socket and each gets its own reply; failures reach the calls they concern, never
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
 
 import pytest
@@ -96,6 +97,25 @@ async def test_calls_in_flight_fail_at_once_when_the_connection_dies_and_the_nex
             await asyncio.wait_for(call, timeout=5)
     assert await pipe.call("ECHO", "back") == b"back"
     assert await _client_id(redis, pipe.client_name) != client_id
+
+
+async def test_a_send_that_fails_leaves_no_reply_unretrieved(pipe: PipelinedConnection) -> None:
+    """A send on a connection closed under it fails its own call (and those in flight); the
+    replies it had queued are never handed out, and asyncio must not report them at collection
+    as "exception was never retrieved" (an ERROR in every worker's log at each switchover)."""
+    reported: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        await pipe.call("PING")
+        pipe._conn._writer.transport.close()  # type: ignore[union-attr]  # closed under it
+        with pytest.raises(RedisConnectionError, match="send failed"):
+            await pipe.call("ECHO", "into a closed connection")
+        gc.collect()
+        assert not reported, reported
+        assert await pipe.call("ECHO", "back") == b"back"
+    finally:
+        loop.set_exception_handler(None)
 
 
 async def test_a_reply_that_never_comes_times_out_and_the_connection_is_replaced(
