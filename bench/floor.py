@@ -152,7 +152,7 @@ def figures(side: str, level: int, raw: dict[str, Any]) -> dict[str, Any]:
         "failures": len(raw["failures"]),
         "failure_samples": raw["failures"][:3],
         "turns_per_s": round(raw["ok"] / raw["wall_s"], 2),
-        "model_calls_per_turn": round(raw.get("model_calls", 0) / ok, 2),
+        "model_calls_per_turn": round(raw["model_calls"] / ok, 2),
         "cpu_ms_per_turn": round(raw["cpu_s"] * 1000 / ok, 2),
         "ttft_ms": report.summary_ms(raw["ttft_s"]),
         "total_ms": report.summary_ms(raw["total_s"]),

@@ -43,7 +43,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -57,6 +56,7 @@ from hermes_queue.redisio.health import UNREACHABLE, OutageLog
 from hermes_queue.redisio.redirections import redirection
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
+from hermes_queue.workers.lease_clock import Instant, lease_clock
 
 log = logging.getLogger(__name__)
 
@@ -76,34 +76,6 @@ LINGER_SECONDS = 30.0
 # a failover lost (a promoted replica may not have it), one for the clocks and the thread's
 # scheduling. lease_seconds > 2 heartbeats (config/groups.py), so some time is always left.
 HELD_MARGIN_BEATS = 2
-
-_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
-
-
-@dataclass(frozen=True)
-class Instant:
-    """A moment by two clocks, for ``surely_held``: a lease counts as held only while both
-    say it has not lapsed. Linux's boot-time clock, unlike the monotonic one, keeps counting
-    while the machine is suspended (elsewhere the monotonic clock stands in); the wall clock,
-    corrected from outside, also moves for a virtual machine that was paused or a process
-    restored from a snapshot, which the first may not count."""
-
-    boot: float
-    wall: float
-
-    def earlier(self, seconds: float) -> Instant:
-        return Instant(self.boot - seconds, self.wall - seconds)
-
-    def within(self, seconds: float) -> bool:
-        """Whether less than ``seconds`` have passed since this moment, by both clocks."""
-        now = lease_clock()
-        return now.boot < self.boot + seconds and now.wall < self.wall + seconds
-
-
-def lease_clock() -> Instant:
-    """Now, as ``surely_held`` counts."""
-    boot = time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
-    return Instant(boot, time.time())
 
 
 class LeaseKeeper:

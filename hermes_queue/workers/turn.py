@@ -40,7 +40,8 @@ from hermes_queue.store.base import StoreError
 from hermes_queue.store.protocol import SessionStore
 from hermes_queue.workers.appends import Event, EventPublishFailed, LeaseLost
 from hermes_queue.workers.approval_wait import Wakeup
-from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper, lease_clock
+from hermes_queue.workers.lease_clock import lease_clock
+from hermes_queue.workers.lease_keeper import LEASE_LOST, LeaseKeeper
 from hermes_queue.workers.persistence import SessionTurnLog
 from hermes_queue.workers.resume import Unresumable, start_attempt
 from hermes_queue.workers.sink import RunEventSink

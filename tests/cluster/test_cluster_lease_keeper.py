@@ -15,7 +15,8 @@ from hermes_queue.redisio.connect import connect
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
-from hermes_queue.workers.lease_keeper import LeaseKeeper, RenewalsRefused, lease_clock
+from hermes_queue.workers.lease_clock import lease_clock
+from hermes_queue.workers.lease_keeper import LeaseKeeper, RenewalsRefused
 from tests.support.redis_cluster import RedisCluster
 from tests.support.slot_migration import Migration, neighbours, run_slot
 

@@ -16,7 +16,7 @@ from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.turn_request import TurnRequest
-from hermes_queue.workers import lease_keeper
+from hermes_queue.workers import lease_clock, lease_keeper
 from hermes_queue.workers.lease_keeper import LeaseKeeper
 from tests.support.blocked_loop import LINGER, check_leases_renewed_while_blocked
 from tests.support.redis_stats import commands_for
@@ -109,10 +109,10 @@ async def test_a_lease_is_surely_held_by_the_clock_only_while_no_reaper_could_ac
     )  # its thread is not started: each beat is the test's
     try:
         window = settings.runs.lease_seconds - 2 * settings.runs.heartbeat_seconds
-        keeper.track(first, lease_keeper.lease_clock().earlier(window + 0.5))  # a claim long sent
+        keeper.track(first, lease_clock.lease_clock().earlier(window + 0.5))  # a claim long sent
         assert not keeper.surely_held(first)
-        now = lease_keeper.lease_clock()  # the wall clock alone moved on (a paused VM, say)
-        keeper.track(first, lease_keeper.Instant(now.boot, now.wall - window - 0.5))
+        now = lease_clock.lease_clock()  # the wall clock alone moved on (a paused VM, say)
+        keeper.track(first, lease_clock.Instant(now.boot, now.wall - window - 0.5))
         assert not keeper.surely_held(first)
         await asyncio.to_thread(keeper.beat, [(run_id, first.number)])  # renewed just now
         assert keeper.surely_held(first)
@@ -126,7 +126,7 @@ async def test_a_lease_is_surely_held_by_the_clock_only_while_no_reaper_could_ac
         await asyncio.to_thread(keeper.beat, [(run_id, first.number)])
         assert not keeper.surely_held(first)
 
-        keeper.track(second, lease_keeper.lease_clock())
+        keeper.track(second, lease_clock.lease_clock())
         assert keeper.surely_held(second) and not keeper.surely_held(first)
         keeper.untrack(first)  # an earlier attempt ending leaves the later one alone
         assert keeper.surely_held(second)
