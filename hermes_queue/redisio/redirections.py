@@ -49,3 +49,10 @@ def redirection(error: ResponseError) -> Redirection | None:
             return Redirection(kind, str(error))
     word, _, rest = str(error).partition(" ")
     return Redirection(word, rest) if word in KINDS else None
+
+
+def moved(error: BaseException) -> bool:
+    """Whether ``error`` is a ``MOVED`` reply: the slot has another owner, so the caller's slot
+    table is out of date."""
+    found = redirection(error) if isinstance(error, ResponseError) else None
+    return found is not None and found.kind == "MOVED"

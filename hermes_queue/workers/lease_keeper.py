@@ -48,12 +48,12 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 import redis.cluster
-from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterException
 
 from hermes_queue.config import RedisSettings
 from hermes_queue.redisio.connect import connect_sync
 from hermes_queue.redisio.health import UNREACHABLE, OutageLog
-from hermes_queue.redisio.redirections import redirection
+from hermes_queue.redisio.redirections import moved
 from hermes_queue.runs.attempt import Attempt
 from hermes_queue.runs.leases import Leases
 from hermes_queue.workers.lease_clock import Instant, lease_clock
@@ -272,13 +272,12 @@ class LeaseKeeper:
             if verdict in (LEASE_LOST, STOP_REQUESTED):
                 self._loop.call_soon_threadsafe(self._on_signal, run_id, int(verdict))
         refused = [v for v in (*verdicts.values(), *registry) if isinstance(v, Exception)]
-        if not refused:
-            return
-        moved = any(_moved(error) for error in refused)
-        if self.keys.cluster and moved and not self._failed_nodes:  # else refreshed already
+        if self.keys.cluster and (self._failed_nodes or any(map(moved, refused))):
+            # A node lost or a slot with another owner: the next beat asks the new table.
             with contextlib.suppress(redis.RedisError, RedisClusterException):
                 client.nodes_manager.initialize()
-        raise RenewalsRefused(f"{len(refused)} writes of a lease beat: {refused[0]!r}")
+        if refused:
+            raise RenewalsRefused(f"{len(refused)} writes of a lease beat: {refused[0]!r}")
 
     def _note_renewed(
         self, runs: list[tuple[str, int]], verdicts: dict[str, Any], sent: Instant
@@ -335,10 +334,10 @@ class LeaseKeeper:
         """On a Redis Cluster: one pipelined round trip per node serving the runs' shards (the
         registry entry rides with the renewals of its node: its keys share a slot), each
         node's failure its own, so a primary that died leaves the leases on the others renewed.
-        Nodes that failed on the last beat go last (a dead host costs a connect timeout), and a
-        failure refreshes the slot table, so the next beat reaches the promoted replica. The
-        renewal verdicts by run id (missing: not renewed this beat), and the registry entry's
-        replies (none when its node failed)."""
+        Nodes that failed on the last beat go last (a dead host costs a connect timeout); they
+        are kept in ``_failed_nodes``, for which ``beat`` asks for the slot table again, so the
+        next beat reaches the promoted replica. The renewal verdicts by run id (missing: not
+        renewed this beat), and the registry entry's replies (none when its node failed)."""
         by_node: dict[str, list[tuple[str, int]]] = {}
         nodes: dict[str, Any] = {}
         for run_id, attempt in runs:
@@ -363,12 +362,4 @@ class LeaseKeeper:
             verdicts.update(zip((run_id for run_id, _ in node_runs), results, strict=False))
             registered += results[len(node_runs) :]
         self._failed_nodes = failed
-        if failed:
-            with contextlib.suppress(redis.RedisError, RedisClusterException):
-                client.nodes_manager.initialize()
         return verdicts, registered
-
-
-def _moved(error: Exception) -> bool:
-    found = redirection(error) if isinstance(error, ResponseError) else None
-    return found is not None and found.kind == "MOVED"

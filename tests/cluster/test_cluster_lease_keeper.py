@@ -20,6 +20,9 @@ from hermes_queue.workers.lease_keeper import LeaseKeeper, RenewalsRefused
 from tests.support.redis_cluster import RedisCluster
 from tests.support.slot_migration import Migration, neighbours, run_slot
 
+# A lease deadline set by the test, which any renewal moves (to now + the lease).
+STALE = 1.0
+
 
 @pytest.mark.timeout(90)
 async def test_a_run_on_a_moving_slot_costs_only_its_own_renewal(
@@ -58,21 +61,21 @@ async def test_a_run_on_a_moving_slot_costs_only_its_own_renewal(
         migration = Migration(redis_cluster, run_slot(keys, moving))
         migration.begin()
         migration.move(keys.run(moving))  # its record moved, its shard's lease set not yet
-        before = {run_id: await deadline(run_id) for run_id in (moving, staying)}
-        await asyncio.sleep(0.01)  # the renewal's deadline is the Redis clock's, in ms
+        for run_id in (moving, staying):  # a deadline no renewal leaves: 1 ms after 1970
+            await redis.zadd(keys.leases_of(run_id), {run_id: STALE}, xx=True)
         with pytest.raises(RenewalsRefused):
             await asyncio.to_thread(keeper.beat, runs)
-        assert await deadline(staying) > before[staying]  # renewed all the same
-        assert await deadline(moving) == before[moving]
+        assert await deadline(staying) > STALE  # renewed all the same
+        assert await deadline(moving) == STALE
 
         # The move completes: the next beat finds the slot on its new node.
         migration.move(keys.leases_of(moving), keys.events(moving))
         migration.finish()
-        await asyncio.sleep(0.01)
+        await redis.zadd(keys.leases_of(moving), {moving: STALE}, xx=True)
         with contextlib.suppress(RenewalsRefused):  # MOVED at most once: the table refreshed
             await asyncio.to_thread(keeper.beat, runs)
         await asyncio.to_thread(keeper.beat, runs)
-        assert await deadline(moving) > before[moving]
+        assert await deadline(moving) > STALE
         assert keeper.surely_held(attempts[0]) and keeper.surely_held(attempts[1])
     finally:
         await keeper.aclose()

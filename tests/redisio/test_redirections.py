@@ -5,12 +5,13 @@ from __future__ import annotations
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ConnectionError,
     MovedError,
     ResponseError,
     TryAgainError,
 )
 
-from hermes_queue.redisio.redirections import redirection
+from hermes_queue.redisio.redirections import moved, redirection
 
 
 def test_a_redirection_reads_the_same_from_a_cluster_parser_and_a_plain_one() -> None:
@@ -31,3 +32,16 @@ def test_a_redirection_reads_the_same_from_a_cluster_parser_and_a_plain_one() ->
     assert down is not None and down.kind == "CLUSTERDOWN"
     assert redirection(ResponseError("WRONGTYPE Operation against a key")) is None
     assert redirection(ResponseError("ASKING is not a reply")) is None
+
+
+def test_only_a_moved_reply_says_the_slot_table_is_out_of_date() -> None:
+    """The lease keeper asks for the slot table again on ``MOVED`` alone: an ``ASK`` (redis-py's
+    ``MovedError`` is an ``AskError``, not the other way round), a migration's ``TRYAGAIN``, or
+    a lost connection is no reason to."""
+    assert moved(MovedError("3999 10.0.0.2:6381"))
+    assert moved(ResponseError("MOVED 3999 10.0.0.2:6381"))
+    assert not moved(AskError("3999 10.0.0.2:6381"))
+    assert not moved(ResponseError("ASK 3999 10.0.0.2:6381"))
+    assert not moved(TryAgainError("Multiple keys request during rehashing of slot"))
+    assert not moved(ResponseError("WRONGTYPE Operation against a key"))
+    assert not moved(ConnectionError("MOVED 3999 10.0.0.2:6381"))  # not a reply of Redis
