@@ -16,7 +16,9 @@ a switchover of a second or more outlasts them. Here:
   own earlier send (``redisio/replication.py``, ``runs/lua/create.lua``).
 
 Redirections (``MOVED``, ``ASK``, ``TRYAGAIN``) are answers of a node that did not apply the
-command, which redis-py follows as before.
+command, which redis-py follows as before, 16 in a row at most (~0.4 s): then it gives up with
+``ClusterError("TTL exhausted.")``, nothing applied (a migration splitting a script's keys
+answers ``TRYAGAIN`` until its last key moved), and the call is sent again within the wait.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ from redis.asyncio.cluster import (
     PipelineCommand,
     RedisCluster,
 )
-from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    RedisClusterException,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -76,6 +83,9 @@ class SafeRetryCluster(RedisCluster):
                     raise
                 if not await waited.pause():
                     raise
+            except ClusterError as exc:
+                if not redirected_too_often(exc) or not await waited.pause():
+                    raise
 
     def pipeline(
         self, transaction: Any | None = None, shard_hint: Any | None = None
@@ -111,6 +121,12 @@ class SafePipeline(ClusterPipeline):
                     raise
 
 
+def redirected_too_often(error: BaseException) -> bool:
+    """Whether ``error`` is redis-py's cluster client giving up after following redirections
+    and ``TRYAGAIN`` replies only (``RedisCluster._execute_command``): nothing was applied."""
+    return isinstance(error, ClusterError) and str(error) == "TTL exhausted."
+
+
 _REBUILD_TRIES = 3
 
 
@@ -143,4 +159,4 @@ class _RetriedRebuilds(NodesManager):
         return ClusterNode(host, port, **self.connection_kwargs)
 
 
-__all__ = ["NOT_APPLIED", "SafePipeline", "SafeRetryCluster"]
+__all__ = ["NOT_APPLIED", "SafePipeline", "SafeRetryCluster", "redirected_too_often"]

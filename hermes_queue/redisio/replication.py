@@ -28,10 +28,11 @@ from typing import Any
 
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from hermes_queue.redisio.redirections import redirection
 from hermes_queue.redisio.switchover import (
     Deadline,
     NotApplied,
@@ -110,7 +111,7 @@ async def call_replicated(
                 if not await _again(tries, waited):
                     raise
             continue
-        if isinstance(result, MovedError | AskError | NotApplied) or refused_for_now(result):
+        if _not_run(result):
             if await _again(tries, waited):  # the slot moved, or refused for now: again
                 continue
         if isinstance(result, Exception):
@@ -130,6 +131,14 @@ async def call_replicated(
             log.warning("write acknowledged by %s of %d replica(s)", acknowledged, replicas)
         return result
     raise AssertionError("unreachable")
+
+
+def _not_run(result: Any) -> bool:
+    """Whether a script's reply says it did not run: a redirection or ``TRYAGAIN`` (in either
+    form, ``redirections.py``), a refusal for now, or no connection."""
+    if isinstance(result, NotApplied) or refused_for_now(result):
+        return True
+    return isinstance(result, ResponseError) and redirection(result) is not None
 
 
 async def _again(tries: int, waited: Deadline) -> bool:
@@ -203,7 +212,7 @@ async def _on_node(
         await _refresh(cluster)
         raise
     first = commands[0].result
-    if isinstance(first, MovedError | AskError | NotApplied) or refused_for_now(first):
+    if _not_run(first):
         await _refresh(cluster)
     elif isinstance(first, RedisConnectionError | RedisTimeoutError):  # cut after it was sent
         await node.disconnect()

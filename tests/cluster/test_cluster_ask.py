@@ -2,7 +2,9 @@
 ``IMPORTING``, ``MIGRATE``: what ``redis-cli --cluster reshard`` does), driven a step at a time:
 a call whose key already moved is answered ``ASK`` and must run on the importing node after
 ``ASKING``; a call whose keys the migration has split is answered ``TRYAGAIN`` and must run once
-they are together again; each runs exactly once."""
+they are together again; each runs exactly once. The same for a write through
+``call_replicated`` (run creation, an attempt's terminal write), which waits out the split within
+``redis_switchover_wait_seconds``."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.commands.core import AsyncScript
 from redis.crc import key_slot
 
-from hermes_queue.redisio.connect import connect_url
+from hermes_queue.config import Settings
+from hermes_queue.redisio.connect import connect, connect_url
 from hermes_queue.redisio.pipeline import SlotPipelines
+from hermes_queue.redisio.replication import call_replicated
 from tests.support.polling import eventually
 from tests.support.redis_cluster import RedisCluster
 from tests.support.redis_group import Node
@@ -176,3 +180,53 @@ async def test_a_slot_no_node_serves_is_asked_again_of_the_cluster(
             client.execute_command("CLUSTER", "ADDSLOTS", slot)
     assert await call == 2
     assert _connections_named(owner, f"test-appends:{slot}") == 1
+
+
+def _tryagain_replies(node: Node) -> int:
+    with node.client() as client:
+        return int(client.info("errorstats").get("errorstat_TRYAGAIN", {}).get("count", 0))
+
+
+@pytest.mark.parametrize(
+    ("replicas", "one_send"),
+    [(0, 16), (1, 1)],  # the cluster client's own tries; the script and WAIT on the node
+    ids=["cluster-client", "with-wait"],
+)
+async def test_a_replicated_write_whose_keys_the_migration_split_waits_until_they_are_together(
+    redis_cluster: RedisCluster, cluster_settings: Settings, replicas: int, one_send: int
+) -> None:
+    """A migration splitting a script's keys answers ``TRYAGAIN`` until they are together. Sent
+    by redis-py's cluster client, 16 such replies end in ``ClusterError("TTL exhausted.")``; on
+    the node's own connection (``WAIT`` after it), the reply has its word stripped. Either is a
+    write not applied, sent again by ``call_replicated`` (run creation, an attempt's terminal
+    write) within ``redis_switchover_wait_seconds``: both used to fail the write at once. (The
+    test cluster has no replicas: ``WAIT`` finds none, which ``strict=False`` only logs.)"""
+    keys = [f"{{hq-replicated-split-{replicas}}}:a", f"{{hq-replicated-split-{replicas}}}:b"]
+    client = connect(cluster_settings.redis)
+
+    def write(n: str) -> asyncio.Future[int]:
+        return asyncio.ensure_future(
+            call_replicated(script, keys=keys, args=[n], replicas=replicas, strict=False)
+        )
+
+    try:
+        script = _registered(cast(AsyncRedisCluster, client))
+        assert await write("1") == 1 + 1
+        migration = Migration(redis_cluster, int(key_slot(keys[0].encode())))
+        refused_before = _tryagain_replies(migration.source)
+        migration.begin()
+        migration.move(keys[0])
+        call = write("2")
+        # More refusals than one send makes: the write was sent again.
+        await eventually(
+            lambda: _tryagain_replies(migration.source) > refused_before + one_send or call.done(),
+            within=10,
+        )
+        assert not call.done(), call.exception()
+        migration.move(keys[1])
+        migration.finish()
+        assert await call == 2 + 2  # run once, on the target
+        with redis_cluster.client() as plain:
+            assert [plain.xlen(key) for key in keys] == [2, 2]
+    finally:
+        await client.aclose()
