@@ -151,7 +151,7 @@ class WakeableWorker(Worker):
                 and self.queue_may_hold_more
                 and self.job_counter < self.max_jobs
             ):
-                continue  # took a full page and has room: look again before sleeping
+                continue  # left some behind and has room: look again before sleeping
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
             # lands as the event fires, and the worker would then never stop.
             with contextlib.suppress(TimeoutError):
@@ -182,10 +182,11 @@ class WakeableWorker(Worker):
         """Start a delivery for each queued run id at the head of the queue, up to the free
         slots (ids this worker is already delivering are left alone); forget finished ones."""
         free = self.max_jobs - self.job_counter
-        # A short page means the queue held no more than this worker took: a run queued after
-        # this read wakes the loop (wake_event was cleared before it). So only after a full
-        # page, or with no slot free to read one, do more polls (the next one, or the one a
-        # finished run's freed slot triggers) have anything to find.
+        # A page with no id beyond the free slots means the queue held no more than this
+        # worker took: a run queued after this read wakes the loop (wake_event was cleared
+        # before it). So only when a page had more (``_queue_heads``), or with no slot free to
+        # read one, do more polls (the next one, or the one a finished run's freed slot
+        # triggers) have anything to find.
         self.queue_may_hold_more = free <= 0
         if self.allow_pick_jobs and free > 0:
             ids = await self._queue_heads(free)
@@ -205,21 +206,25 @@ class WakeableWorker(Worker):
     async def _queue_heads(self, free: int) -> list[bytes]:
         """Up to ``free`` queued run ids, next turn first. On a cluster the turn-order heads of
         the shards due (woken since the last poll; every shard on the timed poll or after a
-        full page) are read in one pipelined call (a round trip per node, in parallel), each
-        with its shard's turn in service, and the ids of them all nearest their shard's turn
-        are taken (each shard keeps its own turns: they compare by distance from them), so
-        no shard waits behind another, and a wake-up costs one read, not one per shard."""
+        poll that left some behind) are read in one pipelined call (a round trip per node, in
+        parallel), each with its shard's turn in service, and the ids of them all nearest
+        their shard's turn are taken (each shard keeps its own turns: they compare by distance
+        from them), so no shard waits behind another, and a wake-up costs one read, not one
+        per shard."""
         due, self._poll_due = self._poll_due, set()
+        # Each page reads one id beyond the free slots: whether any was left behind is then
+        # known, and a worker that took the last queued run does not read again when its slot
+        # frees (one empty ZRANGE per turn of a full worker, otherwise).
         if len(self.queue_names) == 1:
-            ids: list[bytes] = await self.pool.zrange(self.queue_names[0], 0, free - 1)
-            self.queue_may_hold_more = len(ids) == free
-            return ids
+            ids: list[bytes] = await self.pool.zrange(self.queue_names[0], 0, free)
+            self.queue_may_hold_more = len(ids) > free
+            return ids[:free]
         shards = range(len(self.queue_names)) if due is None else sorted(due)
         if not shards:
             return []
         async with self.pool.pipeline(transaction=False) as pipe:
             for shard in shards:
-                pipe.zrange(self.queue_names[shard], 0, free - 1, withscores=True)
+                pipe.zrange(self.queue_names[shard], 0, free, withscores=True)
                 if self.fair_names:
                     pipe.hget(self.fair_names[shard], "v")
             replies = await pipe.execute()
@@ -234,7 +239,7 @@ class WakeableWorker(Worker):
             ),
             key=lambda entry: entry[1],
         )
-        self.queue_may_hold_more = len(merged) > free or any(len(p) == free for p in pages)
+        self.queue_may_hold_more = len(merged) > free
         if self.queue_may_hold_more:
             self._poll_due = None  # what was left behind may be in any shard read
         return [run_id for run_id, _distance in merged[:free]]

@@ -17,6 +17,7 @@ import re
 import textwrap
 from typing import Any
 
+import pytest
 from arq.worker import Worker
 
 from hermes_queue.config import Settings
@@ -200,3 +201,45 @@ async def test_runs_queued_beyond_the_free_slots_start_as_slots_free_without_the
         task.cancel()
         await worker.close()
     assert sorted(handler.runs) == sorted(queued)
+
+
+class FlagNotingHandler(QueueTakingHandler):
+    """Notes, while each delivery runs, whether the worker expects runs left in the queue."""
+
+    def __init__(self, redis: Any, keys: Keys, expected: int) -> None:
+        super().__init__(redis, keys, expected)
+        self.worker: WakeableWorker | None = None
+        self.left_behind: list[bool] = []
+
+    async def start(self, worker: WakeableWorker) -> None:
+        self.worker = worker
+
+    async def run(self, run_id: str) -> str:
+        assert self.worker is not None
+        self.left_behind.append(self.worker.queue_may_hold_more)
+        return await super().run(run_id)
+
+
+@pytest.mark.parametrize("queued", [1, 2])
+async def test_a_worker_that_took_the_last_queued_run_reads_the_queue_again_only_when_woken(
+    redis: Any, settings: Settings, queued: int
+) -> None:
+    """A poll reads one id beyond the free slots, so a one-slot worker knows whether it left
+    runs behind: if not, its freed slot does not read the queue again (an empty read per turn
+    of a full worker, before); if so, it does, and the runs left start."""
+    settings = settings.replace(worker_concurrency=1, poll_seconds=60.0)
+    repository = RunRepository(redis, settings.redis.keys, settings.runs)
+    runs = [new_run_id() for _ in range(queued)]
+    for run_id in runs:
+        assert await repository.create(NewRun(run_id, "s", TurnRequest()))
+    handler = FlagNotingHandler(redis, Keys(settings.redis.namespace), queued)
+    worker = queue_worker(settings.redis, settings.worker, handler, handle_signals=False)
+    handler.worker = worker
+    task = worker.start()
+    try:
+        await asyncio.wait_for(handler.all_taken.wait(), 10)
+    finally:
+        task.cancel()
+        await worker.close()
+    assert handler.runs == runs
+    assert handler.left_behind[0] is (queued > 1)
