@@ -229,7 +229,7 @@ class WindowedSink(Protocol):
     ``stream_coalesce_ms``): a delta it is given before that window ends waits for the end
     anyway. ``watch_deltas`` names a function it calls, on the loop, each time deltas went out,
     with the loop time (``loop.time()``) their window ends; the agent's side may then hand the
-    deltas that come meanwhile over in one go shortly before then, instead of one by one
+    deltas that come meanwhile over in one go then, instead of one by one
     (``agents/hermes/bridge.py``). ``None`` stops the calls."""
 
     def watch_deltas(self, on_window: Callable[[float], None] | None) -> None: ...

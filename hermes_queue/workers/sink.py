@@ -51,6 +51,9 @@ MAX_BATCH = 64
 MAX_BACKLOG = 512
 # What may wait for the coalescing window (module docstring); anything else goes at once.
 _MAY_WAIT = frozenset({EventType.MESSAGE_DELTA, EventType.PROGRESS_NOTE})
+# The event loop's timers count whole milliseconds (libuv's): a window ending sooner than that
+# is over, and its deltas go now rather than behind a timer of their own (one more wake-up).
+_TIMER_RESOLUTION_S = 0.001
 
 
 class RunEventSink:
@@ -177,7 +180,7 @@ class RunEventSink:
         if self._flushing or any(kind not in _MAY_WAIT for kind, _ in self._backlog):
             return
         wait = self._last_delta_append + self._coalesce_s - loop.time()
-        if wait > 0:
+        if wait > _TIMER_RESOLUTION_S:  # less is the window's end, come by the loop's clock
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._hurry.wait()

@@ -10,13 +10,14 @@ turn's events are bounded by what one model stream produces.
 
 Deltas need not wake the loop one by one. A sink that holds deltas for a window after some
 went out (``WindowedSink``: the worker's 80 ms ``stream_coalesce_ms``) sends nothing sooner
-than that window's end anyway. It tells the bridge when each window ends; until shortly before
-then (``_HOLD_MARGIN``) the deltas that come wait in the inbox, and a timer on the loop fetches
-them, so they are in the sink's backlog when it flushes; a delta after that goes at once, as
-before. Each delta thus goes out with the same flush as when it woke the loop itself, and
-anything else the agent reports still wakes the loop at once and takes the waiting deltas
-along, in order. Each token used to cost a thread → loop wake-up; now a window's tokens cost
-one.
+than that window's end anyway. It tells the bridge when each window ends; until then the
+deltas that come wait in the inbox, and a timer on the loop hands them to the sink at the
+window's end, which sends them at once (its window is over): one wake-up of the loop per
+window (a timer that fetched them shortly before the sink's own flush timer was two); a delta
+after that goes at once, as before. Each delta thus goes out with the same flush as when it
+woke the loop itself, and anything else the agent reports still wakes the loop at once and
+takes the waiting deltas along, in order. Each token used to cost a thread → loop wake-up;
+now a window's tokens cost one.
 
 Approvals use Hermes' gateway mechanism (``tools.approval``): under the turn's approval key the
 agent thread parks on its own event after calling our notify callback; the pump asks
@@ -79,8 +80,6 @@ log = logging.getLogger(__name__)
 Call = Callable[[], Awaitable[None]]
 # How often a thread waiting on a checkpoint looks whether the pump is still there.
 _CHECKPOINT_POLL_SECONDS = 1.0
-# How long before a sink's delta window ends the deltas held meanwhile are fetched.
-_HOLD_MARGIN = 0.002
 
 
 class TurnBridge:
@@ -301,8 +300,8 @@ class TurnBridge:
 
     def _hold(self, window_end: float) -> None:
         """The sink sent deltas, whose window ends at ``window_end`` (loop time): the deltas
-        posted until shortly before then wait in the inbox for the timer (module docstring)."""
-        hold_for = window_end - _HOLD_MARGIN - self._loop.time()
+        posted until then wait in the inbox for the timer (module docstring)."""
+        hold_for = window_end - self._loop.time()
         if hold_for <= 0:
             return
         with self._lock:
