@@ -1,21 +1,21 @@
 """SQLite backend (the default, embedded): one connection per store, on a thread of its own.
 
-Every operation runs whole on the store's thread (``thread_loop.py``): its statements are plain
-``sqlite3`` calls there, so an operation is one hop from the caller's loop and back, and the
-caller's loop never blocks on the disk or on the write lock. The connection is shared by all of
-the process's operations, so an ``asyncio.Lock`` (on the store's loop) keeps one operation's
-statements out of another's transaction. Writes use ``BEGIN IMMEDIATE``: the database write
-lock is taken up front, which makes check-then-insert atomic against other *processes* too, with
-``busy_timeout`` letting a second writer wait (on the store's thread) instead of failing. WAL
-keeps readers in other processes unblocked.
+Every operation runs whole on the store's thread (``store_thread.py``): its statements are
+plain ``sqlite3`` calls there, so an operation is one hop from the caller's loop and back, and
+the caller's loop never blocks on the disk or on the write lock. The connection is shared by
+all of the process's operations; that thread runs them one at a time, each to its end, so one
+operation's statements never enter another's transaction. Writes use ``BEGIN IMMEDIATE``: the
+database write lock is taken up front, which makes check-then-insert atomic against other
+*processes* too, with ``busy_timeout`` letting a second writer wait (on the store's thread)
+instead of failing. WAL keeps readers in other processes unblocked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, ClassVar, TypeVar
 from hermes_queue.store.backend import Conn, Dialect, UniqueViolation
 from hermes_queue.store.base import StoreError, StoreUnavailable
 from hermes_queue.store.sql_store import SqlSessionStore
-from hermes_queue.store.thread_loop import ThreadLoop, ThreadLoopClosed
+from hermes_queue.store.store_thread import StoreThread, StoreThreadClosed
 
 MEMORY = ":memory:"
 # Errors that mean "the database is not usable right now", not "your query is wrong".
@@ -104,15 +104,14 @@ class SqliteSessionStore(SqlSessionStore):
         # -wal and -shm files it opened, where a read-only one would leave them behind.
         self.create = create
         self._db: sqlite3.Connection | None = None
-        self._lock = asyncio.Lock()  # used on the store's loop only (it binds there on first wait)
         # Once stopped (close), it refuses every operation: a closed store is unavailable.
-        self._thread = ThreadLoop("hermes-queue-sqlite")
+        self._thread = StoreThread("hermes-queue-sqlite")
 
     def __repr__(self) -> str:
         return f"SqliteSessionStore({self.path!r})"
 
     async def _connect(self) -> sqlite3.Connection:
-        """Open lazily (under the lock) so constructing a store never touches the disk. A
+        """Open lazily (on the store's thread) so constructing a store never touches the disk. A
         missing directory is an error, never created here: a mistyped path must not become a
         new, empty session store (``hermes-queue dev`` and the default ``store_url`` create
         their own directory, ``cli/preflight.py``)."""
@@ -125,7 +124,7 @@ class SqliteSessionStore(SqlSessionStore):
                 db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
                 db.execute("PRAGMA foreign_keys = ON")
                 if self.path != MEMORY and self.create:
-                    await _enable_wal(db)
+                    _enable_wal(db)
                     db.execute("PRAGMA synchronous = NORMAL")
             except BaseException:
                 db.close()
@@ -135,34 +134,31 @@ class SqliteSessionStore(SqlSessionStore):
 
     @asynccontextmanager
     async def _read(self) -> AsyncIterator[Conn]:
-        async with self._lock:
-            yield _SqliteConn(await self._connect())
+        yield _SqliteConn(await self._connect())
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Conn]:
-        async with self._lock:
-            db = await self._connect()
+        db = await self._connect()
+        with _translated():
+            db.execute("BEGIN IMMEDIATE")
+        try:
+            yield _SqliteConn(db)
             with _translated():
-                db.execute("BEGIN IMMEDIATE")
-            try:
-                yield _SqliteConn(db)
-                with _translated():
-                    db.execute("COMMIT")
-            except BaseException:
-                # Also after a failed COMMIT, which leaves the transaction open.
-                with suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                raise
+                db.execute("COMMIT")
+        except BaseException:
+            # Also after a failed COMMIT, which leaves the transaction open.
+            with suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
 
     async def close(self) -> None:
         await self._thread.stop(last=self._close_db())
 
     async def _close_db(self) -> None:
         """The store thread's last operation: everything accepted before ``close`` ran first."""
-        async with self._lock:
-            if self._db is not None:
-                db, self._db = self._db, None
-                db.close()
+        if self._db is not None:
+            db, self._db = self._db, None
+            db.close()
 
 
 T = TypeVar("T")
@@ -188,7 +184,7 @@ def _on_store_thread(
     async def run(self: SqliteSessionStore, *args: Any, **kwargs: Any) -> T:
         try:
             return await self._thread.run(operation(self, *args, **kwargs))
-        except ThreadLoopClosed:
+        except StoreThreadClosed:
             raise StoreUnavailable("session store is closed") from None
 
     return run
@@ -201,7 +197,7 @@ for _name, _operation in inspect.getmembers(SqlSessionStore, inspect.iscoroutine
         setattr(SqliteSessionStore, _name, _on_store_thread(_operation))
 
 
-async def _enable_wal(db: sqlite3.Connection, attempts: int = 50) -> None:
+def _enable_wal(db: sqlite3.Connection, attempts: int = 50) -> None:
     """Switch to WAL. The switch needs an exclusive lock and SQLite answers "database is
     locked" at once (no busy wait) while another connection is switching the same new file,
     so retry briefly: several processes open one fresh database at start-up."""
@@ -212,4 +208,4 @@ async def _enable_wal(db: sqlite3.Connection, attempts: int = 50) -> None:
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or attempt == attempts - 1:
                 raise
-            await asyncio.sleep(0.01 * (attempt + 1))
+            time.sleep(0.01 * (attempt + 1))  # on the store's thread: nothing else waits

@@ -1,6 +1,7 @@
-"""The SQLite store runs every operation on a thread of its own (store/thread_loop.py): the
+"""The SQLite store runs every operation on a thread of its own (store/store_thread.py): the
 caller's loop stays free while SQLite waits, a shutdown finishes what it accepted, and the
-thread goes away with the store."""
+thread goes away with the store. The thread drives each operation to its end with no event loop:
+one that suspends fails clearly, and one whose caller gave up before it started never runs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from hermes_queue.store import StoreUnavailable, create_store
 from hermes_queue.store.sqlite import SqliteSessionStore
+from hermes_queue.store.store_thread import OperationSuspended, StoreThread
 
 
 def user(text: str) -> dict[str, str]:
@@ -100,3 +102,58 @@ def test_one_store_serves_callers_on_different_loops(tmp_path: Path) -> None:
     asyncio.run(first())
     assert asyncio.run(second()) == 1
     asyncio.run(store.close())
+
+
+class _Suspends:
+    """An awaitable that does not complete at once (as any real I/O wait would)."""
+
+    def __await__(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+async def test_an_operation_that_suspends_fails_and_the_thread_serves_on() -> None:
+    thread = StoreThread("test-store-thread")
+
+    async def suspends() -> int:
+        await _Suspends()
+        return 1
+
+    async def answers() -> int:
+        return 42
+
+    try:
+        with pytest.raises(OperationSuspended):
+            await thread.run(suspends())
+        assert await thread.run(answers()) == 42
+    finally:
+        await thread.stop()
+
+
+async def test_an_operation_whose_caller_gave_up_before_it_started_never_runs() -> None:
+    """Operations run in the order handed in; one whose caller was cancelled while it waited
+    its turn is dropped (a write nobody waits for, and that did not start, is not made)."""
+    thread = StoreThread("test-store-thread")
+    release = threading.Event()
+    ran: list[str] = []
+
+    async def blocks() -> None:
+        release.wait(10)  # holds the thread, as SQLite's busy wait would
+        ran.append("first")
+
+    async def records(name: str) -> None:
+        ran.append(name)
+
+    try:
+        first = asyncio.ensure_future(thread.run(blocks()))
+        abandoned = asyncio.ensure_future(thread.run(records("abandoned")))
+        await asyncio.sleep(0)  # both handed in: each task ran to its await
+        abandoned.cancel()
+        await asyncio.gather(abandoned, return_exceptions=True)
+        release.set()
+        await first
+        await thread.run(records("next"))  # after the abandoned one, in order
+        assert ran == ["first", "next"]
+    finally:
+        release.set()
+        await thread.stop()
+    assert not thread.on_thread()
