@@ -163,6 +163,12 @@ class Keys:
         head."""
         return f"{self._base(shard)}:leases"
 
+    def leases_heard_at(self, shard: int) -> str:
+        """String: when a script about the shard's leases last ran (ms, Redis clock): a
+        silence longer than a lease can spare means Redis was away, and the shard's deadlines
+        move on by it (``runs/lua/prelude.lua``: leases_heard)."""
+        return f"{self._base(shard)}:leases:heard"
+
     def blocked_at(self, shard: int) -> str:
         """Sorted set: record keys of the shard's session runs parked behind their session's
         active run (multitask "enqueue") -> parked at (ms). The scripts that park and promote
@@ -208,6 +214,9 @@ class Keys:
 
     def leases_of(self, run_id: str) -> str:
         return self.leases_at(self.shard_of(run_id))
+
+    def leases_heard_of(self, run_id: str) -> str:
+        return self.leases_heard_at(self.shard_of(run_id))
 
     def blocked_of(self, run_id: str) -> str:
         return self.blocked_at(self.shard_of(run_id))

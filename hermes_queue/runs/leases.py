@@ -30,6 +30,15 @@ log = logging.getLogger(__name__)
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
 
+def quiet_ms(settings: RunSettings) -> int:
+    """How long a shard's leases may go unheard of before the silence counts as Redis having
+    been away (``runs/lua/prelude.lua``: leases_heard): a lease less two heartbeats (a lease
+    lapses only after a silence longer than a lease less the heartbeat since its last renewal),
+    and never under four reaper passes, so a shard that only the reapers touch is heard."""
+    lease, heartbeat = settings.lease_seconds, settings.heartbeat_seconds
+    return int(max(lease - 2 * heartbeat, 4 * settings.reaper_interval_seconds) * 1000)
+
+
 class Leases:
     def __init__(
         self,
@@ -57,6 +66,7 @@ class Leases:
                 attempt,
                 int(self.settings.lease_seconds * 1000),
                 self.settings.retention_seconds,
+                quiet_ms(self.settings),
             ],
         )
 
@@ -71,7 +81,8 @@ class Leases:
         for shard in self.keys.shard_ids if shards is None else shards:
             try:
                 ids = await self._scripts["expired"](
-                    keys=self._keys_of.of_shard("expired", shard), args=[limit]
+                    keys=self._keys_of.of_shard("expired", shard),
+                    args=[limit, quiet_ms(self.settings)],
                 )
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if not self.keys.cluster:
@@ -97,6 +108,7 @@ class Leases:
                 encode_data({"reason": FailReason.WORKER_LOST}),
                 WORKER_LOST_ERROR,
                 FailReason.WORKER_LOST,
+                quiet_ms(self.settings),
             ],
         )
         verdict = decode(result)

@@ -25,7 +25,7 @@ from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.replies import ReplyText
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts, FinishTrace
-from hermes_queue.runs.leases import Leases
+from hermes_queue.runs.leases import Leases, quiet_ms
 from hermes_queue.runs.model import (
     QUEUE_WAIT_SECONDS,
     TERMINAL_STATUSES,
@@ -308,6 +308,7 @@ class RunRepository:
                 self._record_ttl,
                 self.running_limits,
                 self.keys.wake_channel_of(run_id),
+                quiet_ms(self.settings),
             ],
         )
         if _decode(result[0]) != "claimed":

@@ -65,8 +65,9 @@ class ScriptKeys:
     """The keys a run script is called with, by the roles its header declares. A run's own
     keys (``record``, ``events``, ``steps``, ``readers``) carry its shard's hash tag, as do
     its shard's (``queue``, ``turn_order``, ``fair``, ``held``: the prefix of its tenants'
-    held sets, ``leases``, ``blocked``, ``failures``, ``stats``: this minute's counters) and,
-    for a session run, its session's (``active``, ``pending``): so every call names one slot.
+    held sets, ``leases`` and ``leases_heard``, ``blocked``, ``failures``, ``stats``: this
+    minute's counters) and, for a session run, its session's (``active``, ``pending``): so
+    every call names one slot.
     The webhook scripts name their shard's (``webhook_outbox``, ``webhook_recent``,
     ``webhook_pending``, ``webhook_dead``) and one delivery's hash (``delivery``), all under
     the shard's tag too."""
@@ -98,6 +99,7 @@ class ScriptKeys:
         keys = self.keys
         named: dict[str, Callable[[int], str]] = {
             "leases": keys.leases_at,
+            "leases_heard": keys.leases_heard_at,
             "blocked": keys.blocked_at,
             "queue": keys.queue_at,
             "turn_order": keys.turn_order_at,
@@ -133,6 +135,7 @@ class ScriptKeys:
             "fair": keys.fair_of,
             "held": keys.held_prefix_of,
             "leases": keys.leases_of,
+            "leases_heard": keys.leases_heard_of,
             "blocked": keys.blocked_of,
             "failures": keys.failures_of,
         }

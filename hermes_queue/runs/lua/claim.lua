@@ -7,8 +7,9 @@
 -- A run of a tenant other than ``default`` is counted while it runs (prelude: limit_of); with
 -- running limits set (ARGV[6]), one of a tenant at its limit is held instead (the reply
 -- 'limited'): out of the turn order, still queued, until one of the tenant's runs stops.
--- KEYS: record, leases, queue, stats, turn_order, fair, held
--- ARGV: run_id, worker_id, lease_ms, ts, record_ttl_s, running_limits, wake_channel
+-- KEYS: record, leases, queue, stats, turn_order, fair, held, leases_heard
+-- ARGV: run_id, worker_id, lease_ms, ts, record_ttl_s, running_limits, wake_channel, quiet_ms
+leases_heard(KEYS[2], KEYS[8], ARGV[8])
 if ARGV[6] ~= '' then
   local f = redis.call('HMGET', KEYS[1], 'tenant', 'status')
   local limit = f[1] and f[1] ~= 'default' and f[2] == 'queued' and limit_of(ARGV[6], f[1]) or 0

@@ -5,6 +5,25 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- Lease time counts only while Redis is heard from. Every script about a shard's leases (a
+-- claim, a renewal, a reaper's pass) notes when it ran in the shard's ``leases_heard``; when
+-- nothing had for longer than a lease can spare (``quiet_ms``: a lease less two heartbeats,
+-- the caller's), Redis was away or stalled (a restart, a failover, a freeze) and no holder
+-- could renew, so every deadline of the shard moves on by that silence before anything reads
+-- them: a live worker keeps its runs, a dead one's are reaped a lease after the silence.
+local function leases_heard(leases, heard, quiet_ms)
+  local now = now_ms()
+  local last = tonumber(redis.call('GET', heard))
+  if last and now - last < 100 then return now end  -- heard just now: spare the write
+  redis.call('SET', heard, now)
+  if not last or now - last <= tonumber(quiet_ms) then return now end
+  local silence = now - last
+  local held = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
+  for i = 1, #held, 2 do
+    redis.call('ZADD', leases, 'XX', tonumber(held[i + 1]) + silence, held[i])
+  end
+  return now
+end
 local ACTIVE = {running = true, stopping = true, waiting_for_approval = true}
 local TERMINAL = {completed = true, failed = true, cancelled = true}
 

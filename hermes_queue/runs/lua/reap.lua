@@ -1,12 +1,13 @@
 -- Act on a run whose lease expired: its worker died or froze. A run being stopped ends
 -- cancelled; one out of attempts fails with reason worker_lost; otherwise it goes back to the
 -- queue and the next claim announces run.restarted.
--- KEYS: record, events, leases, queue, stats, failures, turn_order, fair
+-- KEYS: record, events, leases, queue, stats, failures, turn_order, fair, leases_heard
 -- ARGV: run_id, max_attempts, ts, retention_s, maxlen, wake_channel, failed_data,
---       cancelled_data, error_text, reason (worker_lost)
+--       cancelled_data, error_text, reason (worker_lost), quiet_ms
+local now = leases_heard(KEYS[3], KEYS[9], ARGV[11])
 local deadline = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not deadline then return 'gone' end
-if tonumber(deadline) > now_ms() then return 'alive' end
+if tonumber(deadline) > now then return 'alive' end
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status or not ACTIVE[status] then
   redis.call('ZREM', KEYS[3], ARGV[1])
