@@ -188,19 +188,29 @@ async def test_runs_queued_beyond_the_free_slots_start_as_slots_free_without_the
     """A poll that fills every slot may leave runs behind: each freed slot looks again at once
     (the timed poll here is a minute away, so it cannot be what finds them)."""
     settings = settings.replace(worker_concurrency=2, poll_seconds=60.0)
+    queued = await queue_runs(redis, settings, 7)
+    handler = QueueTakingHandler(redis, Keys(settings.redis.namespace), len(queued))
+    await take_all(settings, handler)
+    assert sorted(handler.runs) == sorted(queued)
+
+
+async def queue_runs(redis: Any, settings: Settings, count: int) -> list[str]:
     repository = RunRepository(redis, settings.redis.keys, settings.runs)
-    queued = [new_run_id() for _ in range(7)]
+    queued = [new_run_id() for _ in range(count)]
     for run_id in queued:
         assert await repository.create(NewRun(run_id, "s", TurnRequest()))
-    handler = QueueTakingHandler(redis, Keys(settings.redis.namespace), len(queued))
+    return queued
+
+
+async def take_all(settings: Settings, handler: QueueTakingHandler) -> None:
+    """A worker delivering to ``handler`` until it took every run it expects."""
     worker = queue_worker(settings.redis, settings.worker, handler, handle_signals=False)
-    task = worker.start()
+    task = worker.start()  # its start-up hook hands the worker to the handler (``start``)
     try:
         await asyncio.wait_for(handler.all_taken.wait(), 10)
     finally:
         task.cancel()
         await worker.close()
-    assert sorted(handler.runs) == sorted(queued)
 
 
 class FlagNotingHandler(QueueTakingHandler):
@@ -228,18 +238,8 @@ async def test_a_worker_that_took_the_last_queued_run_reads_the_queue_again_only
     runs behind: if not, its freed slot does not read the queue again (an empty read per turn
     of a full worker, before); if so, it does, and the runs left start."""
     settings = settings.replace(worker_concurrency=1, poll_seconds=60.0)
-    repository = RunRepository(redis, settings.redis.keys, settings.runs)
-    runs = [new_run_id() for _ in range(queued)]
-    for run_id in runs:
-        assert await repository.create(NewRun(run_id, "s", TurnRequest()))
+    runs = await queue_runs(redis, settings, queued)
     handler = FlagNotingHandler(redis, Keys(settings.redis.namespace), queued)
-    worker = queue_worker(settings.redis, settings.worker, handler, handle_signals=False)
-    handler.worker = worker
-    task = worker.start()
-    try:
-        await asyncio.wait_for(handler.all_taken.wait(), 10)
-    finally:
-        task.cancel()
-        await worker.close()
+    await take_all(settings, handler)
     assert handler.runs == runs
     assert handler.left_behind[0] is (queued > 1)
