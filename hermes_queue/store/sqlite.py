@@ -89,7 +89,7 @@ class SqliteSessionStore(SqlSessionStore):
     """Session store in one SQLite file (or ``:memory:``, private to this store).
 
     Every public operation runs on the store's thread (``_on_store_thread`` below); the
-    connection, the lock and the transactions live there."""
+    connection and the transactions live there."""
 
     dialect: ClassVar[Dialect] = "sqlite"
 

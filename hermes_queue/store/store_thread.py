@@ -81,7 +81,7 @@ class StoreThread:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._guard:  # so that nothing is queued after the stop below
-            if self._stopped:
+            if self._stopped or (self._thread is not None and not self._thread.is_alive()):
                 coro.close()
                 raise StoreThreadClosed(f"{self.name} is stopped")
             if self._thread is None:
@@ -95,20 +95,21 @@ class StoreThread:
         thread.start()
 
     def _serve(self) -> None:
+        """Each job answered, whatever it does: a caller never waits on a thread that died."""
         while True:
             job = self._jobs.get()
             if job is _STOP:
                 return
             assert isinstance(job, _Job)
             if job.future.cancelled():  # its caller is gone and it has not started
-                job.coro.close()
+                _close(job.coro)
                 continue
             _answer(job, *_drive(job.coro))
 
     async def stop(self, last: Coroutine[Any, Any, Any] | None = None) -> None:
         """Run ``last`` (after everything accepted before it), then end the thread."""
         with self._guard:
-            if self._stopped or self._thread is None:
+            if self._stopped or self._thread is None or not self._thread.is_alive():
                 self._stopped = True
                 if last is not None:
                     last.close()
@@ -136,11 +137,20 @@ def _drive(coro: Coroutine[Any, Any, Any]) -> tuple[Any, BaseException | None]:
         return finished.value, None
     except BaseException as exc:
         return None, exc
-    coro.close()
-    return None, OperationSuspended(
+    suspended = OperationSuspended(
         "a store operation awaited something that does not complete at once; operations on "
         "the store's thread must not suspend"
     )
+    return None, _close(coro) or suspended
+
+
+def _close(coro: Coroutine[Any, Any, Any]) -> BaseException | None:
+    """Close a coroutine that will not be run on; what its cleanup raised, if anything."""
+    try:
+        coro.close()
+    except BaseException as exc:  # its cleanup awaited again, or raised: the caller hears it
+        return exc
+    return None
 
 
 def _answer(job: _Job, value: Any, error: BaseException | None) -> None:

@@ -157,3 +157,28 @@ async def test_an_operation_whose_caller_gave_up_before_it_started_never_runs() 
         release.set()
         await thread.stop()
     assert not thread.on_thread()
+
+
+async def test_an_operation_whose_cleanup_awaits_again_is_answered_and_the_thread_serves_on() -> (
+    None
+):
+    """A suspended operation is closed; one whose cleanup awaits once more (or raises) makes
+    that close fail: its caller hears the failure and the thread stays up for the next."""
+    thread = StoreThread("test-store-thread")
+
+    async def stubborn() -> int:
+        try:
+            await _Suspends()
+        finally:
+            await _Suspends()  # cleanup that suspends again: close() raises RuntimeError
+        return 1
+
+    async def answers() -> int:
+        return 42
+
+    try:
+        with pytest.raises(RuntimeError):
+            await asyncio.wait_for(thread.run(stubborn()), 10)
+        assert await asyncio.wait_for(thread.run(answers()), 10) == 42
+    finally:
+        await thread.stop()
