@@ -164,9 +164,9 @@ class Keys:
         return f"{self._base(shard)}:leases"
 
     def leases_heard_at(self, shard: int) -> str:
-        """String: when a script about the shard's leases last ran (ms, Redis clock): a
-        silence longer than a lease can spare means Redis was away, and the shard's deadlines
-        move on by it (``runs/lua/prelude.lua``: leases_heard)."""
+        """Hash: when a script about the shard's leases last ran (``at``, ms, Redis clock) and
+        the quiet its caller allowed (``quiet``, ms): a longer silence means Redis was away,
+        and the shard's deadlines move on by it (``runs/lua/prelude.lua``: leases_heard)."""
         return f"{self._base(shard)}:leases:heard"
 
     def blocked_at(self, shard: int) -> str:

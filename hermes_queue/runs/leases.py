@@ -23,6 +23,7 @@ from hermes_queue.config import RunSettings
 from hermes_queue.keys import Keys
 from hermes_queue.runs.model import FailReason, RunStatus
 from hermes_queue.runs.scripts import Outcomes, ScriptKeys, decode, load_script
+from hermes_queue.runs.shard_leases import unscanned_seconds
 from hermes_queue.streams.codec import encode_data
 
 log = logging.getLogger(__name__)
@@ -30,13 +31,21 @@ log = logging.getLogger(__name__)
 WORKER_LOST_ERROR = "worker lost: the worker running this turn stopped renewing its lease"
 
 
-def quiet_ms(settings: RunSettings) -> int:
+def quiet_ms(settings: RunSettings, cluster: bool) -> int:
     """How long a shard's leases may go unheard of before the silence counts as Redis having
-    been away (``runs/lua/prelude.lua``: leases_heard): a lease less two heartbeats (a lease
-    lapses only after a silence longer than a lease less the heartbeat since its last renewal),
-    and never under four reaper passes, so a shard that only the reapers touch is heard."""
+    been away (``runs/lua/prelude.lua``: leases_heard). Short enough to catch a silence that
+    lapses a live worker's lease before its keeper can renew it after Redis is back (a lease
+    less three heartbeats: the one since its last renewal, the one until the next, and one for
+    the reconnect), and always longer than a shard goes unheard of in the normal course, plus a
+    pass or a heartbeat to spare: a heartbeat (its runs' renewals), a reaper pass, and on a
+    cluster a reaper's takeover of the shards of a process that died (``unscanned_seconds``),
+    which would otherwise move its own runs' deadlines on and delay their reaping."""
     lease, heartbeat = settings.lease_seconds, settings.heartbeat_seconds
-    return int(max(lease - 2 * heartbeat, 4 * settings.reaper_interval_seconds) * 1000)
+    interval = settings.reaper_interval_seconds
+    normal = max(heartbeat, interval)
+    if cluster:
+        normal = max(normal, unscanned_seconds(interval, heartbeat))
+    return int(max(lease - 3 * heartbeat, normal + max(heartbeat, interval)) * 1000)
 
 
 class Leases:
@@ -66,7 +75,7 @@ class Leases:
                 attempt,
                 int(self.settings.lease_seconds * 1000),
                 self.settings.retention_seconds,
-                quiet_ms(self.settings),
+                quiet_ms(self.settings, self.keys.cluster),
             ],
         )
 
@@ -82,7 +91,7 @@ class Leases:
             try:
                 ids = await self._scripts["expired"](
                     keys=self._keys_of.of_shard("expired", shard),
-                    args=[limit, quiet_ms(self.settings)],
+                    args=[limit, quiet_ms(self.settings, self.keys.cluster)],
                 )
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if not self.keys.cluster:
@@ -108,7 +117,7 @@ class Leases:
                 encode_data({"reason": FailReason.WORKER_LOST}),
                 WORKER_LOST_ERROR,
                 FailReason.WORKER_LOST,
-                quiet_ms(self.settings),
+                quiet_ms(self.settings, self.keys.cluster),
             ],
         )
         verdict = decode(result)

@@ -308,7 +308,7 @@ class RunRepository:
                 self._record_ttl,
                 self.running_limits,
                 self.keys.wake_channel_of(run_id),
-                quiet_ms(self.settings),
+                quiet_ms(self.settings, self.keys.cluster),
             ],
         )
         if _decode(result[0]) != "claimed":

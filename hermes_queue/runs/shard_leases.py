@@ -46,6 +46,14 @@ UNREACHED = -2
 LIVE_HEARTBEATS = 3
 
 
+def unscanned_seconds(interval: float, heartbeat: float) -> float:
+    """The longest a shard goes without a reaper pass when its holder dies: the pass before
+    the death, then the later of its lease lapsing and its heartbeat ageing out of the live
+    count (a share recomputed every third of a lease), then the taker's first pass."""
+    lease = max(LEASE_PASSES * interval, 1.0)
+    return interval + max(lease, LIVE_HEARTBEATS * heartbeat + lease / 3) + interval
+
+
 class ReaperShards:
     """``await due()`` before each reaper pass: the shards this process scans in it."""
 
@@ -124,4 +132,4 @@ class ReaperShards:
         return math.ceil(len(self.keys.shard_ids) / max(live, 1))
 
 
-__all__ = ["LEASE_PASSES", "LIVE_HEARTBEATS", "ReaperShards"]
+__all__ = ["LEASE_PASSES", "LIVE_HEARTBEATS", "ReaperShards", "unscanned_seconds"]

@@ -15,6 +15,7 @@ from hermes_queue.runs.leases import quiet_ms
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.shard_leases import unscanned_seconds
 from hermes_queue.runs.turn_request import TurnRequest
 
 SILENCE_MS = 60_000
@@ -23,6 +24,11 @@ SILENCE_MS = 60_000
 async def redis_now_ms(redis: Any) -> int:
     seconds, micros = await redis.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def heard(redis: Any, keys: Keys, run_id: str, at: int, quiet: int = 0) -> None:
+    """Set when the shard of ``run_id`` was last heard from, and the quiet its noter allowed."""
+    await redis.hset(keys.leases_heard_of(run_id), mapping={"at": at, "quiet": quiet})
 
 
 async def claimed(redis: Any, settings: Settings) -> tuple[RunRepository, str]:
@@ -39,7 +45,7 @@ async def test_a_lease_that_lapsed_while_redis_was_silent_moves_on_by_the_silenc
     repo, run_id = await claimed(redis, settings)
     now = await redis_now_ms(redis)
     # Its last renewal landed just before Redis went silent for a minute: it lapsed meanwhile.
-    await redis.set(keys.leases_heard_of(run_id), now - SILENCE_MS)
+    await heard(redis, keys, run_id, now - SILENCE_MS)
     await redis.zadd(keys.leases, {run_id: now - SILENCE_MS + 1_000})
 
     assert await repo.leases.expired() == []  # the reaper's pass hears the silence first
@@ -65,8 +71,8 @@ async def test_a_silence_shorter_than_a_lease_can_spare_moves_nothing(
 ) -> None:
     repo, run_id = await claimed(redis, settings)
     now = await redis_now_ms(redis)
-    quiet = quiet_ms(settings.runs)
-    await redis.set(keys.leases_heard_of(run_id), now - quiet + 500)
+    quiet = quiet_ms(settings.runs, keys.cluster)
+    await heard(redis, keys, run_id, now - quiet + 500)
     await redis.zadd(keys.leases, {run_id: now - 1_000})
     assert await repo.leases.expired() == [run_id]
 
@@ -79,7 +85,7 @@ async def test_a_renewal_after_a_silence_keeps_every_lease_of_the_shard(
     repo, renewed = await claimed(redis, settings)
     _, waiting = await claimed(redis, settings)
     now = await redis_now_ms(redis)
-    await redis.set(keys.leases_heard_of(renewed), now - SILENCE_MS)
+    await heard(redis, keys, renewed, now - SILENCE_MS)
     for run_id in (renewed, waiting):
         await redis.zadd(keys.leases, {run_id: now - SILENCE_MS + 2_000})
     script = redis.register_script(repo.leases.renew_script)
@@ -88,3 +94,51 @@ async def test_a_renewal_after_a_silence_keeps_every_lease_of_the_shard(
     assert await repo.leases.expired() == []
     waiting_deadline = await redis.zscore(keys.leases, waiting)
     assert waiting_deadline is not None and waiting_deadline > now
+
+
+async def test_a_silence_another_process_calls_its_normal_quiet_moves_nothing(
+    redis: Any, keys: Keys, settings: Settings
+) -> None:
+    """Processes with other settings (a reaper passing every 30 s) note the quiet they allow:
+    a gap that is their normal course is no outage to a caller that allows less."""
+    repo, run_id = await claimed(redis, settings)
+    now = await redis_now_ms(redis)
+    await heard(redis, keys, run_id, now - 20_000, quiet=120_000)
+    await redis.zadd(keys.leases, {run_id: now - 1_000})
+    assert await repo.leases.expired() == [run_id]
+
+
+async def test_a_clock_that_stepped_back_is_never_taken_for_a_silence(
+    redis: Any, keys: Keys, settings: Settings
+) -> None:
+    """A failover to a primary whose clock is behind: the note (in its future) is taken
+    afresh, and a silence after it is measured from the new note."""
+    repo, run_id = await claimed(redis, settings)
+    now = await redis_now_ms(redis)
+    await heard(redis, keys, run_id, now + SILENCE_MS)
+    await redis.zadd(keys.leases, {run_id: now - 1_000})
+    assert await repo.leases.expired() == [run_id]  # no shift by a negative silence
+    noted = await redis.hget(keys.leases_heard_of(run_id), "at")
+    assert noted is not None and int(noted) <= await redis_now_ms(redis)
+
+
+def test_the_quiet_outlasts_a_shards_normal_silences_and_catches_a_lapsing_outage(
+    settings: Settings,
+) -> None:
+    """Longer than a shard goes unheard of in the normal course (renewals every heartbeat,
+    reaper passes, on a cluster a dead reaper's takeover, which would otherwise delay its own
+    runs' reaping), whatever the settings; with the defaults, short enough that an outage
+    which lapses a lease before its keeper can renew it is caught."""
+    for runs in (
+        settings.runs,
+        Settings.of().runs,
+        Settings.of(reaper_interval_seconds=2.0).runs,
+        Settings.of(heartbeat_seconds=2.0).runs,
+    ):
+        heartbeat, interval = runs.heartbeat_seconds, runs.reaper_interval_seconds
+        assert quiet_ms(runs, False) / 1000 > max(heartbeat, interval)
+        assert quiet_ms(runs, True) / 1000 > unscanned_seconds(interval, heartbeat)
+    defaults = Settings.of().runs
+    for cluster in (False, True):
+        quiet = quiet_ms(defaults, cluster) / 1000
+        assert quiet <= defaults.lease_seconds - 2 * defaults.heartbeat_seconds

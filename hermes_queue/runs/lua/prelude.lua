@@ -6,17 +6,21 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 -- Lease time counts only while Redis is heard from. Every script about a shard's leases (a
--- claim, a renewal, a reaper's pass) notes when it ran in the shard's ``leases_heard``; when
--- nothing had for longer than a lease can spare (``quiet_ms``: a lease less two heartbeats,
--- the caller's), Redis was away or stalled (a restart, a failover, a freeze) and no holder
--- could renew, so every deadline of the shard moves on by that silence before anything reads
--- them: a live worker keeps its runs, a dead one's are reaped a lease after the silence.
+-- claim, a renewal, a reaper's pass) notes when it ran in the shard's ``leases_heard`` (``at``);
+-- when nothing had for longer than any process lets a shard go unheard of in its normal course
+-- (``quiet``: the larger of the caller's ``quiet_ms`` and the last noter's, so processes with
+-- other settings never take each other's quiet for an outage), Redis was away or stalled (a
+-- restart, a failover, a freeze) and no holder could renew: every deadline of the shard moves
+-- on by that silence before anything reads them. A live worker keeps its runs; a dead one's
+-- are reaped a lease after the silence. A clock that stepped back (a failover to a primary
+-- whose clock is behind) is noted afresh, never taken for a silence.
 local function leases_heard(leases, heard, quiet_ms)
   local now = now_ms()
-  local last = tonumber(redis.call('GET', heard))
-  if last and now - last < 100 then return now end  -- heard just now: spare the write
-  redis.call('SET', heard, now)
-  if not last or now - last <= tonumber(quiet_ms) then return now end
+  local f = redis.call('HMGET', heard, 'at', 'quiet')
+  local last, quiet = tonumber(f[1]), math.max(tonumber(f[2]) or 0, tonumber(quiet_ms))
+  if last and now >= last and now - last < 100 then return now end  -- just heard: no write
+  redis.call('HSET', heard, 'at', now, 'quiet', quiet_ms)
+  if not last or now < last or now - last <= quiet then return now end
   local silence = now - last
   local held = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
   for i = 1, #held, 2 do
