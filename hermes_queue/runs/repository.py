@@ -196,11 +196,12 @@ class RunRepository:
     ) -> list[str]:
         """Stop the active session runs nobody reads any more that keep a parked run waiting
         (``lua/abandoned.lua``) in ``shards`` (None: every shard); their ids. Every reaper
-        pass calls it."""
+        pass calls it; for a reader's entry after Redis was away, it stops none."""
         stopped: list[str] = []
         for shard in self.keys.shard_ids if shards is None else shards:
             found = await self._scripts["abandoned"](
-                keys=self._keys_of.of_shard("abandoned", shard), args=[limit]
+                keys=self._keys_of.of_shard("abandoned", shard),
+                args=[limit, quiet_ms(self.settings, self.keys.cluster), PRESENCE_TTL_MS],
             )
             stopped += [_decode(run_id) for run_id in found]
         for run_id in stopped:

@@ -15,8 +15,10 @@ from hermes_queue.runs.leases import quiet_ms
 from hermes_queue.runs.model import NewRun
 from hermes_queue.runs.placement import new_run_id
 from hermes_queue.runs.repository import RunRepository
+from hermes_queue.runs.scripts import ScriptKeys, load_script
 from hermes_queue.runs.shard_leases import unscanned_seconds
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.presence import TTL_MS as READER_MS
 
 SILENCE_MS = 60_000
 
@@ -142,3 +144,35 @@ def test_the_quiet_outlasts_a_shards_normal_silences_and_catches_a_lapsing_outag
     for cluster in (False, True):
         quiet = quiet_ms(defaults, cluster) / 1000
         assert quiet <= defaults.lease_seconds - 2 * defaults.heartbeat_seconds
+
+
+async def test_a_reader_whose_entry_lapsed_in_a_silence_is_not_taken_for_gone(
+    redis: Any, keys: Keys, settings: Settings
+) -> None:
+    """An active session turn with another parked behind it is stopped once nobody reads it
+    (``abandoned.lua``); its reader's entry, renewed every 2 s by its API process, lapsed while
+    Redis was away too: for an entry's length after the silence, nothing is judged abandoned."""
+    active, parked, session = new_run_id(), new_run_id(), "s-silence"
+    now = await redis_now_ms(redis)
+    await redis.hset(
+        keys.run(active),
+        mapping={"run_id": active, "status": "running", "readers_key": keys.readers(active)},
+    )
+    await redis.zadd(keys.readers(active), {"reader-1": now - 1_000})  # lapsed
+    await redis.set(keys.session_active(session), keys.run(active))
+    await redis.hset(
+        keys.run(parked), mapping={"status": "queued", "active_key": keys.session_active(session)}
+    )
+    await redis.zadd(keys.blocked, {keys.run(parked): now})
+    script = redis.register_script(load_script("abandoned"))
+    scan_keys = ScriptKeys(keys).of_shard("abandoned", 0)
+
+    async def abandoned() -> list[bytes]:
+        args = [10, quiet_ms(settings.runs, keys.cluster), READER_MS]
+        return list(await script(keys=scan_keys, args=args))
+
+    await heard(redis, keys, active, now - SILENCE_MS)
+    assert await abandoned() == []  # the scan itself hears the silence: it waits
+    assert await abandoned() == []  # and goes on waiting for an entry's length
+    await redis.hset(keys.leases_heard_of(active), "back", now - READER_MS - 1_000)
+    assert await abandoned() == [active.encode()]  # long enough: the reader is gone

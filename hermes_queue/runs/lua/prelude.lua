@@ -13,7 +13,8 @@ end
 -- restart, a failover, a freeze) and no holder could renew: every deadline of the shard moves
 -- on by that silence before anything reads them. A live worker keeps its runs; a dead one's
 -- are reaped a lease after the silence. A clock that stepped back (a failover to a primary
--- whose clock is behind) is noted afresh, never taken for a silence.
+-- whose clock is behind) is noted afresh, never taken for a silence. When the silence ended
+-- is kept too (``back``): readers' entries lapsed in it as well (abandoned.lua waits).
 local function leases_heard(leases, heard, quiet_ms)
   local now = now_ms()
   local f = redis.call('HMGET', heard, 'at', 'quiet')
@@ -22,6 +23,7 @@ local function leases_heard(leases, heard, quiet_ms)
   redis.call('HSET', heard, 'at', now, 'quiet', quiet_ms)
   if not last or now < last or now - last <= quiet then return now end
   local silence = now - last
+  redis.call('HSET', heard, 'back', now)
   local held = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
   for i = 1, #held, 2 do
     redis.call('ZADD', leases, 'XX', tonumber(held[i + 1]) + silence, held[i])
