@@ -73,3 +73,36 @@ async def test_a_run_keeps_its_live_worker_through_an_outage_longer_than_its_lea
         assert status["status"] == "completed" and status["attempt"] == 1, status
     finally:
         cluster.stop_all()
+
+
+async def test_a_run_streaming_through_an_outage_longer_than_its_lease_goes_on(
+    settings: Settings, private_redis: Node
+) -> None:
+    """Its appends wait for Redis (``workers/appends.py``: as long as a failover takes, where
+    ~8 s of retries used to fail the turn) while the agent goes on: once Redis is back every
+    delta reaches the stream once, in order, and the run completes as its first attempt."""
+    settings = settings.replace(redis_url=f"redis://127.0.0.1:{private_redis.port}/0")
+    cluster = Cluster(settings)
+    try:
+        url = await cluster.start_api(max_attempts=2)
+        await cluster.start_worker(max_attempts=2)
+        async with HermesQueueClient(url, settings.api.api_key, reconnect_delay=0.05) as client:
+            run_id = await client.create_run("streaming through the outage [slow:0.2]")
+            async for _, payload in client.iter_events(run_id):
+                if payload["event"] == "message.delta":
+                    break
+            private_redis.kill()
+            # Longer than the lease and than the ~8 s of retries a turn's writes had before.
+            await asyncio.sleep(10)
+            private_redis.start()
+            events = [(event_id, payload) async for event_id, payload in client.iter_events(run_id)]
+            status = await client.get_run(run_id)
+        names = [payload["event"] for _, payload in events]
+        assert "run.restarted" not in names, names
+        assert names[-1] == "run.completed", names
+        text = "".join(p["delta"] for _, p in events if p["event"] == "message.delta")
+        assert text == events[-1][1]["output"]
+        assert len({event_id for event_id, _ in events}) == len(events)
+        assert status["status"] == "completed" and status["attempt"] == 1, status
+    finally:
+        cluster.stop_all()
