@@ -164,9 +164,11 @@ class Keys:
         return f"{self._base(shard)}:leases"
 
     def leases_heard_at(self, shard: int) -> str:
-        """Hash: when a script about the shard's leases last ran (``at``, ms, Redis clock) and
-        the quiet its caller allowed (``quiet``, ms): a longer silence means Redis was away,
-        and the shard's deadlines move on by it (``runs/lua/prelude.lua``: leases_heard)."""
+        """Hash: when a script about the shard's leases last ran (``at``, ms, Redis clock), the
+        quiet its caller allowed (``quiet``, ms) and when the last silence a reader's entry
+        cannot outlast ended (``back``): a silence longer than the quiet means Redis was away,
+        and the shard's deadlines move on by it; for an entry's length after ``back`` no session
+        turn is judged abandoned (``runs/lua/prelude.lua``: leases_heard, readers_silenced)."""
         return f"{self._base(shard)}:leases:heard"
 
     def blocked_at(self, shard: int) -> str:

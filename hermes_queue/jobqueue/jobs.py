@@ -17,14 +17,18 @@ from typing import Any
 
 import msgpack
 
+from hermes_queue.redisio.health import OUTAGE_WAIT_SECONDS
+
 # The name the run job is registered under in arq's worker (which never dispatches it: the
 # queue loop hands deliveries to the handler itself).
 RUN_TURN = "run_turn"
 
 
 def job_timeout_seconds(turn_timeout_seconds: int) -> int:
-    """The queue's own timeout for a delivery: a minute beyond the turn's, so ours acts first."""
-    return turn_timeout_seconds + 60
+    """The queue's own timeout for a delivery: a minute beyond the turn's and the wait of its
+    writes for Redis (a turn timing out during an outage ends once its writes gave up), so
+    ours acts first."""
+    return turn_timeout_seconds + 60 + int(OUTAGE_WAIT_SECONDS)
 
 
 def serialize(data: dict[str, Any]) -> bytes:

@@ -28,6 +28,12 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+# How long a turn's writes wait for Redis to come back before the turn fails
+# (``workers/appends.py``): a restart, or a Sentinel failover (a dead primary noticed after
+# ``down-after-milliseconds``, 30 s by default, then an election). The queue's own timeout of a
+# delivery leaves room for it (``jobqueue/jobs.py``).
+OUTAGE_WAIT_SECONDS = 90.0
+
 # What a server that cannot be reached (or stopped answering in time) raises.
 UNREACHABLE = (
     RedisConnectionError,

@@ -183,6 +183,7 @@ class RunRepository:
                 PRESENCE_TTL_MS,
                 run.tenant,
                 repr(self.settings.weight_of(run.tenant)),
+                quiet_ms(self.settings, self.keys.cluster),
                 *_flat(self._fields(run)),
             ],
         )
@@ -201,7 +202,7 @@ class RunRepository:
         for shard in self.keys.shard_ids if shards is None else shards:
             found = await self._scripts["abandoned"](
                 keys=self._keys_of.of_shard("abandoned", shard),
-                args=[limit, quiet_ms(self.settings, self.keys.cluster), PRESENCE_TTL_MS],
+                args=[limit, quiet_ms(self.settings, self.keys.cluster)],
             )
             stopped += [_decode(run_id) for run_id in found]
         for run_id in stopped:

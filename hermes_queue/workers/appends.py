@@ -4,7 +4,7 @@ of an idempotent call.
 
 Publishing events is the product, not an observer: a failed call is retried with backoff (the
 callers pass what makes a retry safe: an append's batch token, an approval's request id) for as
-long as Redis may take to come back from a restart or a failover (:data:`OUTAGE_WAIT_SECONDS`:
+long as Redis may take to come back from a restart or a failover (``OUTAGE_WAIT_SECONDS``:
 Sentinel notices a dead primary after ``down-after-milliseconds``, 30 s by default, then
 elects); meanwhile the run keeps its lease (lease time counts only while Redis is heard from,
 ``runs/lua/prelude.lua``) and the agent waits at its next step. Only if Redis stays away longer
@@ -25,6 +25,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from hermes_queue.events import EventType
+from hermes_queue.redisio.health import OUTAGE_WAIT_SECONDS, OutageLog
 from hermes_queue.redisio.switchover import refused_for_now
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,6 @@ log = logging.getLogger(__name__)
 # Pauses between tries: short at first (a switchover is over in a moment), then every 2 s.
 _RETRY_DELAYS = (0.05, 0.1, 0.2, 0.5, 1.0)
 _RETRY_EVERY = 2.0
-# How long a turn's writes wait for Redis before the turn fails (module docstring).
-OUTAGE_WAIT_SECONDS = 90.0
 # The clock and the pause of the retries (a test runs them on a clock of its own).
 _monotonic = time.monotonic
 _pause = asyncio.sleep
@@ -67,18 +66,22 @@ async def retrying(
     """Run an idempotent Redis call, retrying connection failures and a node's refusals
     for now (``CLUSTERDOWN`` during a cluster failover, ``READONLY`` from a demoted
     primary: ``redisio.switchover.refused_for_now``) with backoff, for up to ``wait``
-    seconds; then :class:`EventPublishFailed`."""
+    seconds; then :class:`EventPublishFailed`. One line when the failures start, one when the
+    call goes through (``OutageLog``), not one per try."""
+    outage = OutageLog(log, f"{what} for {run_id}", meanwhile=f"retrying for up to {wait:.0f} s")
     give_up_at = _monotonic() + wait
     for tries in itertools.count():
         try:
-            return await call()
+            result = await call()
         except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
             if isinstance(exc, ResponseError) and not refused_for_now(exc):
                 raise
+            outage.failed(exc)
             delay = _RETRY_DELAYS[tries] if tries < len(_RETRY_DELAYS) else _RETRY_EVERY
             if _monotonic() + delay > give_up_at:
                 raise EventPublishFailed(str(exc)) from exc
-            if tries < len(_RETRY_DELAYS) or tries % 15 == 0:  # then every 30 s, not each try
-                log.warning("%s for %s failed (%s); retrying in %.2fs", what, run_id, exc, delay)
             await _pause(delay)
+        else:
+            outage.ok()
+            return result
     raise AssertionError("unreachable")

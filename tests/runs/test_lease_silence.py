@@ -18,7 +18,11 @@ from hermes_queue.runs.repository import RunRepository
 from hermes_queue.runs.scripts import ScriptKeys, load_script
 from hermes_queue.runs.shard_leases import unscanned_seconds
 from hermes_queue.runs.turn_request import TurnRequest
+from hermes_queue.streams.presence import RENEW_SECONDS
 from hermes_queue.streams.presence import TTL_MS as READER_MS
+
+# A silence a reader's entry cannot outlast (it vouches READER_MS, renewed every RENEW_SECONDS).
+READER_SILENCE_MS = READER_MS - int(RENEW_SECONDS * 1000)
 
 SILENCE_MS = 60_000
 
@@ -151,7 +155,11 @@ async def test_a_reader_whose_entry_lapsed_in_a_silence_is_not_taken_for_gone(
 ) -> None:
     """An active session turn with another parked behind it is stopped once nobody reads it
     (``abandoned.lua``); its reader's entry, renewed every 2 s by its API process, lapsed while
-    Redis was away too: for an entry's length after the silence, nothing is judged abandoned."""
+    Redis was away too: for an entry's length after the silence, nothing is judged abandoned.
+    The default lease here, so the silence is shorter than a lease can spare (nothing else
+    moves) and longer than an entry outlasts."""
+    settings = settings.replace(lease_seconds=10.0, heartbeat_seconds=1.0)
+    assert quiet_ms(settings.runs, keys.cluster) > READER_SILENCE_MS + 1_000
     active, parked, session = new_run_id(), new_run_id(), "s-silence"
     now = await redis_now_ms(redis)
     await redis.hset(
@@ -168,11 +176,48 @@ async def test_a_reader_whose_entry_lapsed_in_a_silence_is_not_taken_for_gone(
     scan_keys = ScriptKeys(keys).of_shard("abandoned", 0)
 
     async def abandoned() -> list[bytes]:
-        args = [10, quiet_ms(settings.runs, keys.cluster), READER_MS]
+        args = [10, quiet_ms(settings.runs, keys.cluster)]
         return list(await script(keys=scan_keys, args=args))
 
-    await heard(redis, keys, active, now - SILENCE_MS)
+    # Shorter than a lease can spare, longer than an entry outlasts: no lease moves, and yet
+    # the reader's entry lapsed in it.
+    await heard(redis, keys, active, now - READER_SILENCE_MS - 1_000)
     assert await abandoned() == []  # the scan itself hears the silence: it waits
     assert await abandoned() == []  # and goes on waiting for an entry's length
     await redis.hset(keys.leases_heard_of(active), "back", now - READER_MS - 1_000)
     assert await abandoned() == [active.encode()]  # long enough: the reader is gone
+
+
+async def test_a_new_turn_does_not_take_the_turn_ahead_for_abandoned_right_after_a_silence(
+    redis: Any, keys: Keys, settings: Settings
+) -> None:
+    """Admission judges the active turn too (``create_session_run.lua``): a client sending again
+    what got a 503 during the outage, or a scheduled tick that came due in it, must not have the
+    turn still being read stopped before its reader's process renewed its entry."""
+    repo = RunRepository(redis, settings.redis.keys, settings.runs)
+    session = f"sess-{new_run_id()}"
+    first, second, third = (repo.placement.new_run_id(session) for _ in range(3))
+    admitted = await repo.create_session_run(
+        NewRun(first, session, TurnRequest("one")), strategy="enqueue", read_by="reader-1"
+    )
+    assert admitted.verdict == "created"
+    now = await redis_now_ms(redis)
+    await redis.zadd(keys.readers(first), {"reader-1": now - 1_000})  # lapsed in the outage
+    await heard(redis, keys, first, now - READER_SILENCE_MS - 1_000)
+    parked = await repo.create_session_run(
+        NewRun(second, session, TurnRequest("two")), strategy="enqueue"
+    )
+    assert (parked.verdict, parked.blocking_run_id, parked.abandoned) == ("waiting", first, False)
+    # An entry's length after the silence, a lapsed entry is a reader gone, as before.
+    await redis.hset(keys.leases_heard_of(first), "back", now - READER_MS - 1_000)
+    later = await repo.create_session_run(
+        NewRun(third, session, TurnRequest("three")), strategy="enqueue"
+    )
+    assert (later.blocking_run_id, later.abandoned) == (first, True)
+
+
+def test_the_scripts_know_a_readers_entry_as_presence_writes_it() -> None:
+    """prelude.lua keeps streams/presence.py's timings as constants of its own."""
+    prelude = load_script("expired")
+    assert f"local READER_MS = {READER_MS}" in prelude
+    assert f"local READER_SILENCE_MS = {READER_SILENCE_MS}" in prelude

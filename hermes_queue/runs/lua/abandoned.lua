@@ -2,14 +2,12 @@
 -- abandoned()): a reaper pass stops each, and its session's next run then starts. This covers
 -- what admission cannot see: a reader that left after the next turn was parked, a reader on
 -- another API replica whose leave had not landed yet, an API process that died (its entries
--- lapse). Oldest parked runs first, at most ARGV[1] of them. For a reader's entry (ARGV[3] ms)
--- after a silence of the shard (prelude leases_heard: Redis was away, so no entry could be
--- renewed either) nothing is judged abandoned: the readers' processes renew theirs meanwhile.
+-- lapse). Oldest parked runs first, at most ARGV[1] of them. Right after a silence of the shard
+-- (Redis away: no entry could be renewed either) nothing (prelude readers_silenced).
 -- KEYS: blocked, leases, leases_heard
--- ARGV: limit, quiet_ms, reader_ms
+-- ARGV: limit, quiet_ms
 local now = leases_heard(KEYS[2], KEYS[3], ARGV[2])
-local back = tonumber(redis.call('HGET', KEYS[3], 'back'))
-if back and now >= back and now - back < tonumber(ARGV[3]) then return {} end
+if readers_silenced(KEYS[3], now) then return {} end
 local found, seen = {}, {}
 for _, record in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
   local active_key = redis.call('HGET', record, 'active_key')

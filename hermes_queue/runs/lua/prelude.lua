@@ -13,22 +13,33 @@ end
 -- restart, a failover, a freeze) and no holder could renew: every deadline of the shard moves
 -- on by that silence before anything reads them. A live worker keeps its runs; a dead one's
 -- are reaped a lease after the silence. A clock that stepped back (a failover to a primary
--- whose clock is behind) is noted afresh, never taken for a silence. When the silence ended
--- is kept too (``back``): readers' entries lapsed in it as well (abandoned.lua waits).
+-- whose clock is behind) is noted afresh, never taken for a silence. A silence a reader's entry
+-- cannot outlast (``READER_SILENCE_MS``, shorter than a lease's) notes when it ended
+-- (``back``): readers' entries lapsed in it too (``readers_silenced``).
+local READER_MS = 6000  -- streams/presence.py TTL_MS: how long one entry vouches for a reader
+local READER_SILENCE_MS = 4000  -- TTL_MS less RENEW_SECONDS: a silence an entry cannot outlast
 local function leases_heard(leases, heard, quiet_ms)
   local now = now_ms()
   local f = redis.call('HMGET', heard, 'at', 'quiet')
   local last, quiet = tonumber(f[1]), math.max(tonumber(f[2]) or 0, tonumber(quiet_ms))
   if last and now >= last and now - last < 100 then return now end  -- just heard: no write
   redis.call('HSET', heard, 'at', now, 'quiet', quiet_ms)
-  if not last or now < last or now - last <= quiet then return now end
+  if not last or now < last then return now end
+  if now - last > READER_SILENCE_MS then redis.call('HSET', heard, 'back', now) end
+  if now - last <= quiet then return now end
   local silence = now - last
-  redis.call('HSET', heard, 'back', now)
   local held = redis.call('ZRANGE', leases, 0, -1, 'WITHSCORES')
   for i = 1, #held, 2 do
     redis.call('ZADD', leases, 'XX', tonumber(held[i + 1]) + silence, held[i])
   end
   return now
+end
+-- Whether readers' entries may have lapsed in a silence of the shard that ended less than an
+-- entry's length ago: their API processes renew them meanwhile, so until then no session turn
+-- is judged abandoned (abandoned.lua, create_session_run.lua).
+local function readers_silenced(heard, now)
+  local back = tonumber(redis.call('HGET', heard, 'back'))
+  return back ~= nil and now >= back and now - back < READER_MS
 end
 local ACTIVE = {running = true, stopping = true, waiting_for_approval = true}
 local TERMINAL = {completed = true, failed = true, cancelled = true}
