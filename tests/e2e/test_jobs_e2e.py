@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 
 from hermes_queue.config import Settings
-from hermes_queue.redisio.embedded import free_port
 from hermes_queue.schedules.firing import tick_run_id
 from tests.ops.conftest import scrape_port, value
 from tests.support.polling import eventually
+from tests.support.ports import unclaimed_port
 from tests.support.processes import Cluster
 
 EVERY_2S = "* * * * * */2"
@@ -147,7 +147,7 @@ async def test_ticks_missed_with_no_worker_fire_once_on_return(settings: Setting
             # No worker is up: wait (for the clock, not for a result) until three ticks went by.
             await asyncio.sleep(max(0.0, first_tick + 2 * TICK + 0.5 - time.time()))
             assert (await jobs.get(job["id"]))["runs"] == []
-            port = free_port()
+            port = unclaimed_port()
             back = time.time()
             await cluster.start_worker(metrics_port=port, metrics_port_span=1)
             fired = await jobs.completed_runs(job["id"], 2)

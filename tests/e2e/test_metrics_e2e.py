@@ -6,8 +6,8 @@ from typing import Any
 
 import aiohttp
 
-from hermes_queue.redisio.embedded import free_port
 from tests.ops.conftest import parse, scrape_port, value
+from tests.support.ports import unclaimed_port
 from tests.support.processes import Cluster
 
 
@@ -29,7 +29,7 @@ async def test_api_and_worker_processes_export_what_happened(
         assert value(before, "hermes_queue_queue_depth", state="ready") == 1
         assert value(before, "hermes_queue_workers") == 0
 
-        port = free_port()
+        port = unclaimed_port()
         await cluster.start_worker(metrics_port=port)
         events = [p async for _, p in client.iter_events(waiting)]
         assert events[-1]["event"] == "run.completed"

@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from hermes_queue.config import Settings
-from hermes_queue.redisio.embedded import free_port
+from tests.support.ports import unclaimed_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -45,4 +45,4 @@ async def scrape_port(port: int) -> Samples:
 @pytest.fixture
 def ops_settings(settings: Settings) -> Settings:
     """Test settings with the worker's metrics endpoint on a free port."""
-    return settings.replace(metrics_port=free_port())
+    return settings.replace(metrics_port=unclaimed_port())
