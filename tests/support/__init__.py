@@ -14,5 +14,7 @@ to put on ``sys.path``; importing it starts nothing.
 - ``redis_group``: a Redis primary, replicas and Sentinels; ``load``: a steady load of runs
   with SSE readers and what each reader saw; ``redis_cluster``: a loopback Redis Cluster;
 - ``tenants``: tenant keys for the ownership tests; ``tenant_runs``: tenants' runs queued on a
-  shard (fair turns, running limits).
+  shard (fair turns, running limits);
+- ``ports``: a port for a server a test configures before it starts it (``unclaimed_port``:
+  never handed to another port-0 bind meanwhile).
 """
