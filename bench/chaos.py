@@ -10,7 +10,8 @@ resuming on the other with ``Last-Event-ID``):
 * ``worker``: SIGKILL the worker running most runs (a new one starts on its host afterwards);
 * ``api``: SIGKILL an API replica (its readers resume on the other; restarted afterwards);
 * ``redis``: SIGKILL the Redis primary; Sentinel promotes the replica; the killed node comes
-  back as a replica (as a supervisor would restart it);
+  back as a replica (as a supervisor would restart it). ``--down-after-ms`` above the lease
+  makes the failover outlast it (Sentinel's default is 30 s against a 10 s lease);
 * ``partition``: cut the host of the worker running most runs off the network for
   ``lease_seconds`` + 2 s, then reconnect it;
 * ``drain``: SIGTERM the worker running most runs (a new one starts on its host afterwards);
@@ -221,7 +222,9 @@ async def run_faults(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]
     settings = chaos_settings(args, secret)
     faults = [f for f in args.faults.split(",") if f]
     results: dict[str, list[dict[str, Any]]] = {fault: [] for fault in faults}
-    async with spread(settings, sentinel=True, replicas=args.replicas) as d:
+    async with spread(
+        settings, sentinel=True, replicas=args.replicas, down_after_ms=args.down_after_ms
+    ) as d:
         async with receiving([secret], host=d.client.address) as receiver:
             receiver.delay = RECEIVER_DELAY_S
             for round_no in range(args.rounds):
@@ -235,7 +238,8 @@ async def run_faults(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]
 async def main(args: argparse.Namespace) -> None:
     results = await run_faults(args)
     report.print_table(
-        f"chaos: lease {args.lease} s, {args.replicas} replica(s), "
+        f"chaos: lease {args.lease} s, Sentinel down-after {args.down_after_ms} ms, "
+        f"{args.replicas} replica(s), "
         f"redis_min_replicas {args.min_replicas}, "
         f"{args.clients} clients x 1 run / {args.interval} s",
         HEADER,
@@ -245,6 +249,7 @@ async def main(args: argparse.Namespace) -> None:
         "chaos",
         {
             "lease_seconds": args.lease,
+            "down_after_ms": args.down_after_ms,
             "redis_min_replicas": args.min_replicas,
             "replicas": args.replicas,
             "results": results,
@@ -260,6 +265,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--replicas", type=int, default=1, help="Redis replicas")
     parser.add_argument("--lease", type=float, default=3.0)
+    parser.add_argument(
+        "--down-after-ms",
+        type=int,
+        default=1_000,
+        help="Sentinel's down-after-milliseconds: above the lease, a failover outlasts it",
+    )
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--interval", type=float, default=0.5)
     return parser.parse_args()

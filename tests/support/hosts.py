@@ -121,10 +121,12 @@ async def spread(
     workers: int = 2,
     sentinel: bool = False,
     replicas: int = 1,
+    down_after_ms: int = 1_000,
 ) -> AsyncIterator[Spread]:
     """Start everything on hosts of its own; ``settings.store.url``, when PostgreSQL, is
     reached through a proxy on a PostgreSQL host (its schema must exist). ``sentinel``: a
-    primary, ``replicas`` replicas and three Sentinels on the Redis host."""
+    primary, ``replicas`` replicas and three Sentinels on the Redis host, which take a primary
+    for dead after ``down_after_ms``."""
     network = Network().create()
     proxy = None
     try:
@@ -142,7 +144,9 @@ async def spread(
         client = network.add_host("client")
         with client.entered():
             nodes = 1 + replicas if sentinel else 0
-            async with _on_hosts(settings, store_url, network, client, redis_host, nodes) as d:
+            async with _on_hosts(
+                settings, store_url, network, client, redis_host, nodes, down_after_ms
+            ) as d:
                 for host in api_hosts:
                     await d.start_api(host)
                 for host in worker_hosts:
@@ -163,6 +167,7 @@ async def _on_hosts(
     client: Host,
     redis_host: Host,
     sentinel_nodes: int,
+    down_after_ms: int = 1_000,
 ) -> AsyncIterator[Spread]:
     """``sentinel_nodes``: 0 for one plain Redis, else the data nodes of a Sentinel group."""
     cluster = Cluster(settings.replace(store_url=store_url))
@@ -174,6 +179,7 @@ async def _on_hosts(
             launcher=redis_host.launcher,
             ports=ports,
             replicas=sentinel_nodes - 1,
+            down_after_ms=down_after_ms,
         )
         group.start()
         redis_url = group.url
