@@ -84,7 +84,7 @@ class SafeRetryCluster(RedisCluster):
                 if not await waited.pause():
                     raise
             except ClusterError as exc:
-                if not redirected_too_often(exc) or not await waited.pause():
+                if not _redirected_too_often(exc) or not await waited.pause():
                     raise
 
     def pipeline(
@@ -121,7 +121,7 @@ class SafePipeline(ClusterPipeline):
                     raise
 
 
-def redirected_too_often(error: BaseException) -> bool:
+def _redirected_too_often(error: BaseException) -> bool:
     """Whether ``error`` is redis-py's cluster client giving up after following redirections
     and ``TRYAGAIN`` replies only (``RedisCluster._execute_command``): nothing was applied."""
     return isinstance(error, ClusterError) and str(error) == "TTL exhausted."
@@ -159,4 +159,4 @@ class _RetriedRebuilds(NodesManager):
         return ClusterNode(host, port, **self.connection_kwargs)
 
 
-__all__ = ["NOT_APPLIED", "SafePipeline", "SafeRetryCluster", "redirected_too_often"]
+__all__ = ["NOT_APPLIED", "SafePipeline", "SafeRetryCluster"]

@@ -58,6 +58,9 @@ class Leases:
     ) -> None:
         self.settings = settings
         self.keys = keys
+        # What every script about the leases is told (prelude.lua leases_heard): fixed by the
+        # settings, so worked out once.
+        self.quiet_ms = quiet_ms(settings, keys.cluster)
         self._keys_of = ScriptKeys(keys)
         # Told of each run a reap ends (failed or cancelled): the repository's metrics hook.
         self._on_finished = on_finished
@@ -75,7 +78,7 @@ class Leases:
                 attempt,
                 int(self.settings.lease_seconds * 1000),
                 self.settings.retention_seconds,
-                quiet_ms(self.settings, self.keys.cluster),
+                self.quiet_ms,
             ],
         )
 
@@ -91,7 +94,7 @@ class Leases:
             try:
                 ids = await self._scripts["expired"](
                     keys=self._keys_of.of_shard("expired", shard),
-                    args=[limit, quiet_ms(self.settings, self.keys.cluster)],
+                    args=[limit, self.quiet_ms],
                 )
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if not self.keys.cluster:
@@ -117,7 +120,7 @@ class Leases:
                 encode_data({"reason": FailReason.WORKER_LOST}),
                 WORKER_LOST_ERROR,
                 FailReason.WORKER_LOST,
-                quiet_ms(self.settings, self.keys.cluster),
+                self.quiet_ms,
             ],
         )
         verdict = decode(result)

@@ -25,7 +25,7 @@ from hermes_queue.redisio.replication import acknowledged
 from hermes_queue.replies import ReplyText
 from hermes_queue.runs.approvals import Approvals
 from hermes_queue.runs.attempt import Attempt, FencedScripts, FinishTrace
-from hermes_queue.runs.leases import Leases, quiet_ms
+from hermes_queue.runs.leases import Leases
 from hermes_queue.runs.model import (
     QUEUE_WAIT_SECONDS,
     TERMINAL_STATUSES,
@@ -183,7 +183,7 @@ class RunRepository:
                 PRESENCE_TTL_MS,
                 run.tenant,
                 repr(self.settings.weight_of(run.tenant)),
-                quiet_ms(self.settings, self.keys.cluster),
+                self.leases.quiet_ms,
                 *_flat(self._fields(run)),
             ],
         )
@@ -202,7 +202,7 @@ class RunRepository:
         for shard in self.keys.shard_ids if shards is None else shards:
             found = await self._scripts["abandoned"](
                 keys=self._keys_of.of_shard("abandoned", shard),
-                args=[limit, quiet_ms(self.settings, self.keys.cluster)],
+                args=[limit, self.leases.quiet_ms],
             )
             stopped += [_decode(run_id) for run_id in found]
         for run_id in stopped:
@@ -310,7 +310,7 @@ class RunRepository:
                 self._record_ttl,
                 self.running_limits,
                 self.keys.wake_channel_of(run_id),
-                quiet_ms(self.settings, self.keys.cluster),
+                self.leases.quiet_ms,
             ],
         )
         if _decode(result[0]) != "claimed":

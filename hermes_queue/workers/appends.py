@@ -14,7 +14,6 @@ does the turn fail loudly with :class:`EventPublishFailed`.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -70,7 +69,8 @@ async def retrying(
     call goes through (``OutageLog``), not one per try."""
     outage = OutageLog(log, f"{what} for {run_id}", meanwhile=f"retrying for up to {wait:.0f} s")
     give_up_at = _monotonic() + wait
-    for tries in itertools.count():
+    tries = 0
+    while True:
         try:
             result = await call()
         except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
@@ -81,7 +81,7 @@ async def retrying(
             if _monotonic() + delay > give_up_at:
                 raise EventPublishFailed(str(exc)) from exc
             await _pause(delay)
+            tries += 1
         else:
             outage.ok()
             return result
-    raise AssertionError("unreachable")
